@@ -1,0 +1,172 @@
+//! fid_domain: opens AVs, CQs, counters and endpoints. Memory registration
+//! (fi_mr_reg and friends) is not implemented yet and answers -FI_ENOSYS.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use oxmr_ffi as ffi;
+
+use super::fid::{self, fid_header, Header};
+use super::{attr, common, guard_int, hand_out, info};
+use crate::fail;
+use crate::objects::{av::Av, cntr::Cntr, cq::Cq, domain::Domain, ep::Ep};
+
+pub static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(close),
+    bind: Some(common::bind),
+    control: Some(common::control),
+    ops_open: Some(common::ops_open),
+    tostr: Some(common::tostr),
+    ops_set: Some(common::ops_set),
+};
+
+static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
+    size: size_of::<ffi::fi_ops_domain>(),
+    av_open: Some(av_open),
+    cq_open: Some(cq_open),
+    endpoint: Some(endpoint),
+    scalable_ep: Some(scalable_ep),
+    cntr_open: Some(cntr_open),
+    poll_open: Some(poll_open),
+    stx_ctx: Some(stx_ctx),
+    srx_ctx: Some(srx_ctx),
+    query_atomic: Some(query_atomic),
+    query_collective: Some(query_collective),
+    endpoint2: Some(endpoint2),
+};
+
+static MR_OPS: ffi::fi_ops_mr = ffi::fi_ops_mr {
+    size: size_of::<ffi::fi_ops_mr>(),
+    reg: Some(mr_reg),
+    regv: Some(mr_regv),
+    regattr: Some(mr_regattr),
+};
+
+crate::fid_object!(Domain, hdr, ffi::FI_CLASS_DOMAIN, "domain", DOMAIN_FI_OPS);
+
+/// The C header of a new domain.
+pub fn header(context: *mut c_void) -> Header<ffi::fid_domain> {
+    Header(ffi::fid_domain {
+        fid: fid_header::<Domain>(context),
+        ops: &DOMAIN_OPS as *const _ as *mut _,
+        mr: &MR_OPS as *const _ as *mut _,
+    })
+}
+
+unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
+    // SAFETY: libfabric passes our fid.
+    guard_int("fi_close(domain)", || {
+        unsafe { fid::close::<Domain>(f, |_| Ok(())) }.map(|_| 0)
+    })
+}
+
+unsafe extern "C" fn av_open(
+    domain: *mut ffi::fid_domain,
+    attr_: *mut ffi::fi_av_attr,
+    out: *mut *mut ffi::fid_av,
+    context: *mut c_void,
+) -> i32 {
+    guard_int("fi_av_open", || {
+        // SAFETY: application-provided fid and attr.
+        let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
+        // SAFETY: as above.
+        let a = unsafe { attr(attr_, "fi_av_attr") }?;
+        // SAFETY: out pointer from the application.
+        unsafe {
+            hand_out(out, "av", || {
+                Ok(Arc::new(Av::new(super::av::header(context), d, a)?))
+            })
+        }
+    })
+}
+
+unsafe extern "C" fn cq_open(
+    domain: *mut ffi::fid_domain,
+    attr_: *mut ffi::fi_cq_attr,
+    out: *mut *mut ffi::fid_cq,
+    context: *mut c_void,
+) -> i32 {
+    guard_int("fi_cq_open", || {
+        // SAFETY: application-provided fid and attr.
+        let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
+        // SAFETY: as above.
+        let a = unsafe { attr(attr_, "fi_cq_attr") }?;
+        // SAFETY: out pointer from the application.
+        unsafe {
+            hand_out(out, "cq", || {
+                Ok(Arc::new(Cq::new(super::cq::header(context), d, a)?))
+            })
+        }
+    })
+}
+
+unsafe extern "C" fn cntr_open(
+    domain: *mut ffi::fid_domain,
+    attr_: *mut ffi::fi_cntr_attr,
+    out: *mut *mut ffi::fid_cntr,
+    context: *mut c_void,
+) -> i32 {
+    guard_int("fi_cntr_open", || {
+        // SAFETY: application-provided fid and attr.
+        let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
+        // SAFETY: as above.
+        let a = unsafe { attr(attr_, "fi_cntr_attr") }?;
+        // SAFETY: out pointer from the application.
+        unsafe {
+            hand_out(out, "cntr", || {
+                Ok(Arc::new(Cntr::new(super::cntr::header(context), d, a)?))
+            })
+        }
+    })
+}
+
+unsafe extern "C" fn endpoint(
+    domain: *mut ffi::fid_domain,
+    info_: *mut ffi::fi_info,
+    out: *mut *mut ffi::fid_ep,
+    context: *mut c_void,
+) -> i32 {
+    guard_int("fi_endpoint", || {
+        // SAFETY: application-provided fid and info.
+        let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
+        // SAFETY: as above.
+        let i = unsafe { info::info_from(info_) }
+            .ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_endpoint: NULL info"))?;
+        // SAFETY: out pointer from the application.
+        unsafe {
+            hand_out(out, "ep", || {
+                Ok(Arc::new(Ep::new(super::ep::header(context), d, i)?))
+            })
+        }
+    })
+}
+
+unsafe extern "C" fn endpoint2(
+    domain: *mut ffi::fid_domain,
+    info_: *mut ffi::fi_info,
+    out: *mut *mut ffi::fid_ep,
+    flags: u64,
+    context: *mut c_void,
+) -> i32 {
+    if flags != 0 {
+        return guard_int("fi_endpoint2", || {
+            Err(fail!(
+                ffi::FI_ENOSYS,
+                "fi_endpoint2 flags {flags:#x} (peer endpoints) are not supported"
+            ))
+        });
+    }
+    // SAFETY: same contract as fi_endpoint.
+    unsafe { endpoint(domain, info_, out, context) }
+}
+
+crate::enosys!(scalable_ep, "fi_scalable_ep", (domain: *mut ffi::fid_domain, info: *mut ffi::fi_info, sep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
+crate::enosys!(poll_open, "fi_poll_open", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_poll_attr, pollset: *mut *mut ffi::fid_poll) -> i32);
+crate::enosys!(stx_ctx, "fi_stx_context", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_tx_attr, stx: *mut *mut ffi::fid_stx, context: *mut c_void) -> i32);
+crate::enosys!(srx_ctx, "fi_srx_context", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_rx_attr, rx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
+crate::enosys!(query_atomic, "fi_query_atomic", (domain: *mut ffi::fid_domain, datatype: ffi::fi_datatype, op: ffi::fi_op, attr: *mut ffi::fi_atomic_attr, flags: u64) -> i32);
+crate::enosys!(query_collective, "fi_query_collective", (domain: *mut ffi::fid_domain, coll: ffi::fi_collective_op, attr: *mut ffi::fi_collective_attr, flags: u64) -> i32);
+crate::enosys!(mr_reg, "fi_mr_reg", (fid: *mut ffi::fid, buf: *const c_void, len: usize, access: u64, offset: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> i32);
+crate::enosys!(mr_regv, "fi_mr_regv", (fid: *mut ffi::fid, iov: *const ffi::iovec, count: usize, access: u64, offset: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> i32);
+crate::enosys!(mr_regattr, "fi_mr_regattr", (fid: *mut ffi::fid, attr: *const ffi::fi_mr_attr, flags: u64, mr: *mut *mut ffi::fid_mr) -> i32);

@@ -1,0 +1,349 @@
+//! fid_ep: endpoint control, options, names. Data slots: `ep_data`.
+
+use std::ffi::c_void;
+
+use oxmr_ffi as ffi;
+
+use super::ep_data::{ATOMIC_OPS, COLL_OPS, MSG_OPS, RMA_OPS, TAGGED_OPS};
+use super::fid::{self, borrow, class_of, fid_header, Header};
+use super::{common, guard_int, guard_ssize};
+use crate::fail;
+use crate::info::{addr, attrs};
+use crate::objects::{av::Av, cntr::Cntr, cq::Cq, ep::Ep, eq::Eq};
+
+pub static EP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(close),
+    bind: Some(bind),
+    control: Some(control),
+    ops_open: Some(common::ops_open),
+    tostr: Some(common::tostr),
+    ops_set: Some(common::ops_set),
+};
+
+static EP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
+    size: size_of::<ffi::fi_ops_ep>(),
+    cancel: Some(cancel),
+    getopt: Some(getopt),
+    setopt: Some(setopt),
+    tx_ctx: Some(tx_ctx),
+    rx_ctx: Some(rx_ctx),
+    rx_size_left: Some(rx_size_left),
+    tx_size_left: Some(tx_size_left),
+};
+
+static CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
+    size: size_of::<ffi::fi_ops_cm>(),
+    setname: Some(setname),
+    getname: Some(getname),
+    getpeer: Some(getpeer),
+    connect: Some(connect),
+    listen: Some(listen),
+    accept: Some(accept),
+    reject: Some(reject),
+    shutdown: Some(shutdown),
+    join: Some(join),
+};
+
+crate::fid_object!(Ep, hdr, ffi::FI_CLASS_EP, "endpoint", EP_FI_OPS);
+
+/// The C header of a new endpoint.
+pub fn header(context: *mut c_void) -> Header<ffi::fid_ep> {
+    Header(ffi::fid_ep {
+        fid: fid_header::<Ep>(context),
+        ops: &EP_OPS as *const _ as *mut _,
+        cm: &CM_OPS as *const _ as *mut _,
+        msg: &MSG_OPS as *const _ as *mut _,
+        rma: &RMA_OPS as *const _ as *mut _,
+        tagged: &TAGGED_OPS as *const _ as *mut _,
+        atomic: &ATOMIC_OPS as *const _ as *mut _,
+        collective: &COLL_OPS as *const _ as *mut _,
+    })
+}
+
+unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
+    // SAFETY: libfabric passes our fid.
+    guard_int("fi_close(ep)", || {
+        unsafe { fid::close::<Ep>(f, |_| Ok(())) }.map(|_| 0)
+    })
+}
+
+unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
+    guard_int("fi_ep_bind", || {
+        // SAFETY: our fid; `bfid` is an application fid whose header we
+        // read only after checking it is non-NULL.
+        unsafe {
+            let ep = borrow::<Ep>(f)?;
+            match class_of(bfid) {
+                Some(ffi::FI_CLASS_CQ) => ep.bind_cq(fid::retain::<Cq>(bfid)?, flags)?,
+                Some(ffi::FI_CLASS_AV) => ep.bind_av(fid::retain::<Av>(bfid)?, flags)?,
+                Some(ffi::FI_CLASS_EQ) => ep.bind_eq(fid::retain::<Eq>(bfid)?, flags)?,
+                Some(ffi::FI_CLASS_CNTR) => ep.bind_cntr(fid::retain::<Cntr>(bfid)?, flags)?,
+                Some(ffi::FI_CLASS_STX_CTX | ffi::FI_CLASS_SRX_CTX) => {
+                    return Err(fail!(
+                        ffi::FI_ENOSYS,
+                        "shared contexts are not supported by oxmr"
+                    ))
+                }
+                Some(c) => {
+                    return Err(fail!(
+                        ffi::FI_EINVAL,
+                        "fi_ep_bind: cannot bind an object of class {c} to an endpoint"
+                    ))
+                }
+                None => return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: NULL fid")),
+            }
+        }
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -> i32 {
+    guard_int("fi_control(ep)", || {
+        // SAFETY: our fid.
+        let ep = unsafe { borrow::<Ep>(f) }?;
+        match command as u32 {
+            ffi::FI_ENABLE => ep.enable().map(|_| 0),
+            c @ (ffi::FI_GETOPSFLAG | ffi::FI_SETOPSFLAG) => {
+                if arg.is_null() {
+                    return Err(fail!(
+                        ffi::FI_EINVAL,
+                        "FI_GETOPSFLAG/FI_SETOPSFLAG need a uint64_t *"
+                    ));
+                }
+                let p = arg as *mut u64;
+                // SAFETY: both commands take a `uint64_t *` (fi_endpoint(3)).
+                let flags = unsafe { *p };
+                let set = (c == ffi::FI_SETOPSFLAG).then_some(flags);
+                let v = ep.ops_flags(flags, set)?;
+                if c == ffi::FI_GETOPSFLAG {
+                    // SAFETY: as above.
+                    unsafe { *p = v | (flags & (ffi::FI_TRANSMIT as u64 | ffi::FI_RECV as u64)) };
+                }
+                Ok(0)
+            }
+            c => Err(fail!(
+                ffi::FI_ENOSYS,
+                "fi_control command {c} is not supported on an endpoint"
+            )),
+        }
+    })
+}
+
+unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
+    guard_ssize("fi_cancel", || {
+        // SAFETY: our fid.
+        unsafe { borrow::<Ep>(f) }?;
+        // Nothing is ever queued before the data path exists.
+        Err(crate::boundary::Error::quiet(ffi::FI_ENOENT))
+    })
+}
+
+/// Read a `size_t` option value.
+///
+/// # Safety
+/// `optval` is NULL or valid for `optlen` bytes.
+unsafe fn opt_usize(optval: *const c_void, optlen: usize) -> crate::boundary::Result<usize> {
+    if optval.is_null() || optlen != size_of::<usize>() {
+        return Err(fail!(
+            ffi::FI_EINVAL,
+            "option value must be a size_t (optlen {optlen})"
+        ));
+    }
+    // SAFETY: checked size, caller's contract.
+    Ok(unsafe { std::ptr::read_unaligned(optval as *const usize) })
+}
+
+/// Write a `size_t` option value.
+///
+/// # Safety
+/// `optlen` is valid; `optval` is NULL or valid for `*optlen` bytes.
+pub unsafe fn put_usize(
+    optval: *mut c_void,
+    optlen: *mut usize,
+    v: usize,
+) -> crate::boundary::Result<i32> {
+    if optlen.is_null() {
+        return Err(fail!(ffi::FI_EINVAL, "fi_getopt: NULL optlen"));
+    }
+    // SAFETY: caller's contract.
+    unsafe {
+        if optval.is_null() || *optlen < size_of::<usize>() {
+            *optlen = size_of::<usize>();
+            return Err(fail!(
+                ffi::FI_ETOOSMALL,
+                "fi_getopt: option needs a size_t buffer"
+            ));
+        }
+        std::ptr::write_unaligned(optval as *mut usize, v);
+        *optlen = size_of::<usize>();
+    }
+    Ok(0)
+}
+
+unsafe extern "C" fn getopt(
+    f: *mut ffi::fid,
+    level: i32,
+    name: i32,
+    optval: *mut c_void,
+    optlen: *mut usize,
+) -> i32 {
+    guard_int("fi_getopt", || {
+        // SAFETY: our fid.
+        let ep = unsafe { borrow::<Ep>(f) }?;
+        if level as u32 != ffi::FI_OPT_ENDPOINT {
+            return Err(fail!(
+                ffi::FI_ENOPROTOOPT,
+                "fi_getopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"
+            ));
+        }
+        let v = match name as u32 {
+            ffi::FI_OPT_MIN_MULTI_RECV => ep.min_multi_recv(),
+            ffi::FI_OPT_CM_DATA_SIZE => attrs::CM_DATA_SIZE,
+            ffi::FI_OPT_TX_SIZE => ep.info.tx.size,
+            ffi::FI_OPT_RX_SIZE => ep.info.rx.size,
+            n => {
+                return Err(fail!(
+                    ffi::FI_ENOPROTOOPT,
+                    "fi_getopt: option {n} is not supported by oxmr"
+                ))
+            }
+        };
+        // SAFETY: C contract of fi_getopt.
+        unsafe { put_usize(optval, optlen, v) }
+    })
+}
+
+unsafe extern "C" fn setopt(
+    f: *mut ffi::fid,
+    level: i32,
+    name: i32,
+    optval: *const c_void,
+    optlen: usize,
+) -> i32 {
+    guard_int("fi_setopt", || {
+        // SAFETY: our fid.
+        let ep = unsafe { borrow::<Ep>(f) }?;
+        if level as u32 != ffi::FI_OPT_ENDPOINT {
+            return Err(fail!(
+                ffi::FI_ENOPROTOOPT,
+                "fi_setopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"
+            ));
+        }
+        match name as u32 {
+            ffi::FI_OPT_MIN_MULTI_RECV => {
+                // SAFETY: C contract of fi_setopt.
+                let v = unsafe { opt_usize(optval, optlen) }?;
+                ep.set_min_multi_recv(v)?;
+                Ok(0)
+            }
+            ffi::FI_OPT_CM_DATA_SIZE => {
+                Err(fail!(ffi::FI_EINVAL, "FI_OPT_CM_DATA_SIZE is read-only"))
+            }
+            n => Err(fail!(
+                ffi::FI_ENOPROTOOPT,
+                "fi_setopt: option {n} is not supported by oxmr"
+            )),
+        }
+    })
+}
+
+crate::enosys!(tx_ctx, "fi_tx_context", (sep: *mut ffi::fid_ep, index: i32, attr: *mut ffi::fi_tx_attr, tx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
+crate::enosys!(rx_ctx, "fi_rx_context", (sep: *mut ffi::fid_ep, index: i32, attr: *mut ffi::fi_rx_attr, rx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
+crate::enosys!(rx_size_left, "fi_rx_size_left", (ep: *mut ffi::fid_ep) -> isize);
+crate::enosys!(tx_size_left, "fi_tx_size_left", (ep: *mut ffi::fid_ep) -> isize);
+
+/// Write an address as a C name.
+///
+/// # Safety
+/// `addrlen` is valid; `out` is NULL or valid for `*addrlen` bytes.
+pub unsafe fn put_name(
+    a: &std::net::SocketAddr,
+    out: *mut c_void,
+    addrlen: *mut usize,
+) -> crate::boundary::Result<i32> {
+    if addrlen.is_null() {
+        return Err(fail!(ffi::FI_EINVAL, "fi_getname: NULL addrlen"));
+    }
+    let bytes = addr::encode(a);
+    // SAFETY: caller's contract.
+    unsafe {
+        let room = *addrlen;
+        *addrlen = bytes.len();
+        if out.is_null() || room < bytes.len() {
+            return Err(crate::boundary::Error::quiet(ffi::FI_ETOOSMALL));
+        }
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, bytes.len());
+    }
+    Ok(0)
+}
+
+/// Parse an address given to fi_setname/fi_connect.
+///
+/// # Safety
+/// `p` is NULL or valid for `len` bytes.
+pub unsafe fn get_name(
+    p: *const c_void,
+    len: usize,
+) -> crate::boundary::Result<std::net::SocketAddr> {
+    if p.is_null() {
+        return Err(fail!(ffi::FI_EINVAL, "NULL address"));
+    }
+    // SAFETY: caller's contract.
+    let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
+    addr::parse(bytes).ok_or_else(|| {
+        fail!(
+            ffi::FI_EINVAL,
+            "address is not a sockaddr_in/sockaddr_in6 of {len} bytes"
+        )
+    })
+}
+
+unsafe extern "C" fn setname(f: *mut ffi::fid, a: *mut c_void, len: usize) -> i32 {
+    guard_int("fi_setname", || {
+        // SAFETY: our fid; address buffer per the API.
+        let (ep, a) = unsafe { (borrow::<Ep>(f)?, get_name(a, len)?) };
+        ep.set_name(a)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut usize) -> i32 {
+    guard_int("fi_getname", || {
+        // SAFETY: our fid.
+        let ep = unsafe { borrow::<Ep>(f) }?;
+        let name = ep.name().ok_or_else(|| {
+            fail!(
+                ffi::FI_EADDRNOTAVAIL,
+                "fi_getname: endpoint has no address yet"
+            )
+        })?;
+        // SAFETY: C contract of fi_getname.
+        unsafe { put_name(&name, out, addrlen) }
+    })
+}
+
+unsafe extern "C" fn getpeer(ep: *mut ffi::fid_ep, _a: *mut c_void, _addrlen: *mut usize) -> i32 {
+    guard_int("fi_getpeer", || {
+        // SAFETY: our fid.
+        let ep = unsafe { borrow::<Ep>(ep.cast()) }?;
+        if ep.info.ep.type_ == ffi::FI_EP_MSG {
+            Err(fail!(
+                ffi::FI_ENOTCONN,
+                "fi_getpeer: endpoint is not connected (MSG connections are not implemented yet)"
+            ))
+        } else {
+            Err(fail!(
+                ffi::FI_ENOSYS,
+                "fi_getpeer applies to connected (FI_EP_MSG) endpoints"
+            ))
+        }
+    })
+}
+
+crate::enosys!(connect, "fi_connect", (ep: *mut ffi::fid_ep, addr: *const c_void, param: *const c_void, paramlen: usize) -> i32);
+crate::enosys!(listen, "fi_listen", (pep: *mut ffi::fid_pep) -> i32);
+crate::enosys!(accept, "fi_accept", (ep: *mut ffi::fid_ep, param: *const c_void, paramlen: usize) -> i32);
+crate::enosys!(reject, "fi_reject", (pep: *mut ffi::fid_pep, handle: ffi::fid_t, param: *const c_void, paramlen: usize) -> i32);
+crate::enosys!(shutdown, "fi_shutdown", (ep: *mut ffi::fid_ep, flags: u64) -> i32);
+crate::enosys!(join, "fi_join", (ep: *mut ffi::fid_ep, addr: *const c_void, flags: u64, mc: *mut *mut ffi::fid_mc, context: *mut c_void) -> i32);

@@ -1,0 +1,197 @@
+//! fid_eq: the event queue's C slots.
+
+use std::ffi::{c_char, c_void};
+
+use oxmr_ffi as ffi;
+
+use super::cq::{strerror_common, wait_control};
+use super::fid::{self, borrow, fid_header, Header};
+use super::{common, guard, guard_int, guard_ssize};
+use crate::fail;
+use crate::objects::eq::Eq;
+
+pub static EQ_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(close),
+    bind: Some(common::bind),
+    control: Some(control),
+    ops_open: Some(common::ops_open),
+    tostr: Some(common::tostr),
+    ops_set: Some(common::ops_set),
+};
+
+static EQ_OPS: ffi::fi_ops_eq = ffi::fi_ops_eq {
+    size: size_of::<ffi::fi_ops_eq>(),
+    read: Some(read),
+    readerr: Some(readerr),
+    write: Some(write),
+    sread: Some(sread),
+    strerror: Some(strerror),
+};
+
+crate::fid_object!(Eq, hdr, ffi::FI_CLASS_EQ, "event queue", EQ_FI_OPS);
+
+/// The C header of a new EQ.
+pub fn header(context: *mut c_void) -> Header<ffi::fid_eq> {
+    Header(ffi::fid_eq {
+        fid: fid_header::<Eq>(context),
+        ops: &EQ_OPS as *const _ as *mut _,
+    })
+}
+
+unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
+    // SAFETY: libfabric passes our fid.
+    guard_int("fi_close(eq)", || {
+        unsafe { fid::close::<Eq>(f, |_| Ok(())) }.map(|_| 0)
+    })
+}
+
+unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -> i32 {
+    guard_int("fi_control(eq)", || {
+        // SAFETY: our fid; `arg` per the command.
+        unsafe {
+            let eq = borrow::<Eq>(f)?;
+            wait_control(command, arg, eq.wait_fd(), "EQ")
+        }
+    })
+}
+
+fn peek_of(flags: u64, call: &str) -> crate::boundary::Result<bool> {
+    if flags & !(ffi::FI_PEEK as u64) != 0 {
+        return Err(fail!(
+            ffi::FI_EBADFLAGS,
+            "{call}: flags {flags:#x}; only FI_PEEK is accepted"
+        ));
+    }
+    Ok(flags & ffi::FI_PEEK as u64 != 0)
+}
+
+/// # Safety
+/// `buf` is NULL or valid for `len` bytes; `event` NULL or writable.
+unsafe fn read_common(
+    eq: *mut ffi::fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
+    timeout: Option<i32>,
+) -> crate::boundary::Result<isize> {
+    // SAFETY: our fid.
+    let eq = unsafe { borrow::<Eq>(eq.cast()) }?;
+    let peek = peek_of(flags, "fi_eq_read")?;
+    let out: &mut [u8] = if buf.is_null() || len == 0 {
+        &mut []
+    } else {
+        // SAFETY: `buf` has `len` writable bytes (API contract).
+        unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, len) }
+    };
+    let (ev, n) = match timeout {
+        None => eq.read(out, peek)?,
+        Some(t) => eq.sread(out, t, peek)?,
+    };
+    if !event.is_null() {
+        // SAFETY: non-NULL event pointer from the caller.
+        unsafe { event.write(ev) };
+    }
+    Ok(n as isize)
+}
+
+unsafe extern "C" fn read(
+    eq: *mut ffi::fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
+) -> isize {
+    // SAFETY: C contract of fi_eq_read.
+    guard_ssize("fi_eq_read", || unsafe {
+        read_common(eq, event, buf, len, flags, None)
+    })
+}
+
+unsafe extern "C" fn sread(
+    eq: *mut ffi::fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    timeout: i32,
+    flags: u64,
+) -> isize {
+    // SAFETY: C contract of fi_eq_sread.
+    guard_ssize("fi_eq_sread", || unsafe {
+        read_common(eq, event, buf, len, flags, Some(timeout))
+    })
+}
+
+unsafe extern "C" fn readerr(
+    eq: *mut ffi::fid_eq,
+    buf: *mut ffi::fi_eq_err_entry,
+    flags: u64,
+) -> isize {
+    guard_ssize("fi_eq_readerr", || {
+        // SAFETY: our fid.
+        let eq = unsafe { borrow::<Eq>(eq.cast()) }?;
+        let peek = peek_of(flags, "fi_eq_readerr")?;
+        if buf.is_null() {
+            return Err(fail!(ffi::FI_EINVAL, "fi_eq_readerr: NULL buffer"));
+        }
+        let e = eq.readerr(peek)?;
+        // SAFETY: `buf` points to one fi_eq_err_entry (API contract).
+        unsafe {
+            let b = &mut *buf;
+            b.fid = e.fid as ffi::fid_t;
+            b.context = e.context as *mut c_void;
+            b.data = e.data;
+            b.err = e.err;
+            b.prov_errno = e.prov_errno;
+            b.err_data_size = 0;
+        }
+        Ok(size_of::<ffi::fi_eq_err_entry>() as isize)
+    })
+}
+
+unsafe extern "C" fn write(
+    eq: *mut ffi::fid_eq,
+    event: u32,
+    buf: *const c_void,
+    len: usize,
+    flags: u64,
+) -> isize {
+    guard_ssize("fi_eq_write", || {
+        // SAFETY: our fid.
+        let eq = unsafe { borrow::<Eq>(eq.cast()) }?;
+        if flags != 0 {
+            return Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "fi_eq_write: flags {flags:#x}; pass 0"
+            ));
+        }
+        if buf.is_null() && len > 0 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_eq_write: NULL buffer with length {len}"
+            ));
+        }
+        let bytes: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: `buf` has `len` readable bytes (API contract).
+            unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
+        };
+        Ok(eq.write(event, bytes)? as isize)
+    })
+}
+
+unsafe extern "C" fn strerror(
+    eq: *mut ffi::fid_eq,
+    prov_errno: i32,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
+    let _ = eq;
+    // SAFETY: C contract of fi_eq_strerror.
+    guard("fi_eq_strerror", || unsafe {
+        strerror_common(prov_errno, buf, len)
+    })
+}

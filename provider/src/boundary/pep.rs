@@ -1,0 +1,151 @@
+//! fid_pep: the passive endpoint's C slots.
+
+use std::ffi::c_void;
+
+use oxmr_ffi as ffi;
+
+use super::ep::{get_name, put_name, put_usize};
+use super::fid::{self, borrow, fid_header, Header};
+use super::{common, guard_int};
+use crate::fail;
+use crate::info::attrs;
+use crate::objects::{eq::Eq, pep::Pep};
+
+pub static PEP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(close),
+    bind: Some(bind),
+    control: Some(common::control),
+    ops_open: Some(common::ops_open),
+    tostr: Some(common::tostr),
+    ops_set: Some(common::ops_set),
+};
+
+static PEP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
+    size: size_of::<ffi::fi_ops_ep>(),
+    cancel: Some(cancel),
+    getopt: Some(getopt),
+    setopt: Some(setopt),
+    tx_ctx: Some(tx_ctx),
+    rx_ctx: Some(rx_ctx),
+    rx_size_left: Some(rx_size_left),
+    tx_size_left: Some(tx_size_left),
+};
+
+static PEP_CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
+    size: size_of::<ffi::fi_ops_cm>(),
+    setname: Some(setname),
+    getname: Some(getname),
+    getpeer: Some(getpeer),
+    connect: Some(connect),
+    listen: Some(listen),
+    accept: Some(accept),
+    reject: Some(reject),
+    shutdown: Some(shutdown),
+    join: Some(join),
+};
+
+crate::fid_object!(Pep, hdr, ffi::FI_CLASS_PEP, "passive endpoint", PEP_FI_OPS);
+
+/// The C header of a new passive endpoint.
+pub fn header(context: *mut c_void) -> Header<ffi::fid_pep> {
+    Header(ffi::fid_pep {
+        fid: fid_header::<Pep>(context),
+        ops: &PEP_OPS as *const _ as *mut _,
+        cm: &PEP_CM_OPS as *const _ as *mut _,
+    })
+}
+
+unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
+    // SAFETY: libfabric passes our fid.
+    guard_int("fi_close(pep)", || {
+        unsafe { fid::close::<Pep>(f, |_| Ok(())) }.map(|_| 0)
+    })
+}
+
+unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
+    guard_int("fi_pep_bind", || {
+        // SAFETY: our fid and an application fid.
+        let (pep, eq) = unsafe { (borrow::<Pep>(f)?, fid::retain::<Eq>(bfid)?) };
+        pep.bind_eq(eq, flags)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
+    // SAFETY: our fid.
+    super::guard_ssize("fi_cancel(pep)", || {
+        unsafe { borrow::<Pep>(f) }.and(Err(crate::boundary::Error::quiet(ffi::FI_ENOENT)))
+    })
+}
+
+unsafe extern "C" fn getopt(
+    f: *mut ffi::fid,
+    level: i32,
+    name: i32,
+    optval: *mut c_void,
+    optlen: *mut usize,
+) -> i32 {
+    guard_int("fi_getopt(pep)", || {
+        // SAFETY: our fid.
+        unsafe { borrow::<Pep>(f) }?;
+        if level as u32 != ffi::FI_OPT_ENDPOINT || name as u32 != ffi::FI_OPT_CM_DATA_SIZE {
+            return Err(fail!(
+                ffi::FI_ENOPROTOOPT,
+                "fi_getopt on a passive endpoint: only FI_OPT_CM_DATA_SIZE"
+            ));
+        }
+        // SAFETY: C contract of fi_getopt.
+        unsafe { put_usize(optval, optlen, attrs::CM_DATA_SIZE) }
+    })
+}
+
+unsafe extern "C" fn setopt(
+    f: *mut ffi::fid,
+    level: i32,
+    name: i32,
+    _optval: *const c_void,
+    _optlen: usize,
+) -> i32 {
+    guard_int("fi_setopt(pep)", || {
+        // SAFETY: our fid.
+        unsafe { borrow::<Pep>(f) }?;
+        Err(fail!(
+            ffi::FI_ENOPROTOOPT,
+            "fi_setopt on a passive endpoint: level {level} option {name} not supported"
+        ))
+    })
+}
+
+unsafe extern "C" fn setname(f: *mut ffi::fid, a: *mut c_void, len: usize) -> i32 {
+    guard_int("fi_setname(pep)", || {
+        // SAFETY: our fid; address buffer per the API.
+        let (pep, a) = unsafe { (borrow::<Pep>(f)?, get_name(a, len)?) };
+        pep.set_name(a)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut usize) -> i32 {
+    guard_int("fi_getname(pep)", || {
+        // SAFETY: our fid.
+        let pep = unsafe { borrow::<Pep>(f) }?;
+        let name = pep
+            .name()
+            .ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "passive endpoint has no address"))?;
+        // SAFETY: C contract of fi_getname.
+        unsafe { put_name(&name, out, addrlen) }
+    })
+}
+
+crate::enosys!(tx_ctx, "fi_tx_context", (sep: *mut ffi::fid_ep, index: i32, attr: *mut ffi::fi_tx_attr, tx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
+crate::enosys!(rx_ctx, "fi_rx_context", (sep: *mut ffi::fid_ep, index: i32, attr: *mut ffi::fi_rx_attr, rx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
+crate::enosys!(rx_size_left, "fi_rx_size_left", (ep: *mut ffi::fid_ep) -> isize);
+crate::enosys!(tx_size_left, "fi_tx_size_left", (ep: *mut ffi::fid_ep) -> isize);
+crate::enosys!(getpeer, "fi_getpeer", (ep: *mut ffi::fid_ep, addr: *mut c_void, addrlen: *mut usize) -> i32);
+crate::enosys!(connect, "fi_connect", (ep: *mut ffi::fid_ep, addr: *const c_void, param: *const c_void, paramlen: usize) -> i32);
+crate::enosys!(listen, "fi_listen", (pep: *mut ffi::fid_pep) -> i32);
+crate::enosys!(accept, "fi_accept", (ep: *mut ffi::fid_ep, param: *const c_void, paramlen: usize) -> i32);
+crate::enosys!(reject, "fi_reject", (pep: *mut ffi::fid_pep, handle: ffi::fid_t, param: *const c_void, paramlen: usize) -> i32);
+crate::enosys!(shutdown, "fi_shutdown", (ep: *mut ffi::fid_ep, flags: u64) -> i32);
+crate::enosys!(join, "fi_join", (ep: *mut ffi::fid_ep, addr: *const c_void, flags: u64, mc: *mut *mut ffi::fid_mc, context: *mut c_void) -> i32);

@@ -1,0 +1,261 @@
+//! oxmr's capabilities and limits: the template every getinfo answer starts
+//! from. Change a capability here only together with the code that makes
+//! it work (README "Status" lists what is live).
+
+use oxmr_ffi as ffi;
+
+use super::{DomainAttr, EpAttr, FabricAttr, Info, RxAttr, TxAttr};
+
+const fn b(x: u32) -> u64 {
+    x as u64
+}
+
+/// Capabilities a returned info takes from the hints when they are asked
+/// (libfabric's "primary" capabilities).
+pub const PRIMARY_CAPS: u64 = b(ffi::FI_MSG)
+    | b(ffi::FI_RMA)
+    | b(ffi::FI_TAGGED)
+    | b(ffi::FI_ATOMIC)
+    | ffi::FI_MULTICAST as u64
+    | ffi::FI_NAMED_RX_CTX as u64
+    | ffi::FI_DIRECTED_RECV as u64
+    | b(ffi::FI_READ)
+    | b(ffi::FI_WRITE)
+    | b(ffi::FI_RECV)
+    | b(ffi::FI_SEND)
+    | b(ffi::FI_REMOTE_READ)
+    | b(ffi::FI_REMOTE_WRITE)
+    | ffi::FI_VARIABLE_MSG as u64
+    | ffi::FI_HMEM as u64
+    | b(ffi::FI_COLLECTIVE);
+
+/// Capabilities oxmr adds to every answer that it supports ("secondary").
+pub const SECONDARY_CAPS: u64 = ffi::FI_MULTI_RECV as u64
+    | ffi::FI_SOURCE as u64
+    | ffi::FI_RMA_EVENT as u64
+    | ffi::FI_SHARED_AV as u64
+    | ffi::FI_TRIGGER as u64
+    | ffi::FI_FENCE as u64
+    | ffi::FI_LOCAL_COMM as u64
+    | ffi::FI_REMOTE_COMM as u64
+    | ffi::FI_SOURCE_ERR as u64
+    | ffi::FI_RMA_PMEM as u64;
+
+/// Capabilities that concern the transmit side.
+pub const TX_CAPS: u64 = b(ffi::FI_MSG)
+    | b(ffi::FI_RMA)
+    | b(ffi::FI_TAGGED)
+    | b(ffi::FI_ATOMIC)
+    | b(ffi::FI_READ)
+    | b(ffi::FI_WRITE)
+    | b(ffi::FI_SEND)
+    | ffi::FI_MULTICAST as u64
+    | ffi::FI_NAMED_RX_CTX as u64
+    | ffi::FI_FENCE as u64
+    | ffi::FI_TRIGGER as u64
+    | ffi::FI_HMEM as u64
+    | ffi::FI_VARIABLE_MSG as u64
+    | b(ffi::FI_COLLECTIVE);
+
+/// Capabilities that concern the receive side.
+pub const RX_CAPS: u64 = b(ffi::FI_MSG)
+    | b(ffi::FI_RMA)
+    | b(ffi::FI_TAGGED)
+    | b(ffi::FI_ATOMIC)
+    | b(ffi::FI_RECV)
+    | b(ffi::FI_REMOTE_READ)
+    | b(ffi::FI_REMOTE_WRITE)
+    | ffi::FI_DIRECTED_RECV as u64
+    | ffi::FI_MULTI_RECV as u64
+    | ffi::FI_SOURCE as u64
+    | ffi::FI_RMA_EVENT as u64
+    | ffi::FI_SOURCE_ERR as u64
+    | ffi::FI_HMEM as u64
+    | ffi::FI_VARIABLE_MSG as u64
+    | b(ffi::FI_COLLECTIVE);
+
+/// Domain-level capabilities.
+pub const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_COMM as u64;
+
+/// What an RDM endpoint of oxmr can do.
+pub const RDM_CAPS: u64 = b(ffi::FI_MSG)
+    | b(ffi::FI_TAGGED)
+    | b(ffi::FI_RMA)
+    | b(ffi::FI_SEND)
+    | b(ffi::FI_RECV)
+    | b(ffi::FI_READ)
+    | b(ffi::FI_WRITE)
+    | b(ffi::FI_REMOTE_READ)
+    | b(ffi::FI_REMOTE_WRITE)
+    | ffi::FI_MULTI_RECV as u64
+    | ffi::FI_SOURCE as u64
+    | ffi::FI_DIRECTED_RECV as u64
+    | ffi::FI_RMA_EVENT as u64
+    | DOMAIN_CAPS;
+
+/// What a MSG (connected) endpoint of oxmr can do.
+pub const MSG_CAPS: u64 = b(ffi::FI_MSG)
+    | b(ffi::FI_RMA)
+    | b(ffi::FI_SEND)
+    | b(ffi::FI_RECV)
+    | b(ffi::FI_READ)
+    | b(ffi::FI_WRITE)
+    | b(ffi::FI_REMOTE_READ)
+    | b(ffi::FI_REMOTE_WRITE)
+    | ffi::FI_MULTI_RECV as u64
+    | ffi::FI_RMA_EVENT as u64
+    | DOMAIN_CAPS;
+
+/// Transmit op flags an application may set as defaults.
+pub const TX_OP_FLAGS: u64 = ffi::FI_INJECT as u64
+    | ffi::FI_COMPLETION as u64
+    | ffi::FI_INJECT_COMPLETE as u64
+    | ffi::FI_TRANSMIT_COMPLETE as u64
+    | ffi::FI_DELIVERY_COMPLETE as u64;
+
+/// Receive op flags an application may set as defaults.
+pub const RX_OP_FLAGS: u64 = ffi::FI_MULTI_RECV as u64 | ffi::FI_COMPLETION as u64;
+
+/// Message ordering oxmr guarantees: send-after-send only, for now.
+pub const MSG_ORDER: u64 = ffi::FI_ORDER_SAS as u64;
+
+/// mr_mode bits oxmr can honour when an application allows them.
+pub const MR_MODES: i32 = (ffi::FI_MR_LOCAL
+    | ffi::FI_MR_VIRT_ADDR
+    | ffi::FI_MR_ALLOCATED
+    | ffi::FI_MR_PROV_KEY
+    | ffi::FI_MR_ENDPOINT
+    | ffi::FI_MR_MMU_NOTIFY) as i32;
+
+/// The three bits FI_MR_BASIC stands for.
+pub const MR_BASIC_MAP: i32 =
+    (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_PROV_KEY) as i32;
+
+/// `FI_TAG_GENERIC` from fi_endpoint(3): any 64-bit tag.
+pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
+
+/// Largest inline (inject) payload.
+pub const INJECT_SIZE: usize = 4096;
+/// Default and largest transmit/receive queue depth.
+pub const QUEUE_SIZE: usize = 1024;
+/// Largest iov count per operation.
+pub const IOV_LIMIT: usize = 4;
+/// Largest iov count per registration.
+pub const MR_IOV_LIMIT: usize = 8;
+/// Bytes of remote CQ data.
+pub const CQ_DATA_SIZE: usize = 8;
+/// Per-domain object limits.
+pub const OBJ_LIMIT: usize = 256;
+/// Registrations per domain.
+pub const MR_CNT: usize = 1 << 16;
+/// Largest CM data carried by connect/accept/reject on MSG endpoints.
+pub const CM_DATA_SIZE: usize = 256;
+/// oxmr's protocol version on the wire.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// oxmr's own version as `FI_VERSION(major, minor)`, from Cargo.toml.
+pub const PROVIDER_VERSION: u32 = {
+    const fn parse(s: &str) -> u32 {
+        let b = s.as_bytes();
+        let mut i = 0;
+        let mut v = 0;
+        while i < b.len() {
+            v = v * 10 + (b[i] - b'0') as u32;
+            i += 1;
+        }
+        v
+    }
+    ffi::fi_version_of(
+        parse(env!("CARGO_PKG_VERSION_MAJOR")),
+        parse(env!("CARGO_PKG_VERSION_MINOR")),
+    )
+};
+
+/// The info oxmr offers for an endpoint type, before hints and addresses.
+pub fn template(ep_type: u32) -> Info {
+    let caps = if ep_type == ffi::FI_EP_MSG {
+        MSG_CAPS
+    } else {
+        RDM_CAPS
+    };
+    Info {
+        caps,
+        mode: 0,
+        addr_format: ffi::FI_SOCKADDR_IN,
+        src: None,
+        dest: None,
+        tx: TxAttr {
+            caps: caps & TX_CAPS,
+            mode: 0,
+            op_flags: 0,
+            msg_order: MSG_ORDER,
+            comp_order: ffi::FI_ORDER_NONE as u64,
+            inject_size: INJECT_SIZE,
+            size: QUEUE_SIZE,
+            iov_limit: IOV_LIMIT,
+            rma_iov_limit: IOV_LIMIT,
+            tclass: 0,
+        },
+        rx: RxAttr {
+            caps: caps & RX_CAPS,
+            mode: 0,
+            op_flags: 0,
+            msg_order: MSG_ORDER,
+            comp_order: ffi::FI_ORDER_NONE as u64,
+            total_buffered_recv: 0,
+            size: QUEUE_SIZE,
+            iov_limit: IOV_LIMIT,
+        },
+        ep: EpAttr {
+            type_: ep_type,
+            protocol: ffi::FI_PROTO_UNSPEC,
+            protocol_version: PROTOCOL_VERSION,
+            max_msg_size: usize::MAX,
+            msg_prefix_size: 0,
+            max_order_raw_size: 0,
+            max_order_war_size: 0,
+            max_order_waw_size: 0,
+            mem_tag_format: if ep_type == ffi::FI_EP_RDM {
+                MEM_TAG_FORMAT
+            } else {
+                0
+            },
+            tx_ctx_cnt: 1,
+            rx_ctx_cnt: 1,
+            auth_key_size: 0,
+        },
+        domain: DomainAttr {
+            name: None,
+            threading: ffi::FI_THREAD_SAFE,
+            control_progress: ffi::FI_PROGRESS_MANUAL,
+            data_progress: ffi::FI_PROGRESS_MANUAL,
+            resource_mgmt: ffi::FI_RM_ENABLED,
+            av_type: ffi::FI_AV_UNSPEC,
+            mr_mode: 0,
+            mr_key_size: 8,
+            cq_data_size: CQ_DATA_SIZE,
+            cq_cnt: OBJ_LIMIT,
+            ep_cnt: OBJ_LIMIT,
+            tx_ctx_cnt: OBJ_LIMIT,
+            rx_ctx_cnt: OBJ_LIMIT,
+            max_ep_tx_ctx: 1,
+            max_ep_rx_ctx: 1,
+            max_ep_stx_ctx: 0,
+            max_ep_srx_ctx: 0,
+            cntr_cnt: OBJ_LIMIT,
+            mr_iov_limit: MR_IOV_LIMIT,
+            caps: DOMAIN_CAPS,
+            mode: 0,
+            auth_key_size: 0,
+            max_err_data: 0,
+            mr_cnt: MR_CNT,
+            tclass: 0,
+        },
+        fabric: FabricAttr {
+            name: None,
+            prov_name: None,
+            prov_version: PROVIDER_VERSION,
+            api_version: ffi::FI_HEADER_VERSION,
+        },
+    }
+}

@@ -1,0 +1,247 @@
+//! Address vector.
+//!
+//! An fi_addr_t is an index into the table, for FI_AV_TABLE (consecutive
+//! from 0, never reused, as fi_av(3) promises) and for FI_AV_MAP (where
+//! oxmr may choose any value; it reuses freed indexes). Addresses are
+//! sockaddr_in / sockaddr_in6; each inserted address is parsed by its own
+//! family, so one insert may mix both.
+//!
+//! With an EQ bound, inserts are asynchronous: the call returns 0, each
+//! address that fails produces an error event (data = its index in the
+//! call), then one FI_AV_COMPLETE event carries the number inserted.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+
+use oxmr_ffi as ffi;
+
+use super::domain::Domain;
+use super::eq::{eq_entry_bytes, Eq, EqError};
+use crate::boundary::fid::Header;
+use crate::boundary::Result;
+use crate::fail;
+
+#[derive(Default)]
+struct Table {
+    slots: Vec<Option<SocketAddr>>,
+    free: Vec<usize>,
+}
+
+/// An address vector.
+#[repr(C)]
+pub struct Av {
+    pub hdr: Header<ffi::fid_av>,
+    pub domain: Arc<Domain>,
+    /// FI_AV_MAP or FI_AV_TABLE.
+    pub av_type: u32,
+    eq: Mutex<Option<Arc<Eq>>>,
+    table: RwLock<Table>,
+}
+
+/// What an insert did, for the boundary to report.
+pub struct Inserted {
+    /// Per address: its fi_addr, or the error code.
+    pub results: Vec<std::result::Result<u64, u32>>,
+    /// Whether the outcome goes to the bound EQ (the call then returns 0).
+    pub asynchronous: bool,
+}
+
+impl Av {
+    /// Build from `fi_av_attr` fields.
+    pub fn new(
+        hdr: Header<ffi::fid_av>,
+        domain: Arc<Domain>,
+        attr: &ffi::fi_av_attr,
+    ) -> Result<Self> {
+        let av_type = match attr.type_ {
+            ffi::FI_AV_UNSPEC => match domain.av_type {
+                ffi::FI_AV_MAP => ffi::FI_AV_MAP,
+                _ => ffi::FI_AV_TABLE,
+            },
+            t @ (ffi::FI_AV_MAP | ffi::FI_AV_TABLE) => t,
+            t => {
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "unknown av type {t}; use FI_AV_MAP or FI_AV_TABLE"
+                ))
+            }
+        };
+        if domain.av_type != ffi::FI_AV_UNSPEC && domain.av_type != av_type {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "av type {av_type} differs from the domain's av_type {}",
+                domain.av_type
+            ));
+        }
+        if attr.rx_ctx_bits != 0 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "rx_ctx_bits {} asked: oxmr has no scalable endpoints; pass 0",
+                attr.rx_ctx_bits
+            ));
+        }
+        if !attr.name.is_null()
+            || attr.flags & (ffi::FI_READ as u64 | ffi::FI_SYMMETRIC as u64) != 0
+        {
+            return Err(fail!(
+                ffi::FI_ENOSYS,
+                "named/shared AVs (name, FI_READ, FI_SYMMETRIC) are not supported by oxmr"
+            ));
+        }
+        let known = ffi::FI_EVENT as u64;
+        if attr.flags & !known != 0 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "unsupported fi_av_attr flags {:#x}",
+                attr.flags & !known
+            ));
+        }
+        let table = Table {
+            slots: Vec::with_capacity(attr.count.min(1 << 16)),
+            free: Vec::new(),
+        };
+        Ok(Av {
+            hdr,
+            domain,
+            av_type,
+            eq: Mutex::new(None),
+            table: RwLock::new(table),
+        })
+    }
+
+    /// Bind an EQ: inserts become asynchronous.
+    pub fn bind_eq(&self, eq: Arc<Eq>) -> Result<()> {
+        let mut slot = self.eq.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            return Err(fail!(ffi::FI_EINVAL, "this AV already has an EQ bound"));
+        }
+        *slot = Some(eq);
+        Ok(())
+    }
+
+    fn fid_addr(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    /// Insert parsed addresses (`None`: not a valid address).
+    pub fn insert(
+        &self,
+        addrs: &[Option<SocketAddr>],
+        flags: u64,
+        context: usize,
+    ) -> Result<Inserted> {
+        let known = ffi::FI_MORE as u64 | ffi::FI_SYNC_ERR as u64;
+        if flags & !known != 0 {
+            return Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "fi_av_insert flags {:#x} not supported",
+                flags & !known
+            ));
+        }
+        let eq = self.eq.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if eq.is_some() && flags & ffi::FI_SYNC_ERR as u64 != 0 {
+            return Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "FI_SYNC_ERR applies to synchronous inserts; this AV has an EQ bound"
+            ));
+        }
+        let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
+        let reuse = self.av_type == ffi::FI_AV_MAP;
+        let results: Vec<_> = addrs
+            .iter()
+            .map(|a| match a {
+                None => Err(ffi::FI_EINVAL),
+                Some(a) => {
+                    let idx = match (reuse, t.free.pop()) {
+                        (true, Some(i)) => {
+                            t.slots[i] = Some(*a);
+                            i
+                        }
+                        _ => {
+                            t.slots.push(Some(*a));
+                            t.slots.len() - 1
+                        }
+                    };
+                    Ok(idx as u64)
+                }
+            })
+            .collect();
+        drop(t);
+        let bad = results.iter().filter(|r| r.is_err()).count();
+        if bad > 0 {
+            tracing::warn!(
+                "fi_av_insert: {bad} of {} addresses are not valid sockaddr_in/sockaddr_in6 and got FI_ADDR_NOTAVAIL",
+                addrs.len()
+            );
+        }
+        if let Some(eq) = &eq {
+            for (i, r) in results.iter().enumerate() {
+                if let Err(code) = r {
+                    eq.post_error(EqError {
+                        fid: self.fid_addr(),
+                        context,
+                        data: i as u64,
+                        err: *code as i32,
+                        prov_errno: 0,
+                    });
+                }
+            }
+            let done = (results.len() - bad) as u64;
+            eq.post(
+                ffi::FI_AV_COMPLETE,
+                eq_entry_bytes(self.fid_addr(), context, done),
+            );
+        }
+        Ok(Inserted {
+            results,
+            asynchronous: eq.is_some(),
+        })
+    }
+
+    /// Remove entries; all-or-nothing.
+    pub fn remove(&self, fi_addrs: &[u64], flags: u64) -> Result<()> {
+        if flags != 0 {
+            return Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "fi_av_remove flags {flags:#x}: pass 0"
+            ));
+        }
+        let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
+        for &a in fi_addrs {
+            if t.slots.get(a as usize).is_none_or(|s| s.is_none()) {
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_av_remove: fi_addr {a} is not in this AV; nothing was removed"
+                ));
+            }
+        }
+        for &a in fi_addrs {
+            t.slots[a as usize] = None;
+            if self.av_type == ffi::FI_AV_MAP {
+                t.free.push(a as usize);
+            }
+        }
+        Ok(())
+    }
+
+    /// The address stored for an fi_addr.
+    pub fn lookup(&self, fi_addr: u64) -> Result<SocketAddr> {
+        let t = self.table.read().unwrap_or_else(|p| p.into_inner());
+        match t.slots.get(fi_addr as usize) {
+            Some(Some(a)) => Ok(*a),
+            _ => Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_av_lookup: fi_addr {fi_addr:#x} is not in this AV"
+            )),
+        }
+    }
+
+    /// The fi_addr of an address, if inserted (for FI_SOURCE reporting).
+    pub fn reverse(&self, addr: &SocketAddr) -> Option<u64> {
+        let t = self.table.read().unwrap_or_else(|p| p.into_inner());
+        t.slots
+            .iter()
+            .position(|s| s.as_ref() == Some(addr))
+            .map(|i| i as u64)
+    }
+}

@@ -1,0 +1,102 @@
+//! Counter: a success count and an error count, with a blocking wait.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use oxmr_ffi as ffi;
+
+use super::domain::Domain;
+use super::wait::{deadline, Waiter};
+use crate::boundary::fid::Header;
+use crate::boundary::{Error, Result};
+use crate::fail;
+
+/// A counter.
+#[repr(C)]
+pub struct Cntr {
+    pub hdr: Header<ffi::fid_cntr>,
+    pub domain: Arc<Domain>,
+    value: AtomicU64,
+    errors: AtomicU64,
+    waiter: Waiter,
+}
+
+impl Cntr {
+    /// Build from `fi_cntr_attr` fields.
+    pub fn new(
+        hdr: Header<ffi::fid_cntr>,
+        domain: Arc<Domain>,
+        attr: &ffi::fi_cntr_attr,
+    ) -> Result<Self> {
+        if attr.events != ffi::FI_CNTR_EVENTS_COMP {
+            return Err(fail!(
+                ffi::FI_ENOSYS,
+                "counter events {} not supported; use FI_CNTR_EVENTS_COMP",
+                attr.events
+            ));
+        }
+        if attr.flags != 0 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_cntr_attr flags {:#x} not supported; pass 0",
+                attr.flags
+            ));
+        }
+        Ok(Cntr {
+            hdr,
+            domain,
+            value: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            waiter: Waiter::new(attr.wait_obj)?,
+        })
+    }
+
+    pub fn read(&self) -> u64 {
+        self.value.load(Ordering::Acquire)
+    }
+
+    pub fn readerr(&self) -> u64 {
+        self.errors.load(Ordering::Acquire)
+    }
+
+    pub fn add(&self, v: u64) {
+        self.value.fetch_add(v, Ordering::AcqRel);
+        self.waiter.notify();
+    }
+
+    pub fn set(&self, v: u64) {
+        self.value.store(v, Ordering::Release);
+        self.waiter.notify();
+    }
+
+    pub fn adderr(&self, v: u64) {
+        self.errors.fetch_add(v, Ordering::AcqRel);
+        self.waiter.notify();
+    }
+
+    pub fn seterr(&self, v: u64) {
+        self.errors.store(v, Ordering::Release);
+        self.waiter.notify();
+    }
+
+    /// `fi_cntr_wait`: until the count reaches `threshold` (0), the error
+    /// count changes (-FI_EAVAIL), or the timeout passes (-FI_ETIMEDOUT).
+    pub fn wait(&self, threshold: u64, timeout_ms: i32) -> Result<()> {
+        let errs = self.readerr();
+        let ok = self.waiter.block_until(deadline(timeout_ms), || {
+            self.read() >= threshold || self.readerr() != errs
+        });
+        if self.read() >= threshold {
+            Ok(())
+        } else if ok {
+            Err(Error::quiet(ffi::FI_EAVAIL))
+        } else {
+            Err(Error::quiet(ffi::FI_ETIMEDOUT))
+        }
+    }
+
+    /// The pollable fd (`FI_GETWAIT`).
+    pub fn wait_fd(&self) -> Option<i32> {
+        self.waiter.fd()
+    }
+}

@@ -1,0 +1,403 @@
+//! Endpoint (FI_EP_RDM and FI_EP_MSG): bindings, enable, options, name.
+//!
+//! An RDM endpoint's name is the address of its TCP listener, bound when the
+//! endpoint is created (so fi_getname works before fi_enable, as fabtests
+//! expect) at the info's source address. Data transfer operations are not
+//! implemented yet and return -FI_ENOSYS (README, Status).
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use oxmr_ffi as ffi;
+
+use super::av::Av;
+use super::cntr::Cntr;
+use super::cq::Cq;
+use super::domain::Domain;
+use super::eq::Eq;
+use crate::boundary::fid::Header;
+use crate::boundary::Result;
+use crate::fail;
+use crate::info::{attrs, Info};
+
+/// Counter bindings, by the event they count.
+pub const CNTR_FLAGS: [u64; 6] = [
+    ffi::FI_SEND as u64,
+    ffi::FI_RECV as u64,
+    ffi::FI_READ as u64,
+    ffi::FI_WRITE as u64,
+    ffi::FI_REMOTE_READ as u64,
+    ffi::FI_REMOTE_WRITE as u64,
+];
+
+/// What is bound to an endpoint, and its options.
+#[derive(Default)]
+pub struct EpState {
+    pub enabled: bool,
+    pub av: Option<Arc<Av>>,
+    pub eq: Option<Arc<Eq>>,
+    pub tx_cq: Option<Arc<Cq>>,
+    pub tx_selective: bool,
+    pub rx_cq: Option<Arc<Cq>>,
+    pub rx_selective: bool,
+    pub cntrs: [Option<Arc<Cntr>>; 6],
+    pub min_multi_recv: usize,
+    pub tx_op_flags: u64,
+    pub rx_op_flags: u64,
+    pub listener: Option<TcpListener>,
+    pub name: Option<SocketAddr>,
+}
+
+/// An endpoint.
+#[repr(C)]
+pub struct Ep {
+    pub hdr: Header<ffi::fid_ep>,
+    pub domain: Arc<Domain>,
+    pub info: Info,
+    state: Mutex<EpState>,
+}
+
+/// Default FI_OPT_MIN_MULTI_RECV (bytes left before a multi-recv buffer is released).
+pub const DEFAULT_MIN_MULTI_RECV: usize = 64;
+
+fn listen(at: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
+    let l = TcpListener::bind(at).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => fail!(
+            ffi::FI_EADDRINUSE,
+            "address {at} is already in use; pick another service/port"
+        ),
+        std::io::ErrorKind::AddrNotAvailable => {
+            fail!(
+                ffi::FI_EADDRNOTAVAIL,
+                "address {at} is not an address of this host"
+            )
+        }
+        _ => fail!(ffi::FI_EIO, "cannot listen at {at}: {e}"),
+    })?;
+    let name = l
+        .local_addr()
+        .map_err(|e| fail!(ffi::FI_EIO, "getsockname on {at}: {e}"))?;
+    Ok((l, name))
+}
+
+/// The source address for an endpoint: the info's, else the domain's.
+pub fn source_of(info: &Info, domain: &Domain) -> SocketAddr {
+    info.src
+        .or(domain.info.src.map(|mut a| {
+            a.set_port(0);
+            a
+        }))
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+}
+
+impl Ep {
+    /// Validate the info and build the endpoint (with its listener for RDM).
+    pub fn new(hdr: Header<ffi::fid_ep>, domain: Arc<Domain>, info: Info) -> Result<Self> {
+        let offered = match info.ep.type_ {
+            ffi::FI_EP_RDM => attrs::RDM_CAPS,
+            ffi::FI_EP_MSG => attrs::MSG_CAPS,
+            t => {
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_endpoint: ep_type {t} not supported; oxmr has FI_EP_RDM and FI_EP_MSG"
+                ))
+            }
+        };
+        let extra = info.caps & !(offered | attrs::SECONDARY_CAPS);
+        if extra != 0 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_endpoint: caps {extra:#x} are not supported for this endpoint type"
+            ));
+        }
+        if info.ep.tx_ctx_cnt > 1 || info.ep.rx_ctx_cnt > 1 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_endpoint: shared or multiple contexts are not supported"
+            ));
+        }
+        if info.tx.size > attrs::QUEUE_SIZE || info.rx.size > attrs::QUEUE_SIZE {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_endpoint: queue size above {}",
+                attrs::QUEUE_SIZE
+            ));
+        }
+        if info.tx.op_flags & !attrs::TX_OP_FLAGS != 0
+            || info.rx.op_flags & !attrs::RX_OP_FLAGS != 0
+        {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_endpoint: unsupported default op_flags"
+            ));
+        }
+        let mut state = EpState {
+            min_multi_recv: DEFAULT_MIN_MULTI_RECV,
+            tx_op_flags: info.tx.op_flags,
+            rx_op_flags: info.rx.op_flags,
+            ..Default::default()
+        };
+        let src = source_of(&info, &domain);
+        if info.ep.type_ == ffi::FI_EP_RDM {
+            let (l, name) = listen(src)?;
+            state.listener = Some(l);
+            state.name = Some(name);
+        } else {
+            state.name = Some(src);
+        }
+        Ok(Ep {
+            hdr,
+            domain,
+            info,
+            state: Mutex::new(state),
+        })
+    }
+
+    /// Lock the endpoint's state.
+    pub fn state(&self) -> MutexGuard<'_, EpState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn bindable(&self, what: &str) -> Result<MutexGuard<'_, EpState>> {
+        let s = self.state();
+        if s.enabled {
+            return Err(fail!(
+                ffi::FI_EOPBADSTATE,
+                "fi_ep_bind of {what} after fi_enable; bind everything before enabling"
+            ));
+        }
+        Ok(s)
+    }
+
+    fn same_domain(&self, d: &Arc<Domain>, what: &str) -> Result<()> {
+        if !Arc::ptr_eq(d, &self.domain) {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_ep_bind: {what} belongs to another domain"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bind a CQ for FI_TRANSMIT and/or FI_RECV (optionally selective).
+    pub fn bind_cq(&self, cq: Arc<Cq>, flags: u64) -> Result<()> {
+        let known =
+            ffi::FI_TRANSMIT as u64 | ffi::FI_RECV as u64 | ffi::FI_SELECTIVE_COMPLETION as u64;
+        if flags & !known != 0 {
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(cq) flags {:#x} unknown; use FI_TRANSMIT, FI_RECV, FI_SELECTIVE_COMPLETION", flags & !known));
+        }
+        let tx = flags & ffi::FI_TRANSMIT as u64 != 0;
+        let rx = flags & ffi::FI_RECV as u64 != 0;
+        if !tx && !rx {
+            return Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "fi_ep_bind(cq) needs FI_TRANSMIT and/or FI_RECV"
+            ));
+        }
+        self.same_domain(&cq.domain, "the CQ")?;
+        let mut s = self.bindable("a CQ")?;
+        if (tx && s.tx_cq.is_some()) || (rx && s.rx_cq.is_some()) {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_ep_bind: a CQ is already bound for that direction"
+            ));
+        }
+        let selective = flags & ffi::FI_SELECTIVE_COMPLETION as u64 != 0;
+        if tx {
+            s.tx_cq = Some(cq.clone());
+            s.tx_selective = selective;
+        }
+        if rx {
+            s.rx_cq = Some(cq);
+            s.rx_selective = selective;
+        }
+        Ok(())
+    }
+
+    /// Bind the AV (RDM only).
+    pub fn bind_av(&self, av: Arc<Av>, flags: u64) -> Result<()> {
+        if flags != 0 {
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(av) takes no flags"));
+        }
+        if self.info.ep.type_ != ffi::FI_EP_RDM {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_ep_bind: an AV can only be bound to an FI_EP_RDM endpoint"
+            ));
+        }
+        self.same_domain(&av.domain, "the AV")?;
+        let mut s = self.bindable("an AV")?;
+        if s.av.is_some() {
+            return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: an AV is already bound"));
+        }
+        s.av = Some(av);
+        Ok(())
+    }
+
+    /// Bind an EQ (connection events for MSG endpoints).
+    pub fn bind_eq(&self, eq: Arc<Eq>, flags: u64) -> Result<()> {
+        if flags != 0 {
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(eq) takes no flags"));
+        }
+        if !Arc::ptr_eq(&eq.fabric, &self.domain.fabric) {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_ep_bind: the EQ belongs to another fabric"
+            ));
+        }
+        let mut s = self.bindable("an EQ")?;
+        if s.eq.is_some() {
+            return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: an EQ is already bound"));
+        }
+        s.eq = Some(eq);
+        Ok(())
+    }
+
+    /// Bind a counter for the events named in `flags`.
+    pub fn bind_cntr(&self, cntr: Arc<Cntr>, flags: u64) -> Result<()> {
+        let known: u64 = CNTR_FLAGS.iter().fold(0, |a, b| a | b);
+        if flags == 0 || flags & !known != 0 {
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(cntr) flags {flags:#x}: use FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE"));
+        }
+        self.same_domain(&cntr.domain, "the counter")?;
+        let mut s = self.bindable("a counter")?;
+        for (i, f) in CNTR_FLAGS.iter().enumerate() {
+            if flags & f != 0 && s.cntrs[i].is_some() {
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_ep_bind: a counter is already bound for {f:#x}"
+                ));
+            }
+        }
+        for (i, f) in CNTR_FLAGS.iter().enumerate() {
+            if flags & f != 0 {
+                s.cntrs[i] = Some(cntr.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// fi_enable: check that what the endpoint needs is bound.
+    pub fn enable(&self) -> Result<()> {
+        let mut s = self.state();
+        if s.enabled {
+            return Ok(());
+        }
+        let caps = self.info.caps;
+        let dirs = (ffi::FI_SEND
+            | ffi::FI_RECV
+            | ffi::FI_READ
+            | ffi::FI_WRITE
+            | ffi::FI_REMOTE_READ
+            | ffi::FI_REMOTE_WRITE) as u64;
+        // No direction bit at all means every direction (fi_getinfo(3)).
+        let implicit = caps & dirs == 0;
+        let initiates =
+            implicit || caps & (ffi::FI_SEND | ffi::FI_READ | ffi::FI_WRITE) as u64 != 0;
+        let receives = (implicit || caps & ffi::FI_RECV as u64 != 0)
+            && caps & (ffi::FI_MSG | ffi::FI_TAGGED) as u64 != 0;
+        let tx_cntr = s.cntrs[0].is_some() || s.cntrs[2].is_some() || s.cntrs[3].is_some();
+        if initiates && s.tx_cq.is_none() && !tx_cntr {
+            return Err(fail!(
+                ffi::FI_ENOCQ,
+                "fi_enable: no CQ or counter bound for FI_TRANSMIT; bind one with fi_ep_bind first"
+            ));
+        }
+        if receives && s.rx_cq.is_none() && s.cntrs[1].is_none() {
+            return Err(fail!(
+                ffi::FI_ENOCQ,
+                "fi_enable: no CQ or counter bound for FI_RECV; bind one with fi_ep_bind first"
+            ));
+        }
+        match self.info.ep.type_ {
+            ffi::FI_EP_RDM if s.av.is_none() => {
+                return Err(fail!(
+                    ffi::FI_ENOAV,
+                    "fi_enable: an FI_EP_RDM endpoint needs an AV bound first"
+                ))
+            }
+            ffi::FI_EP_MSG if s.eq.is_none() => {
+                return Err(fail!(
+                    ffi::FI_ENOEQ,
+                    "fi_enable: an FI_EP_MSG endpoint needs an EQ bound first"
+                ))
+            }
+            _ => {}
+        }
+        s.enabled = true;
+        Ok(())
+    }
+
+    /// Rebind the endpoint's listener at `addr` (fi_setname, before enable).
+    pub fn set_name(&self, addr: SocketAddr) -> Result<()> {
+        let mut s = self.state();
+        if s.enabled {
+            return Err(fail!(
+                ffi::FI_EOPBADSTATE,
+                "fi_setname after fi_enable; set the name before enabling"
+            ));
+        }
+        if self.info.ep.type_ == ffi::FI_EP_RDM {
+            let (l, name) = listen(addr)?;
+            s.listener = Some(l);
+            s.name = Some(name);
+        } else {
+            s.name = Some(addr);
+        }
+        Ok(())
+    }
+
+    /// The endpoint's name.
+    pub fn name(&self) -> Option<SocketAddr> {
+        self.state().name
+    }
+
+    /// FI_OPT_MIN_MULTI_RECV.
+    pub fn min_multi_recv(&self) -> usize {
+        self.state().min_multi_recv
+    }
+
+    /// Set FI_OPT_MIN_MULTI_RECV.
+    pub fn set_min_multi_recv(&self, v: usize) -> Result<()> {
+        self.state().min_multi_recv = v;
+        Ok(())
+    }
+
+    /// FI_GETOPSFLAG / FI_SETOPSFLAG: `which` is FI_TRANSMIT or FI_RECV.
+    pub fn ops_flags(&self, which: u64, set: Option<u64>) -> Result<u64> {
+        let tx = which & ffi::FI_TRANSMIT as u64 != 0;
+        let rx = which & ffi::FI_RECV as u64 != 0;
+        if tx == rx {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "FI_GETOPSFLAG/FI_SETOPSFLAG: name exactly one of FI_TRANSMIT or FI_RECV"
+            ));
+        }
+        let mut s = self.state();
+        let dir = which & (ffi::FI_TRANSMIT as u64 | ffi::FI_RECV as u64);
+        match set {
+            Some(flags) => {
+                let flags = flags & !dir;
+                let allowed = if tx {
+                    attrs::TX_OP_FLAGS
+                } else {
+                    attrs::RX_OP_FLAGS
+                };
+                if flags & !allowed != 0 {
+                    return Err(fail!(
+                        ffi::FI_EINVAL,
+                        "FI_SETOPSFLAG: flags {:#x} not supported",
+                        flags & !allowed
+                    ));
+                }
+                if tx {
+                    s.tx_op_flags = flags;
+                } else {
+                    s.rx_op_flags = flags;
+                }
+                Ok(flags)
+            }
+            None => Ok(if tx { s.tx_op_flags } else { s.rx_op_flags }),
+        }
+    }
+}

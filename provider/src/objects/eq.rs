@@ -1,0 +1,185 @@
+//! Event queue.
+//!
+//! Events (with their bytes, exactly as written) and errors are kept in two
+//! FIFOs, as fi_eq(3) describes: while an error is queued, `read` answers
+//! -FI_EAVAIL, and `readerr` takes it. The application's own writes are
+//! bounded by the EQ size (-FI_EAGAIN beyond); events oxmr generates (AV
+//! insert completions, CM events) are never dropped.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use oxmr_ffi as ffi;
+
+use super::fabric::Fabric;
+use super::wait::{deadline, Waiter};
+use crate::boundary::fid::Header;
+use crate::boundary::{Error, Result};
+use crate::fail;
+
+/// Default depth when the application asks for size 0.
+pub const DEFAULT_SIZE: usize = 1024;
+
+/// An error event (`struct fi_eq_err_entry` without err_data).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EqError {
+    pub fid: usize,
+    pub context: usize,
+    pub data: u64,
+    pub err: i32,
+    pub prov_errno: i32,
+}
+
+struct Event {
+    event: u32,
+    bytes: Vec<u8>,
+}
+
+#[derive(Default)]
+struct Queues {
+    events: VecDeque<Event>,
+    errors: VecDeque<EqError>,
+}
+
+/// An event queue.
+#[repr(C)]
+pub struct Eq {
+    pub hdr: Header<ffi::fid_eq>,
+    pub fabric: Arc<Fabric>,
+    pub size: usize,
+    waiter: Waiter,
+    q: Mutex<Queues>,
+}
+
+/// The bytes of a `struct fi_eq_entry`.
+pub fn eq_entry_bytes(fid: usize, context: usize, data: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(24);
+    b.extend_from_slice(&fid.to_ne_bytes());
+    b.extend_from_slice(&context.to_ne_bytes());
+    b.extend_from_slice(&data.to_ne_bytes());
+    b
+}
+
+impl Eq {
+    /// Build from `fi_eq_attr` fields.
+    pub fn new(
+        hdr: Header<ffi::fid_eq>,
+        fabric: Arc<Fabric>,
+        attr: &ffi::fi_eq_attr,
+    ) -> Result<Self> {
+        let known = ffi::FI_WRITE as u64 | ffi::FI_AFFINITY as u64;
+        if attr.flags & !known != 0 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "unsupported fi_eq_attr flags {:#x}",
+                attr.flags & !known
+            ));
+        }
+        Ok(Eq {
+            hdr,
+            fabric,
+            size: if attr.size == 0 {
+                DEFAULT_SIZE
+            } else {
+                attr.size
+            },
+            waiter: Waiter::new(attr.wait_obj)?,
+            q: Mutex::new(Queues::default()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
+        self.q.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `fi_eq_write` by the application: bounded by the EQ size.
+    pub fn write(&self, event: u32, bytes: &[u8]) -> Result<usize> {
+        let mut q = self.lock();
+        if q.events.len() >= self.size {
+            return Err(Error::quiet(ffi::FI_EAGAIN));
+        }
+        q.events.push_back(Event {
+            event,
+            bytes: bytes.to_vec(),
+        });
+        drop(q);
+        self.waiter.notify();
+        Ok(bytes.len())
+    }
+
+    /// An event oxmr generates (never refused).
+    pub fn post(&self, event: u32, bytes: Vec<u8>) {
+        self.lock().events.push_back(Event { event, bytes });
+        self.waiter.notify();
+    }
+
+    /// An error event oxmr generates (never refused).
+    pub fn post_error(&self, e: EqError) {
+        self.lock().errors.push_back(e);
+        self.waiter.notify();
+    }
+
+    /// Read (or with `peek`, look at) the next event into `buf`.
+    /// Returns the event and its length.
+    pub fn read(&self, buf: &mut [u8], peek: bool) -> Result<(u32, usize)> {
+        let mut q = self.lock();
+        if !q.errors.is_empty() {
+            return Err(Error::quiet(ffi::FI_EAVAIL));
+        }
+        let Some(ev) = q.events.front() else {
+            return Err(Error::quiet(ffi::FI_EAGAIN));
+        };
+        if buf.len() < ev.bytes.len() {
+            return Err(fail!(
+                ffi::FI_ETOOSMALL,
+                "fi_eq_read buffer of {} bytes is smaller than the {}-byte event; pass a larger buffer",
+                buf.len(),
+                ev.bytes.len()
+            ));
+        }
+        let n = ev.bytes.len();
+        buf[..n].copy_from_slice(&ev.bytes);
+        let event = ev.event;
+        if !peek {
+            q.events.pop_front();
+        }
+        Ok((event, n))
+    }
+
+    /// Take (or peek at) the next error.
+    pub fn readerr(&self, peek: bool) -> Result<EqError> {
+        let mut q = self.lock();
+        let e = *q.errors.front().ok_or(Error::quiet(ffi::FI_EAGAIN))?;
+        if !peek {
+            q.errors.pop_front();
+        }
+        Ok(e)
+    }
+
+    fn ready(&self) -> bool {
+        let q = self.lock();
+        !q.events.is_empty() || !q.errors.is_empty()
+    }
+
+    /// Blocking read with a timeout in ms (negative: forever).
+    pub fn sread(&self, buf: &mut [u8], timeout_ms: i32, peek: bool) -> Result<(u32, usize)> {
+        self.waiter
+            .block_until(deadline(timeout_ms), || self.ready());
+        self.read(buf, peek)
+    }
+
+    /// The pollable fd (`FI_GETWAIT`).
+    pub fn wait_fd(&self) -> Option<i32> {
+        self.waiter.fd()
+    }
+
+    /// fi_trywait: -FI_EAGAIN if an event is ready, else clear the fd.
+    pub fn trywait(&self) -> Result<()> {
+        self.waiter.clear();
+        if self.ready() {
+            self.waiter.notify();
+            return Err(Error::quiet(ffi::FI_EAGAIN));
+        }
+        Ok(())
+    }
+}

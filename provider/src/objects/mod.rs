@@ -1,0 +1,16 @@
+//! The libfabric objects: fabric, domain, endpoints, CQ, EQ, AV, counters.
+//!
+//! Safe Rust: each object is `#[repr(C)]` with its C header first (so the
+//! boundary can hand it to C), holds `Arc`s to what it is bound to or
+//! created from, and validates every attribute it is given. The C slots
+//! that drive them live in `boundary/`.
+
+pub mod av;
+pub mod cntr;
+pub mod cq;
+pub mod domain;
+pub mod ep;
+pub mod eq;
+pub mod fabric;
+pub mod pep;
+pub mod wait;

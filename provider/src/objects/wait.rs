@@ -1,0 +1,103 @@
+//! How a CQ, EQ or counter blocks: the application's wait object choice.
+//!
+//! `FI_WAIT_FD` and `FI_WAIT_UNSPEC` get a pollable fd (see `sys::WaitFd`);
+//! `FI_WAIT_YIELD` spins with `sched_yield`; `FI_WAIT_NONE` means the
+//! application promised not to block, and if it blocks anyway it spins like
+//! YIELD rather than failing (what libfabric's util objects do).
+//! `FI_WAIT_MUTEX_COND` and `FI_WAIT_SET` are refused with -FI_ENOSYS: oxmr
+//! does not advertise wait sets.
+
+use std::time::{Duration, Instant};
+
+use oxmr_ffi as ffi;
+
+use crate::boundary::Result;
+use crate::fail;
+use crate::sys::WaitFd;
+
+/// A blocking strategy with its fd, if any.
+pub struct Waiter {
+    fd: Option<WaitFd>,
+    yields: bool,
+}
+
+/// The deadline for a libfabric timeout in milliseconds (negative: none).
+pub fn deadline(timeout_ms: i32) -> Option<Instant> {
+    (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64))
+}
+
+impl Waiter {
+    /// Decode `wait_obj` from an attr.
+    pub fn new(wait_obj: u32) -> Result<Self> {
+        match wait_obj {
+            ffi::FI_WAIT_NONE => Ok(Waiter { fd: None, yields: false }),
+            ffi::FI_WAIT_YIELD => Ok(Waiter { fd: None, yields: true }),
+            ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_FD => {
+                let fd = WaitFd::new()
+                    .map_err(|e| fail!(ffi::FI_EMFILE, "cannot create a wait fd: {e}; raise the open-files limit (ulimit -n)"))?;
+                Ok(Waiter { fd: Some(fd), yields: false })
+            }
+            ffi::FI_WAIT_SET | ffi::FI_WAIT_MUTEX_COND => Err(fail!(
+                ffi::FI_ENOSYS,
+                "wait_obj {wait_obj} (wait set / mutex+cond) is not supported by oxmr; use FI_WAIT_FD, FI_WAIT_UNSPEC, FI_WAIT_YIELD or FI_WAIT_NONE"
+            )),
+            other => Err(fail!(ffi::FI_EINVAL, "unknown wait_obj {other}")),
+        }
+    }
+
+    /// The application-visible fd (`FI_GETWAIT`), when there is one.
+    pub fn fd(&self) -> Option<i32> {
+        self.fd.as_ref().map(|w| w.fd())
+    }
+
+    /// Something became ready: wake waiters and make the fd readable.
+    pub fn notify(&self) {
+        if let Some(w) = &self.fd {
+            w.notify();
+        }
+    }
+
+    /// Nothing is ready any more: make the fd unreadable (fi_trywait).
+    pub fn clear(&self) {
+        if let Some(w) = &self.fd {
+            w.clear();
+        }
+    }
+
+    /// Block until `ready()` holds or the deadline passes; returns the last
+    /// `ready()` value. `ready` is re-checked after every wakeup, so a
+    /// spurious wakeup or a notification consumed by another thread only
+    /// costs a loop.
+    pub fn block_until(&self, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
+        loop {
+            if ready() {
+                return true;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            match &self.fd {
+                Some(w) => {
+                    // Clear before re-checking, so a notify that lands
+                    // between the check and the poll is not lost.
+                    w.clear();
+                    if ready() {
+                        return true;
+                    }
+                    // Wake at least every 10 ms: manual progress will run
+                    // from this loop once wires exist.
+                    let tick = Instant::now() + Duration::from_millis(10);
+                    w.wait(Some(deadline.map_or(tick, |d| d.min(tick))));
+                }
+                None => {
+                    if self.yields {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+}

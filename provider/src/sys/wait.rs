@@ -1,0 +1,142 @@
+//! The wait object behind CQs, EQs and counters: an epoll instance holding
+//! an eventfd.
+//!
+//! `fi_control(FI_GETWAIT)` hands the epoll fd to the application, which may
+//! poll or epoll it. It becomes readable when the eventfd is signalled (a
+//! new entry, `fi_cq_signal`), and later, when the wires exist, when any
+//! of their fds registered with [`WaitFd::watch`] is readable, so that an
+//! application blocked in poll() on a manual-progress provider still wakes
+//! when data arrives.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// An epoll fd with one eventfd inside.
+pub struct WaitFd {
+    epoll: OwnedFd,
+    event: OwnedFd,
+}
+
+fn cvt(r: i32) -> io::Result<i32> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+impl WaitFd {
+    /// Create the pair.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain syscalls; on success each returns a new fd we own.
+        let event = unsafe {
+            OwnedFd::from_raw_fd(cvt(libc::eventfd(
+                0,
+                libc::EFD_CLOEXEC | libc::EFD_NONBLOCK,
+            ))?)
+        };
+        // SAFETY: as above.
+        let epoll = unsafe { OwnedFd::from_raw_fd(cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?) };
+        let w = WaitFd { epoll, event };
+        w.watch(w.event.as_raw_fd())?;
+        Ok(w)
+    }
+
+    /// Add an fd whose readability should wake waiters.
+    pub fn watch(&self, fd: RawFd) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: both fds are open; `ev` is a valid epoll_event.
+        cvt(unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+        Ok(())
+    }
+
+    /// Wake every waiter (idempotent until [`clear`](Self::clear)).
+    pub fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd. A full
+        // counter (EAGAIN) still leaves the fd readable, which is all we need.
+        unsafe { libc::write(self.event.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Make the eventfd unreadable again.
+    pub fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64; EAGAIN when already clear.
+        unsafe { libc::read(self.event.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    /// The fd the application may poll.
+    pub fn fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// Block until readable or `deadline` passes (None: forever).
+    /// Returns whether it became readable. Interrupted sleeps resume.
+    pub fn wait(&self, deadline: Option<Instant>) -> bool {
+        loop {
+            let ms = match deadline {
+                None => -1,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        0
+                    } else {
+                        // Round up so a 1 µs remainder still sleeps.
+                        (left + Duration::from_micros(999))
+                            .as_millis()
+                            .min(i32::MAX as u128) as i32
+                    }
+                }
+            };
+            let mut pfd = libc::pollfd {
+                fd: self.epoll.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if r > 0 {
+                return true;
+            }
+            if r == 0 {
+                return false;
+            }
+            if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return false;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notify_wakes_and_clear_resets() {
+        let w = WaitFd::new().unwrap();
+        let t = Instant::now();
+        assert!(!w.wait(Some(t + Duration::from_millis(20))));
+        assert!(t.elapsed() >= Duration::from_millis(20));
+        w.notify();
+        assert!(w.wait(Some(Instant::now())));
+        w.clear();
+        assert!(!w.wait(Some(Instant::now())));
+    }
+
+    #[test]
+    fn notify_from_another_thread() {
+        let w = std::sync::Arc::new(WaitFd::new().unwrap());
+        let w2 = w.clone();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            w2.notify();
+        });
+        assert!(w.wait(Some(Instant::now() + Duration::from_secs(10))));
+        h.join().unwrap();
+    }
+}
