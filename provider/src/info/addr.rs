@@ -138,7 +138,7 @@ pub fn local_ifaces(allowed: Option<&[String]>) -> Vec<Iface> {
             IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) != 0xfe80,
             IpAddr::V4(_) => true,
         })
-        .filter(|i| allowed.is_none_or(|names| names.iter().any(|n| *n == i.name)))
+        .filter(|i| allowed.is_none_or(|names| names.contains(&i.name)))
         .collect();
     list.sort_by_key(|i| (i.ip.is_loopback(), i.ip.is_ipv6()));
     list

@@ -301,3 +301,116 @@ impl Cq {
         Ok(())
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::objects::fabric::Fabric;
+
+    pub(crate) fn domain() -> Arc<Domain> {
+        let null = std::ptr::null_mut();
+        let fabric = Arc::new(Fabric {
+            hdr: crate::boundary::fabric::header(null, 0),
+            name: "t".into(),
+        });
+        let info = crate::info::attrs::template(ffi::FI_EP_RDM);
+        Arc::new(Domain::new(crate::boundary::domain::header(null), fabric, info).unwrap())
+    }
+
+    fn cq(size: usize) -> Arc<Cq> {
+        let attr = ffi::fi_cq_attr {
+            size,
+            format: ffi::FI_CQ_FORMAT_TAGGED,
+            ..Default::default()
+        };
+        Arc::new(
+            Cq::new(
+                crate::boundary::cq::header(std::ptr::null_mut()),
+                domain(),
+                &attr,
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn overflow_is_flow_control_never_loss() {
+        let cq = cq(2);
+        let a = cq.reserve().unwrap();
+        let b = cq.reserve().unwrap();
+        assert_eq!(
+            cq.reserve().err().map(Error::code),
+            Some(ffi::FI_EAGAIN),
+            "full: posting must wait"
+        );
+        a.complete(CqEntry {
+            op_context: 1,
+            ..Default::default()
+        });
+        drop(b); // an operation that failed to post gives its slot back
+        let c = cq.reserve().unwrap();
+        c.complete(CqEntry {
+            op_context: 2,
+            ..Default::default()
+        });
+        let mut got = vec![];
+        assert_eq!(cq.read(8, |_, e| got.push(e.op_context)).unwrap(), 2);
+        assert_eq!(got, vec![1, 2]);
+        assert_eq!(
+            cq.read(8, |_, _| ()).err().map(Error::code),
+            Some(ffi::FI_EAGAIN)
+        );
+        cq.reserve().unwrap();
+        cq.reserve().unwrap();
+    }
+
+    #[test]
+    fn errors_keep_their_place_in_order() {
+        let cq = cq(8);
+        cq.reserve().unwrap().complete(CqEntry {
+            op_context: 1,
+            ..Default::default()
+        });
+        cq.push_error(CqError {
+            op_context: 2,
+            err: ffi::FI_ETRUNC as i32,
+            ..Default::default()
+        });
+        cq.reserve().unwrap().complete(CqEntry {
+            op_context: 3,
+            ..Default::default()
+        });
+        let mut got = vec![];
+        assert_eq!(
+            cq.read(8, |_, e| got.push(e.op_context)).unwrap(),
+            1,
+            "stops before the error"
+        );
+        assert_eq!(
+            cq.read(8, |_, _| ()).err().map(Error::code),
+            Some(ffi::FI_EAVAIL)
+        );
+        assert_eq!(cq.readerr().unwrap().op_context, 2);
+        assert_eq!(cq.read(8, |_, e| got.push(e.op_context)).unwrap(), 1);
+        assert_eq!(got, vec![1, 3]);
+    }
+
+    #[test]
+    fn sread_threshold_and_threads() {
+        let cq = cq(8);
+        let cq2 = cq.clone();
+        let h = std::thread::spawn(move || {
+            for i in 0..3 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                cq2.reserve().unwrap().complete(CqEntry {
+                    op_context: i,
+                    ..Default::default()
+                });
+            }
+        });
+        // Waits for 3 entries (the threshold), not just the first.
+        let n = cq.sread(8, 3, 10_000, |_, _| ()).unwrap();
+        h.join().unwrap();
+        assert_eq!(n, 3);
+    }
+}

@@ -183,3 +183,68 @@ impl Eq {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eq(size: usize) -> Eq {
+        let null = std::ptr::null_mut();
+        let fabric = Arc::new(Fabric {
+            hdr: crate::boundary::fabric::header(null, 0),
+            name: "t".into(),
+        });
+        let attr = ffi::fi_eq_attr {
+            size,
+            wait_obj: ffi::FI_WAIT_UNSPEC,
+            ..Default::default()
+        };
+        Eq::new(crate::boundary::eq::header(null), fabric, &attr).unwrap()
+    }
+
+    #[test]
+    fn application_writes_are_bounded_internal_events_are_not() {
+        let q = eq(2);
+        assert_eq!(q.write(1, &[1; 24]).unwrap(), 24);
+        assert_eq!(q.write(1, &[2; 24]).unwrap(), 24);
+        assert_eq!(
+            q.write(1, &[3; 24]).err().map(Error::code),
+            Some(ffi::FI_EAGAIN)
+        );
+        q.post(ffi::FI_AV_COMPLETE, vec![4; 24]);
+        let mut b = [0u8; 24];
+        for want in [1u8, 2, 4] {
+            assert_eq!(q.read(&mut b, false).unwrap().1, 24);
+            assert_eq!(b[0], want);
+        }
+    }
+
+    #[test]
+    fn errors_preempt_events_and_small_buffers_are_refused() {
+        let q = eq(8);
+        q.write(7, &[9; 24]).unwrap();
+        let mut small = [0u8; 8];
+        assert_eq!(
+            q.read(&mut small, false).err().map(Error::code),
+            Some(ffi::FI_ETOOSMALL)
+        );
+        q.post_error(EqError {
+            data: 5,
+            err: 22,
+            ..Default::default()
+        });
+        let mut b = [0u8; 24];
+        assert_eq!(
+            q.read(&mut b, false).err().map(Error::code),
+            Some(ffi::FI_EAVAIL)
+        );
+        assert_eq!(q.readerr(true).unwrap().data, 5, "peek leaves it");
+        assert_eq!(q.readerr(false).unwrap().data, 5);
+        assert_eq!(q.read(&mut b, true).unwrap(), (7, 24));
+        assert_eq!(q.read(&mut b, false).unwrap(), (7, 24));
+        assert_eq!(
+            q.sread(&mut b, 20, false).err().map(Error::code),
+            Some(ffi::FI_EAGAIN)
+        );
+    }
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install what building and testing oxmr needs on Debian bookworm (as root,
+# or with sudo): libfabric 1.17 headers and tools, a C compiler, libclang
+# for bindgen, and cbindgen for the extension header. Idempotent.
+set -euo pipefail
+
+need=()
+for p in libfabric-dev libfabric-bin pkg-config gcc clang libclang-dev iproute2; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if ((${#need[@]})); then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "ci/setup.sh: installing ${need[*]}"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
+fi
+
+for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c" || true
+done
+
+if ! command -v cbindgen >/dev/null 2>&1; then
+    echo "ci/setup.sh: installing cbindgen"
+    cargo install cbindgen --locked --version 0.29.0
+fi

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Everything CI checks, in order: formatting, clippy, the generated header,
+# Rust tests, the release build, oxmr inside the real libfabric (fi_info),
+# and oxmr's own C tests under fabtests/. Installs what it needs first.
+# If upstream fabtests are built locally, set OXMR_UPSTREAM_FABTESTS to their
+# bin/ directory to also run the unit set (fabtests/upstream.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { echo; echo "=== $*"; }
+
+step "setup"
+bash ci/setup.sh
+
+step "rustfmt"
+cargo fmt --all -- --check
+
+step "clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "generated header"
+bash ci/header.sh --check
+
+step "cargo test"
+cargo test --workspace -- --test-threads=1
+
+step "release build"
+bash ci/build.sh
+
+step "fi_info through libfabric"
+export FI_PROVIDER_PATH="$(pwd)/build"
+out=$(fi_info -p oxmr)
+grep -q "type: FI_EP_RDM" <<<"$out" || { echo "fi_info lists no oxmr RDM endpoint" >&2; exit 1; }
+grep -q "type: FI_EP_MSG" <<<"$out" || { echo "fi_info lists no oxmr MSG endpoint" >&2; exit 1; }
+if grep -q "oxmr;" <<<"$out"; then echo "a utility provider layered over oxmr" >&2; exit 1; fi
+fi_info -p oxmr -e | grep -a -q "FI_OXMR_IFACE" || { echo "fi_info -e does not list FI_OXMR_IFACE" >&2; exit 1; }
+echo "fi_info: oxmr RDM and MSG entries present, variables listed"
+
+step "oxmr C tests (fabtests/)"
+bash fabtests/run.sh "$(pwd)/build"
+
+if [ -n "${OXMR_UPSTREAM_FABTESTS:-}" ]; then
+    step "upstream fabtests unit set"
+    bash fabtests/upstream.sh "$OXMR_UPSTREAM_FABTESTS" "$(pwd)/build"
+fi
+
+echo
+echo "ci/test.sh: all checks passed"

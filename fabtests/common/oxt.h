@@ -1,0 +1,418 @@
+/*
+ * oxt.h - tiny shared helpers for oxmr's own conformance tests
+ * (fabtests/unit/*.c).
+ *
+ * Every program:
+ *   - calls oxt_init() first: line-buffered output and a 60 s watchdog
+ *     (alarm) so that no test can hang;
+ *   - groups its checks with OXT_GROUP("name"): one line per group,
+ *     "ok - name" or "FAIL - name", with each failed check printed above it
+ *     as "file:line: what: expected ..., got ...";
+ *   - returns oxt_done() from main: exit status 0 only when every check
+ *     passed.
+ *
+ * EXPECT_* record a failure and go on; REQUIRE_* also stop the program
+ * (for setup steps whose failure would make later checks meaningless or
+ * crash).
+ */
+#ifndef OXT_H
+#define OXT_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+/* The API version the tests ask for: the installed headers' own. */
+#define OXT_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
+
+/* Seconds before the watchdog kills a test program. */
+#define OXT_WATCHDOG_S 60
+
+static int oxt_failed_total;
+static int oxt_groups_failed;
+static int oxt_groups_total;
+static int oxt_group_failed;
+static const char *oxt_group_name;
+static const char *oxt_prog = "test";
+
+/* ---------------------------------------------------------------- output */
+
+/* Symbolic name of a (negative or positive) libfabric return code. */
+static inline const char *oxt_errname(long long rc)
+{
+	switch (rc < 0 ? -rc : rc) {
+	case 0: return "0";
+	case FI_EPERM: return "FI_EPERM";
+	case FI_ENOENT: return "FI_ENOENT";
+	case FI_EINTR: return "FI_EINTR";
+	case FI_EIO: return "FI_EIO";
+	case FI_E2BIG: return "FI_E2BIG";
+	case FI_EBADF: return "FI_EBADF";
+	case FI_EAGAIN: return "FI_EAGAIN";
+	case FI_ENOMEM: return "FI_ENOMEM";
+	case FI_EACCES: return "FI_EACCES";
+	case FI_EFAULT: return "FI_EFAULT";
+	case FI_EBUSY: return "FI_EBUSY";
+	case FI_ENODEV: return "FI_ENODEV";
+	case FI_EINVAL: return "FI_EINVAL";
+	case FI_EMFILE: return "FI_EMFILE";
+	case FI_ENOSPC: return "FI_ENOSPC";
+	case FI_ENOSYS: return "FI_ENOSYS";
+	case FI_ENOMSG: return "FI_ENOMSG";
+	case FI_ENODATA: return "FI_ENODATA";
+	case FI_EOVERFLOW: return "FI_EOVERFLOW";
+	case FI_EMSGSIZE: return "FI_EMSGSIZE";
+	case FI_ENOPROTOOPT: return "FI_ENOPROTOOPT";
+	case FI_EOPNOTSUPP: return "FI_EOPNOTSUPP";
+	case FI_EADDRINUSE: return "FI_EADDRINUSE";
+	case FI_EADDRNOTAVAIL: return "FI_EADDRNOTAVAIL";
+	case FI_ENETDOWN: return "FI_ENETDOWN";
+	case FI_ENETUNREACH: return "FI_ENETUNREACH";
+	case FI_ECONNABORTED: return "FI_ECONNABORTED";
+	case FI_ECONNRESET: return "FI_ECONNRESET";
+	case FI_ENOBUFS: return "FI_ENOBUFS";
+	case FI_EISCONN: return "FI_EISCONN";
+	case FI_ENOTCONN: return "FI_ENOTCONN";
+	case FI_ESHUTDOWN: return "FI_ESHUTDOWN";
+	case FI_ETIMEDOUT: return "FI_ETIMEDOUT";
+	case FI_ECONNREFUSED: return "FI_ECONNREFUSED";
+	case FI_EHOSTDOWN: return "FI_EHOSTDOWN";
+	case FI_EHOSTUNREACH: return "FI_EHOSTUNREACH";
+	case FI_EALREADY: return "FI_EALREADY";
+	case FI_EINPROGRESS: return "FI_EINPROGRESS";
+	case FI_EREMOTEIO: return "FI_EREMOTEIO";
+	case FI_ECANCELED: return "FI_ECANCELED";
+	case FI_ENOKEY: return "FI_ENOKEY";
+	case FI_EKEYREJECTED: return "FI_EKEYREJECTED";
+	case FI_EOTHER: return "FI_EOTHER";
+	case FI_ETOOSMALL: return "FI_ETOOSMALL";
+	case FI_EOPBADSTATE: return "FI_EOPBADSTATE";
+	case FI_EAVAIL: return "FI_EAVAIL";
+	case FI_EBADFLAGS: return "FI_EBADFLAGS";
+	case FI_ENOEQ: return "FI_ENOEQ";
+	case FI_EDOMAIN: return "FI_EDOMAIN";
+	case FI_ENOCQ: return "FI_ENOCQ";
+	case FI_ECRC: return "FI_ECRC";
+	case FI_ETRUNC: return "FI_ETRUNC";
+	case FI_ENORX: return "FI_ENORX";
+	case FI_ENOAV: return "FI_ENOAV";
+	case FI_EOVERRUN: return "FI_EOVERRUN";
+	default: return "?";
+	}
+}
+
+/* "-11 (-FI_EAGAIN: Resource temporarily unavailable)" */
+static inline const char *oxt_rcstr(long long rc, char *buf, size_t len)
+{
+	if (rc == 0)
+		snprintf(buf, len, "0");
+	else if (rc < 0 && rc > -100000)
+		snprintf(buf, len, "%lld (-%s: %s)", rc, oxt_errname(rc),
+			 fi_strerror((int)-rc));
+	else
+		snprintf(buf, len, "%lld", rc);
+	return buf;
+}
+
+static inline void oxt_fail(const char *file, int line, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static inline void oxt_fail(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("    %s:%d: ", file, line);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	oxt_failed_total++;
+	oxt_group_failed++;
+}
+
+static inline void oxt_group_end(void)
+{
+	if (!oxt_group_name)
+		return;
+	oxt_groups_total++;
+	if (oxt_group_failed)
+		oxt_groups_failed++;
+	printf("%s - %s: %s\n", oxt_group_failed ? "FAIL" : "ok", oxt_prog,
+	       oxt_group_name);
+	fflush(stdout);
+	oxt_group_name = NULL;
+	oxt_group_failed = 0;
+}
+
+/* Start a new check group (ends the previous one). */
+#define OXT_GROUP(name)                                                        \
+	do {                                                                   \
+		oxt_group_end();                                               \
+		oxt_group_name = (name);                                       \
+		oxt_group_failed = 0;                                          \
+	} while (0)
+
+/* End the program: summary line and exit status. */
+static inline int oxt_done(void)
+{
+	oxt_group_end();
+	printf("%s: %d group(s), %d failed, %d failed check(s)\n", oxt_prog,
+	       oxt_groups_total, oxt_groups_failed, oxt_failed_total);
+	fflush(stdout);
+	return oxt_failed_total ? 1 : 0;
+}
+
+/* Stop now (after a failed REQUIRE). */
+static inline void oxt_abort(void)
+{
+	printf("    (aborting %s: a required step failed)\n", oxt_prog);
+	oxt_done();
+	exit(1);
+}
+
+/* ------------------------------------------------------------ assertions */
+
+#define EXPECT(cond, ...)                                                      \
+	do {                                                                   \
+		if (!(cond))                                                   \
+			oxt_fail(__FILE__, __LINE__, __VA_ARGS__);             \
+	} while (0)
+
+#define REQUIRE(cond, ...)                                                     \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			oxt_fail(__FILE__, __LINE__, __VA_ARGS__);             \
+			oxt_abort();                                           \
+		}                                                              \
+	} while (0)
+
+/* Compare a libfabric return code; evaluates to whether it matched. */
+static inline bool oxt_check_rc(const char *file, int line, const char *expr,
+				long long got, long long exp)
+{
+	char g[160], e[160];
+
+	if (got == exp)
+		return true;
+	oxt_fail(file, line, "%s: expected %s, got %s", expr,
+		 oxt_rcstr(exp, e, sizeof e), oxt_rcstr(got, g, sizeof g));
+	return false;
+}
+
+#define EXPECT_RC(expr, exp)                                                   \
+	((void)oxt_check_rc(__FILE__, __LINE__, #expr, (long long)(expr),      \
+			    (long long)(exp)))
+
+#define REQUIRE_RC(expr, exp)                                                  \
+	do {                                                                   \
+		if (!oxt_check_rc(__FILE__, __LINE__, #expr,                  \
+				  (long long)(expr), (long long)(exp)))        \
+			oxt_abort();                                           \
+	} while (0)
+
+/* Equality of two integers (printed in decimal and hex). */
+static inline bool oxt_check_eq(const char *file, int line, const char *expr,
+				unsigned long long got, unsigned long long exp)
+{
+	if (got == exp)
+		return true;
+	oxt_fail(file, line, "%s: expected %llu (0x%llx), got %llu (0x%llx)",
+		 expr, exp, exp, got, got);
+	return false;
+}
+
+#define EXPECT_EQ(expr, exp)                                                   \
+	((void)oxt_check_eq(__FILE__, __LINE__, #expr,                         \
+			    (unsigned long long)(expr),                        \
+			    (unsigned long long)(exp)))
+
+#define REQUIRE_EQ(expr, exp)                                                  \
+	do {                                                                   \
+		if (!oxt_check_eq(__FILE__, __LINE__, #expr,                  \
+				  (unsigned long long)(expr),                  \
+				  (unsigned long long)(exp)))                  \
+			oxt_abort();                                           \
+	} while (0)
+
+static inline bool oxt_check_str(const char *file, int line, const char *expr,
+				 const char *got, const char *exp)
+{
+	if (got && exp && !strcmp(got, exp))
+		return true;
+	if (!got && !exp)
+		return true;
+	oxt_fail(file, line, "%s: expected \"%s\", got \"%s\"", expr,
+		 exp ? exp : "(null)", got ? got : "(null)");
+	return false;
+}
+
+#define EXPECT_STR(expr, exp)                                                  \
+	((void)oxt_check_str(__FILE__, __LINE__, #expr, (expr), (exp)))
+
+/* ------------------------------------------------------------ utilities */
+
+static void oxt_on_alarm(int sig)
+{
+	static const char msg[] =
+		"FAIL - watchdog: test did not finish within the time limit\n";
+	(void)sig;
+	if (write(STDOUT_FILENO, msg, sizeof msg - 1) < 0) {
+		/* nothing more can be done from a signal handler */
+	}
+	_exit(2);
+}
+
+/* First call of every test program. */
+static inline void oxt_init(const char *argv0)
+{
+	struct sigaction sa;
+	const char *slash = strrchr(argv0, '/');
+
+	oxt_prog = slash ? slash + 1 : argv0;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = oxt_on_alarm;
+	sigaction(SIGALRM, &sa, NULL);
+	alarm(OXT_WATCHDOG_S);
+}
+
+/* Monotonic time in milliseconds. */
+static inline double oxt_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static inline void oxt_sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+/* A sockaddr_in for ip:port (host order port). */
+static inline struct sockaddr_in oxt_sin(const char *ip, uint16_t port)
+{
+	struct sockaddr_in s;
+
+	memset(&s, 0, sizeof s);
+	s.sin_family = AF_INET;
+	s.sin_port = htons(port);
+	if (inet_pton(AF_INET, ip, &s.sin_addr) != 1) {
+		printf("oxt_sin: bad IPv4 literal %s\n", ip);
+		exit(1);
+	}
+	return s;
+}
+
+static inline struct sockaddr_in6 oxt_sin6(const char *ip, uint16_t port)
+{
+	struct sockaddr_in6 s;
+
+	memset(&s, 0, sizeof s);
+	s.sin6_family = AF_INET6;
+	s.sin6_port = htons(port);
+	if (inet_pton(AF_INET6, ip, &s.sin6_addr) != 1) {
+		printf("oxt_sin6: bad IPv6 literal %s\n", ip);
+		exit(1);
+	}
+	return s;
+}
+
+/* Hints that select oxmr (also without FI_PROVIDER) and an endpoint type. */
+static inline struct fi_info *oxt_hints(enum fi_ep_type type)
+{
+	struct fi_info *h = fi_allocinfo();
+
+	REQUIRE(h != NULL, "fi_allocinfo returned NULL");
+	h->ep_attr->type = type;
+	h->fabric_attr->prov_name = strdup("oxmr");
+	return h;
+}
+
+/*
+ * The first oxmr info of `type` for node "127.0.0.1" with FI_SOURCE (an
+ * ephemeral port, so tests never collide on a port). REQUIREs success.
+ */
+static inline struct fi_info *oxt_getinfo_local(enum fi_ep_type type)
+{
+	struct fi_info *hints = oxt_hints(type), *info = NULL;
+	int ret;
+
+	ret = fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, hints,
+			 &info);
+	fi_freeinfo(hints);
+	REQUIRE_RC(ret, 0);
+	REQUIRE(info != NULL, "fi_getinfo returned 0 but no info");
+	REQUIRE(info->ep_attr->type == type,
+		"first info has ep type %d, asked %d", info->ep_attr->type,
+		type);
+	if (info->next) {
+		fi_freeinfo(info->next);
+		info->next = NULL;
+	}
+	return info;
+}
+
+/* A fabric and domain opened over one info. */
+struct oxt_env {
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+};
+
+static inline void oxt_open_type(struct oxt_env *e, enum fi_ep_type type)
+{
+	memset(e, 0, sizeof *e);
+	e->info = oxt_getinfo_local(type);
+	REQUIRE_RC(fi_fabric(e->info->fabric_attr, &e->fabric, NULL), 0);
+	REQUIRE_RC(fi_domain(e->fabric, e->info, &e->domain, NULL), 0);
+}
+
+/* The first oxmr RDM info for 127.0.0.1 (FI_SOURCE), its fabric and domain. */
+static inline void oxt_open(struct oxt_env *e)
+{
+	oxt_open_type(e, FI_EP_RDM);
+}
+
+static inline void oxt_close(struct oxt_env *e)
+{
+	if (e->domain)
+		EXPECT_RC(fi_close(&e->domain->fid), 0);
+	if (e->fabric)
+		EXPECT_RC(fi_close(&e->fabric->fid), 0);
+	fi_freeinfo(e->info);
+	memset(e, 0, sizeof *e);
+}
+
+#endif /* OXT_H */
