@@ -22,5 +22,5 @@ done
 
 if ! command -v cbindgen >/dev/null 2>&1; then
     echo "ci/setup.sh: installing cbindgen"
-    cargo install cbindgen --locked --version 0.29.0
+    cargo install cbindgen --locked --version 0.29.4
 fi

@@ -1,6 +1,6 @@
 /*
  * oxt.h - tiny shared helpers for oxmr's own conformance tests
- * (fabtests/unit/*.c).
+ * (the programs in fabtests/unit).
  *
  * Every program:
  *   - calls oxt_init() first: line-buffered output and a 60 s watchdog

@@ -20,3 +20,38 @@ pub const OXMR_PROV_NAME: &str = "oxmr";
 
 /// `fi_open_ops` name of the memory-registration extension table.
 pub const OXMR_MR_OPS_NAME: &str = "oxmr_mr_ops";
+
+#[cfg(test)]
+mod tests {
+    /// cbindgen cannot export string constants, so cbindgen.toml spells
+    /// them; this keeps the header and the provider in agreement.
+    #[test]
+    fn header_strings_match() {
+        let h = include_str!("../../include/rdma/fi_ext_oxmr.h");
+        assert!(h.contains(&format!(
+            "#define OXMR_PROV_NAME \"{}\"",
+            super::OXMR_PROV_NAME
+        )));
+        assert!(h.contains(&format!(
+            "#define OXMR_MR_OPS_NAME \"{}\"",
+            super::OXMR_MR_OPS_NAME
+        )));
+        assert!(h.contains(&format!(
+            "#define OXMR_EXT_VERSION {}",
+            super::OXMR_EXT_VERSION
+        )));
+    }
+
+    /// The README's variable table lists every FI_OXMR_* variable.
+    #[test]
+    fn readme_lists_every_variable() {
+        let readme = include_str!("../../README.md");
+        for p in crate::boundary::params::PARAMS {
+            let var = format!("FI_OXMR_{}", p.name.to_str().unwrap().to_uppercase());
+            assert!(
+                readme.contains(&format!("| `{var}` |")),
+                "README misses {var}"
+            );
+        }
+    }
+}

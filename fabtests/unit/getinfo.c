@@ -1,0 +1,637 @@
+/*
+ * getinfo: what fi_getinfo answers for oxmr, what it refuses, and how it
+ * reflects hints (fi_getinfo(3)).
+ */
+#include "oxt.h"
+
+#define ALL_PRIMARY                                                            \
+	(FI_MSG | FI_RMA | FI_TAGGED | FI_ATOMIC | FI_MULTICAST |              \
+	 FI_NAMED_RX_CTX | FI_DIRECTED_RECV | FI_VARIABLE_MSG | FI_HMEM |      \
+	 FI_COLLECTIVE | FI_READ | FI_WRITE | FI_RECV | FI_SEND |              \
+	 FI_REMOTE_READ | FI_REMOTE_WRITE)
+
+/* oxmr's secondary capabilities (added to every RDM answer). */
+#define OXMR_SECONDARY_RDM                                                     \
+	(FI_SOURCE | FI_MULTI_RECV | FI_RMA_EVENT | FI_LOCAL_COMM |            \
+	 FI_REMOTE_COMM)
+
+static int count(const struct fi_info *i)
+{
+	int n = 0;
+
+	for (; i; i = i->next)
+		n++;
+	return n;
+}
+
+static bool is_loopback(const struct fi_info *i)
+{
+	if (i->src_addr && i->src_addrlen == sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *s = i->src_addr;
+		return (ntohl(s->sin_addr.s_addr) >> 24) == 127;
+	}
+	if (i->src_addr && i->src_addrlen == sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *s = i->src_addr;
+		return IN6_IS_ADDR_LOOPBACK(&s->sin6_addr);
+	}
+	return false;
+}
+
+/* Check that `addr`/`len` is the sockaddr_in ip:port. */
+static void expect_sin(int line, const char *what, const void *addr,
+		       size_t len, const char *ip, uint16_t port)
+{
+	const struct sockaddr_in *s = addr;
+	char got[INET_ADDRSTRLEN] = "?";
+
+	if (!addr || len != sizeof(struct sockaddr_in)) {
+		oxt_fail(__FILE__, line,
+			 "%s: expected a %zu-byte sockaddr_in %s:%u, got %p/%zu",
+			 what, sizeof(struct sockaddr_in), ip, port, addr, len);
+		return;
+	}
+	inet_ntop(AF_INET, &s->sin_addr, got, sizeof got);
+	if (s->sin_family != AF_INET || strcmp(got, ip) ||
+	    ntohs(s->sin_port) != port)
+		oxt_fail(__FILE__, line,
+			 "%s: expected AF_INET %s:%u, got family %u %s:%u", what,
+			 ip, port, s->sin_family, got, ntohs(s->sin_port));
+}
+
+/* fi_getinfo must give -FI_ENODATA and no list. Frees `hints`. */
+static void expect_refused(int line, const char *what, const char *node,
+			   const char *service, uint64_t flags,
+			   struct fi_info *hints)
+{
+	struct fi_info *info = NULL;
+	int ret = fi_getinfo(OXT_VERSION, node, service, flags, hints, &info);
+
+	if (oxt_check_rc(__FILE__, line, what, ret, -FI_ENODATA))
+		EXPECT(info == NULL, "%s: info list returned with an error",
+		       what);
+	if (ret == 0)
+		fi_freeinfo(info);
+	fi_freeinfo(hints);
+}
+
+#define REFUSED(what, node, service, flags, hints)                             \
+	expect_refused(__LINE__, what, node, service, flags, hints)
+
+/* fi_getinfo (RDM, node 127.0.0.1, FI_SOURCE) must succeed. */
+static struct fi_info *ask_ok(int line, const char *what,
+			      struct fi_info *hints)
+{
+	struct fi_info *info = NULL;
+	int ret = fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, hints,
+			     &info);
+
+	fi_freeinfo(hints);
+	if (!oxt_check_rc(__FILE__, line, what, ret, 0))
+		return NULL;
+	if (!info)
+		oxt_fail(__FILE__, line, "%s: success but no info", what);
+	return info;
+}
+
+#define ASK_OK(what, hints) ask_ok(__LINE__, what, hints)
+
+static bool have_ipv6_loopback(void)
+{
+	struct sockaddr_in6 s = oxt_sin6("::1", 0);
+	int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = bind(fd, (struct sockaddr *)&s, sizeof s) == 0;
+	close(fd);
+	return ok;
+}
+
+static void check_side_caps(const struct fi_info *i)
+{
+	uint64_t tx_never = FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE |
+			    FI_LOCAL_COMM | FI_REMOTE_COMM;
+	uint64_t rx_never = FI_SEND | FI_READ | FI_WRITE | FI_LOCAL_COMM |
+			    FI_REMOTE_COMM;
+
+	EXPECT((i->tx_attr->caps & tx_never) == 0,
+	       "tx_attr->caps 0x%llx has receive-side/domain bits 0x%llx",
+	       (unsigned long long)i->tx_attr->caps,
+	       (unsigned long long)(i->tx_attr->caps & tx_never));
+	EXPECT((i->rx_attr->caps & rx_never) == 0,
+	       "rx_attr->caps 0x%llx has transmit-side/domain bits 0x%llx",
+	       (unsigned long long)i->rx_attr->caps,
+	       (unsigned long long)(i->rx_attr->caps & rx_never));
+	EXPECT((i->tx_attr->caps & ~i->caps) == 0,
+	       "tx_attr->caps 0x%llx not a subset of caps 0x%llx",
+	       (unsigned long long)i->tx_attr->caps,
+	       (unsigned long long)i->caps);
+	EXPECT((i->rx_attr->caps & ~i->caps) == 0,
+	       "rx_attr->caps 0x%llx not a subset of caps 0x%llx",
+	       (unsigned long long)i->rx_attr->caps,
+	       (unsigned long long)i->caps);
+}
+
+static void test_no_hints(void)
+{
+	struct fi_info *hints = oxt_hints(FI_EP_UNSPEC), *info = NULL, *i;
+	int ret, n_rdm = 0, n_msg = 0;
+	bool seen_msg = false, seen_lo_rdm = false, lo_ok = false;
+
+	OXT_GROUP("no hints: one RDM then one MSG info per local address");
+	ret = fi_getinfo(OXT_VERSION, NULL, NULL, 0, hints, &info);
+	fi_freeinfo(hints);
+	REQUIRE_RC(ret, 0);
+	REQUIRE(info != NULL, "no info");
+	EXPECT_EQ(info->ep_attr->type, FI_EP_RDM);
+	for (i = info; i; i = i->next) {
+		EXPECT(i->ep_attr->type == FI_EP_RDM ||
+			       i->ep_attr->type == FI_EP_MSG,
+		       "ep type %d", i->ep_attr->type);
+		if (i->ep_attr->type == FI_EP_RDM) {
+			n_rdm++;
+			EXPECT(!seen_msg, "an RDM info follows a MSG info");
+		} else {
+			n_msg++;
+			seen_msg = true;
+		}
+		EXPECT_STR(i->fabric_attr->prov_name, "oxmr");
+		EXPECT(i->domain_attr->name != NULL, "NULL domain name");
+		EXPECT(i->fabric_attr->name != NULL, "NULL fabric name");
+		EXPECT(i->addr_format == FI_SOCKADDR_IN ||
+			       i->addr_format == FI_SOCKADDR_IN6,
+		       "addr_format %u", i->addr_format);
+		EXPECT_EQ(i->src_addrlen, i->addr_format == FI_SOCKADDR_IN6 ?
+						  sizeof(struct sockaddr_in6) :
+						  sizeof(struct sockaddr_in));
+		EXPECT(i->dest_addr == NULL, "dest_addr set without a node");
+		/* non-loopback addresses first, per endpoint type */
+		if (i->ep_attr->type == FI_EP_RDM) {
+			if (is_loopback(i))
+				seen_lo_rdm = true;
+			else
+				EXPECT(!seen_lo_rdm,
+				       "non-loopback RDM info after a loopback one (domain %s)",
+				       i->domain_attr->name);
+		}
+		if (i->ep_attr->type == FI_EP_RDM &&
+		    i->addr_format == FI_SOCKADDR_IN && is_loopback(i) &&
+		    i->domain_attr->name && i->fabric_attr->name &&
+		    !strcmp(i->domain_attr->name, "lo") &&
+		    !strcmp(i->fabric_attr->name, "127.0.0.0/8"))
+			lo_ok = true;
+		check_side_caps(i);
+	}
+	EXPECT(n_rdm == n_msg, "%d RDM infos but %d MSG infos", n_rdm, n_msg);
+	EXPECT(lo_ok,
+	       "no RDM info with domain \"lo\", fabric \"127.0.0.0/8\" and a 127.x source");
+	fi_freeinfo(info);
+}
+
+static void test_addresses(void)
+{
+	struct fi_info *hints, *info = NULL;
+	int ret;
+
+	OXT_GROUP("FI_SOURCE 127.0.0.1:9228 gives that src_addr, domain lo");
+	hints = oxt_hints(FI_EP_RDM);
+	ret = fi_getinfo(OXT_VERSION, "127.0.0.1", "9228", FI_SOURCE, hints,
+			 &info);
+	fi_freeinfo(hints);
+	EXPECT_RC(ret, 0);
+	if (ret == 0 && info) {
+		EXPECT_EQ(count(info), 1);
+		EXPECT_EQ(info->ep_attr->type, FI_EP_RDM);
+		EXPECT_EQ(info->addr_format, FI_SOCKADDR_IN);
+		expect_sin(__LINE__, "src_addr", info->src_addr,
+			   info->src_addrlen, "127.0.0.1", 9228);
+		EXPECT(info->dest_addr == NULL, "dest_addr set with FI_SOURCE");
+		EXPECT_STR(info->domain_attr->name, "lo");
+		EXPECT_STR(info->fabric_attr->name, "127.0.0.0/8");
+		fi_freeinfo(info);
+	}
+
+	OXT_GROUP("node 127.0.0.1:9228 without FI_SOURCE is the destination");
+	info = NULL;
+	hints = oxt_hints(FI_EP_RDM);
+	ret = fi_getinfo(OXT_VERSION, "127.0.0.1", "9228", 0, hints, &info);
+	fi_freeinfo(hints);
+	EXPECT_RC(ret, 0);
+	if (ret == 0 && info) {
+		expect_sin(__LINE__, "dest_addr", info->dest_addr,
+			   info->dest_addrlen, "127.0.0.1", 9228);
+		expect_sin(__LINE__, "src_addr", info->src_addr,
+			   info->src_addrlen, "127.0.0.1", 0);
+		EXPECT_STR(info->domain_attr->name, "lo");
+		fi_freeinfo(info);
+	}
+
+	OXT_GROUP("FI_SOURCE without node or service fails");
+	info = NULL;
+	hints = oxt_hints(FI_EP_RDM);
+	ret = fi_getinfo(OXT_VERSION, NULL, NULL, FI_SOURCE, hints, &info);
+	fi_freeinfo(hints);
+	EXPECT(ret < 0, "fi_getinfo(NULL, NULL, FI_SOURCE) returned %d", ret);
+	EXPECT(ret < 0 || info == NULL, "info returned");
+	if (ret == 0)
+		fi_freeinfo(info);
+
+	OXT_GROUP("FI_SOURCE with only a service binds every local address");
+	info = NULL;
+	hints = oxt_hints(FI_EP_RDM);
+	ret = fi_getinfo(OXT_VERSION, NULL, "9228", FI_SOURCE, hints, &info);
+	fi_freeinfo(hints);
+	EXPECT_RC(ret, 0);
+	if (ret == 0) {
+		struct fi_info *i;
+
+		for (i = info; i; i = i->next) {
+			const struct sockaddr_in *s = i->src_addr;
+
+			EXPECT(s != NULL, "no src_addr");
+			if (s)
+				EXPECT_EQ(ntohs(s->sin_port), 9228);
+		}
+		fi_freeinfo(info);
+	}
+
+	OXT_GROUP("addr_format FI_SOCKADDR_IN restricts answers to IPv4");
+	info = NULL;
+	hints = oxt_hints(FI_EP_UNSPEC);
+	hints->addr_format = FI_SOCKADDR_IN;
+	ret = fi_getinfo(OXT_VERSION, NULL, NULL, 0, hints, &info);
+	fi_freeinfo(hints);
+	EXPECT_RC(ret, 0);
+	if (ret == 0) {
+		struct fi_info *i;
+
+		for (i = info; i; i = i->next) {
+			EXPECT_EQ(i->addr_format, FI_SOCKADDR_IN);
+			EXPECT_EQ(i->src_addrlen, sizeof(struct sockaddr_in));
+		}
+		fi_freeinfo(info);
+	}
+
+	OXT_GROUP("IPv6: FI_SOURCE ::1 gives a 28-byte FI_SOCKADDR_IN6 name");
+	if (!have_ipv6_loopback()) {
+		printf("    (skipped: ::1 is not configured here)\n");
+	} else {
+		info = NULL;
+		hints = oxt_hints(FI_EP_RDM);
+		ret = fi_getinfo(OXT_VERSION, "::1", "9228", FI_SOURCE, hints,
+				 &info);
+		fi_freeinfo(hints);
+		EXPECT_RC(ret, 0);
+		if (ret == 0 && info) {
+			const struct sockaddr_in6 *s = info->src_addr;
+
+			EXPECT_EQ(info->addr_format, FI_SOCKADDR_IN6);
+			EXPECT_EQ(info->src_addrlen,
+				  sizeof(struct sockaddr_in6));
+			if (s && info->src_addrlen == sizeof *s) {
+				EXPECT_EQ(s->sin6_family, AF_INET6);
+				EXPECT_EQ(ntohs(s->sin6_port), 9228);
+				EXPECT(IN6_IS_ADDR_LOOPBACK(&s->sin6_addr),
+				       "src_addr is not ::1");
+			}
+			fi_freeinfo(info);
+		}
+	}
+}
+
+static void test_refusals(void)
+{
+	struct fi_info *h;
+
+	OXT_GROUP("hints oxmr cannot honour give -FI_ENODATA");
+
+	h = oxt_hints(FI_EP_DGRAM);
+	REFUSED("ep_type FI_EP_DGRAM", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->caps = FI_MSG | FI_ATOMIC;
+	REFUSED("caps FI_ATOMIC", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_MSG);
+	h->caps = FI_TAGGED;
+	REFUSED("caps FI_TAGGED with FI_EP_MSG", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->caps = FI_MSG | FI_TRIGGER;
+	REFUSED("secondary cap FI_TRIGGER (not offered)", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_UNSPEC);
+	h->addr_format = FI_SOCKADDR_IB;
+	REFUSED("addr_format FI_SOCKADDR_IB", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	REFUSED("unresolvable node g00n13s.invalid", "g00n13s.invalid", "9228",
+		0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	REFUSED("FI_NUMERICHOST with node localhost", "localhost", NULL,
+		FI_NUMERICHOST, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	REFUSED("FI_SOURCE with non-local 10.255.255.254", "10.255.255.254",
+		"1", FI_SOURCE, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->tx_attr->size = 1025;
+	REFUSED("tx_attr->size 1025 (> 1024)", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->rx_attr->size = 1025;
+	REFUSED("rx_attr->size 1025 (> 1024)", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->tx_attr->inject_size = 4097;
+	REFUSED("inject_size 4097 (> 4096)", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->tx_attr->iov_limit = 5;
+	REFUSED("tx iov_limit 5 (> 4)", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->rx_attr->iov_limit = 5;
+	REFUSED("rx iov_limit 5 (> 4)", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->tx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_RAW;
+	REFUSED("tx msg_order SAS|RAW", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->rx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_WAW;
+	REFUSED("rx msg_order SAS|WAW", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->tx_attr->comp_order = FI_ORDER_STRICT;
+	REFUSED("tx comp_order FI_ORDER_STRICT", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->data_progress = FI_PROGRESS_AUTO;
+	REFUSED("data_progress FI_PROGRESS_AUTO", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->control_progress = FI_PROGRESS_AUTO;
+	REFUSED("control_progress FI_PROGRESS_AUTO", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->cq_data_size = 9;
+	REFUSED("cq_data_size 9 (> 8)", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->mr_key_size = 9;
+	REFUSED("mr_key_size 9 (> 8)", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->name = strdup("no-such-oxmr-domain0");
+	REFUSED("domain name that does not exist", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->fabric_attr->name = strdup("10.99.0.0/16");
+	REFUSED("fabric name that does not exist", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->ep_attr->tx_ctx_cnt = 2;
+	REFUSED("ep_attr->tx_ctx_cnt 2", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->ep_attr->auth_key_size = 8;
+	REFUSED("ep_attr->auth_key_size 8", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->mr_mode = FI_MR_BASIC | FI_MR_SCALABLE;
+	REFUSED("mr_mode FI_MR_BASIC|FI_MR_SCALABLE", NULL, NULL, 0, h);
+}
+
+static void test_echoed(void)
+{
+	struct fi_info *h, *info;
+
+	OXT_GROUP("hints oxmr can honour are reflected in the answer");
+
+	h = oxt_hints(FI_EP_RDM);
+	h->tx_attr->size = 64;
+	h->rx_attr->size = 64;
+	info = ASK_OK("tx/rx size 64", h);
+	if (info) {
+		EXPECT_EQ(info->tx_attr->size, 64);
+		EXPECT_EQ(info->rx_attr->size, 64);
+		fi_freeinfo(info);
+	}
+
+	h = oxt_hints(FI_EP_RDM);
+	h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+	info = ASK_OK("tx op_flags FI_DELIVERY_COMPLETE", h);
+	if (info) {
+		EXPECT_EQ(info->tx_attr->op_flags, FI_DELIVERY_COMPLETE);
+		fi_freeinfo(info);
+	}
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	info = ASK_OK("threading FI_THREAD_DOMAIN", h);
+	if (info) {
+		EXPECT_EQ(info->domain_attr->threading, FI_THREAD_DOMAIN);
+		fi_freeinfo(info);
+	}
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->av_type = FI_AV_TABLE;
+	info = ASK_OK("av_type FI_AV_TABLE", h);
+	if (info) {
+		EXPECT_EQ(info->domain_attr->av_type, FI_AV_TABLE);
+		fi_freeinfo(info);
+	}
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->av_type = FI_AV_MAP;
+	info = ASK_OK("av_type FI_AV_MAP", h);
+	if (info) {
+		EXPECT_EQ(info->domain_attr->av_type, FI_AV_MAP);
+		fi_freeinfo(info);
+	}
+
+	h = oxt_hints(FI_EP_RDM);
+	h->tx_attr->msg_order = FI_ORDER_SAS;
+	h->rx_attr->msg_order = FI_ORDER_SAS;
+	info = ASK_OK("msg_order FI_ORDER_SAS", h);
+	if (info) {
+		EXPECT((info->tx_attr->msg_order & FI_ORDER_SAS) != 0,
+		       "tx msg_order 0x%llx lacks FI_ORDER_SAS",
+		       (unsigned long long)info->tx_attr->msg_order);
+		EXPECT((info->rx_attr->msg_order & FI_ORDER_SAS) != 0,
+		       "rx msg_order 0x%llx lacks FI_ORDER_SAS",
+		       (unsigned long long)info->rx_attr->msg_order);
+		fi_freeinfo(info);
+	}
+
+	h = oxt_hints(FI_EP_RDM);
+	h->tx_attr->size = 1024;
+	h->tx_attr->inject_size = 4096;
+	h->tx_attr->iov_limit = 4;
+	h->domain_attr->cq_data_size = 8;
+	h->domain_attr->mr_key_size = 8;
+	info = ASK_OK("limits exactly at oxmr's maximum", h);
+	if (info) {
+		EXPECT_EQ(info->tx_attr->size, 1024);
+		EXPECT(info->tx_attr->inject_size >= 4096, "inject_size %zu",
+		       info->tx_attr->inject_size);
+		EXPECT(info->domain_attr->cq_data_size >= 8,
+		       "cq_data_size %zu", info->domain_attr->cq_data_size);
+		fi_freeinfo(info);
+	}
+}
+
+static void test_caps(void)
+{
+	struct fi_info *h, *info = NULL, *i;
+	int ret;
+
+	OXT_GROUP("caps: hinted primary caps plus oxmr's secondary caps");
+	h = oxt_hints(FI_EP_RDM);
+	h->caps = FI_MSG | FI_TAGGED;
+	info = ASK_OK("caps FI_MSG|FI_TAGGED", h);
+	if (info) {
+		EXPECT_EQ(info->caps & ALL_PRIMARY, FI_MSG | FI_TAGGED);
+		EXPECT_EQ(info->caps & OXMR_SECONDARY_RDM,
+			  OXMR_SECONDARY_RDM);
+		check_side_caps(info);
+		EXPECT_EQ(info->tx_attr->caps & ALL_PRIMARY,
+			  FI_MSG | FI_TAGGED);
+		EXPECT_EQ(info->rx_attr->caps & ALL_PRIMARY,
+			  FI_MSG | FI_TAGGED);
+		fi_freeinfo(info);
+	}
+
+	h = oxt_hints(FI_EP_RDM);
+	h->caps = FI_MSG | FI_SEND;
+	info = ASK_OK("caps FI_MSG|FI_SEND", h);
+	if (info) {
+		EXPECT_EQ(info->caps & ALL_PRIMARY, FI_MSG | FI_SEND);
+		check_side_caps(info);
+		fi_freeinfo(info);
+	}
+
+	h = oxt_hints(FI_EP_RDM);
+	h->caps = FI_RMA | FI_MULTI_RECV | FI_SOURCE;
+	info = ASK_OK("caps FI_RMA with secondary FI_MULTI_RECV|FI_SOURCE",
+		      h);
+	if (info) {
+		EXPECT_EQ(info->caps & ALL_PRIMARY, FI_RMA);
+		EXPECT_EQ(info->caps & (FI_MULTI_RECV | FI_SOURCE),
+			  FI_MULTI_RECV | FI_SOURCE);
+		check_side_caps(info);
+		fi_freeinfo(info);
+	}
+
+	OXT_GROUP("caps FI_TAGGED with any ep type gives only RDM infos");
+	info = NULL;
+	h = oxt_hints(FI_EP_UNSPEC);
+	h->caps = FI_TAGGED;
+	ret = fi_getinfo(OXT_VERSION, NULL, NULL, 0, h, &info);
+	fi_freeinfo(h);
+	EXPECT_RC(ret, 0);
+	if (ret == 0) {
+		for (i = info; i; i = i->next) {
+			EXPECT_EQ(i->ep_attr->type, FI_EP_RDM);
+			EXPECT((i->caps & FI_TAGGED) != 0, "caps 0x%llx",
+			       (unsigned long long)i->caps);
+		}
+		fi_freeinfo(info);
+	}
+
+	OXT_GROUP("MSG infos: connected caps, no FI_TAGGED");
+	info = NULL;
+	h = oxt_hints(FI_EP_MSG);
+	ret = fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, h, &info);
+	fi_freeinfo(h);
+	EXPECT_RC(ret, 0);
+	if (ret == 0 && info) {
+		EXPECT_EQ(info->ep_attr->type, FI_EP_MSG);
+		EXPECT((info->caps & FI_MSG) != 0, "caps 0x%llx lack FI_MSG",
+		       (unsigned long long)info->caps);
+		EXPECT((info->caps & FI_TAGGED) == 0, "caps 0x%llx has FI_TAGGED",
+		       (unsigned long long)info->caps);
+		check_side_caps(info);
+		fi_freeinfo(info);
+	}
+}
+
+static struct fi_info *ask_mr(uint32_t version, int mr_mode, int *ret)
+{
+	struct fi_info *h = oxt_hints(FI_EP_RDM), *info = NULL;
+
+	h->domain_attr->mr_mode = mr_mode;
+	*ret = fi_getinfo(version, "127.0.0.1", NULL, FI_SOURCE, h, &info);
+	fi_freeinfo(h);
+	return *ret ? NULL : info;
+}
+
+static void test_mr_mode(void)
+{
+	int all = FI_MR_LOCAL | FI_MR_RAW | FI_MR_VIRT_ADDR |
+		  FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_MMU_NOTIFY |
+		  FI_MR_RMA_EVENT | FI_MR_ENDPOINT | FI_MR_HMEM;
+	int ret, m;
+	struct fi_info *info;
+
+	OXT_GROUP("mr_mode: a subset of the hinted bits, legacy modes in kind");
+
+	info = ask_mr(OXT_VERSION, all, &ret);
+	EXPECT_RC(ret, 0);
+	if (info) {
+		m = info->domain_attr->mr_mode;
+		EXPECT((m & ~all) == 0,
+		       "mr_mode 0x%x has bits the hints did not allow (0x%x)",
+		       m, m & ~all);
+		EXPECT((m & (FI_MR_RAW | FI_MR_HMEM)) == 0,
+		       "mr_mode 0x%x grants FI_MR_RAW/FI_MR_HMEM", m);
+		fi_freeinfo(info);
+	}
+
+	info = ask_mr(OXT_VERSION, FI_MR_LOCAL, &ret);
+	EXPECT_RC(ret, 0);
+	if (info) {
+		m = info->domain_attr->mr_mode;
+		EXPECT((m & ~FI_MR_LOCAL) == 0,
+		       "hint FI_MR_LOCAL answered with mr_mode 0x%x", m);
+		fi_freeinfo(info);
+	}
+
+	info = ask_mr(OXT_VERSION, FI_MR_BASIC, &ret);
+	EXPECT_RC(ret, 0);
+	if (info) {
+		EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_BASIC);
+		fi_freeinfo(info);
+	}
+
+	info = ask_mr(OXT_VERSION, FI_MR_SCALABLE, &ret);
+	EXPECT_RC(ret, 0);
+	if (info) {
+		EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_SCALABLE);
+		fi_freeinfo(info);
+	}
+
+	info = ask_mr(FI_VERSION(1, 4), 0, &ret);
+	EXPECT_RC(ret, 0);
+	if (info) {
+		EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_BASIC);
+		fi_freeinfo(info);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	oxt_init(argv[0]);
+	test_no_hints();
+	test_addresses();
+	test_refusals();
+	test_echoed();
+	test_caps();
+	test_mr_mode();
+	return oxt_done();
+}
