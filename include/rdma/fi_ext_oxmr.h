@@ -16,4 +16,29 @@
  */
 #define OXMR_EXT_VERSION 1
 
+/**
+ * Registration pinned through the domain's io_uring fixed-buffer table.
+ */
+#define OXMR_MR_CLASS_PINNED 1
+
+/**
+ * Registration held with mlock (read-only memory, or FI_OXMR_MR_PIN=mlock).
+ */
+#define OXMR_MR_CLASS_LOCKED 2
+
+/**
+ * Registration not pinned (FI_OXMR_MR_PIN=none, or zero length).
+ */
+#define OXMR_MR_CLASS_UNPINNED 3
+
+/**
+ * Registration by physical address (reserved; not implemented yet).
+ */
+#define OXMR_MR_CLASS_PHYSICAL 4
+
+/**
+ * Peer-direct registration (reserved; not implemented yet).
+ */
+#define OXMR_MR_CLASS_PEER 5
+
 #endif  /* FI_EXT_OXMR_H */

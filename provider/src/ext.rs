@@ -9,8 +9,10 @@
 //! return 0 or a negative `FI_E*` code and write out-parameters only on
 //! success.
 //!
-//! The registration table ("oxmr_mr_ops") is not there yet: `fi_open_ops`
-//! answers -FI_ENOSYS until the memory-registration work lands.
+//! Tables: `"oxmr_mr_ops"` on a domain fid ([`oxmr_mr_ops`]).
+#![allow(non_camel_case_types)]
+
+use std::ffi::c_void;
 
 /// Version of the extension API described by this header.
 pub const OXMR_EXT_VERSION: u32 = 1;
@@ -20,6 +22,77 @@ pub const OXMR_PROV_NAME: &str = "oxmr";
 
 /// `fi_open_ops` name of the memory-registration extension table.
 pub const OXMR_MR_OPS_NAME: &str = "oxmr_mr_ops";
+
+/// Registration pinned through the domain's io_uring fixed-buffer table.
+pub const OXMR_MR_CLASS_PINNED: u32 = 1;
+/// Registration held with mlock (read-only memory, or FI_OXMR_MR_PIN=mlock).
+pub const OXMR_MR_CLASS_LOCKED: u32 = 2;
+/// Registration not pinned (FI_OXMR_MR_PIN=none, or zero length).
+pub const OXMR_MR_CLASS_UNPINNED: u32 = 3;
+/// Registration by physical address (reserved; not implemented yet).
+pub const OXMR_MR_CLASS_PHYSICAL: u32 = 4;
+/// Peer-direct registration (reserved; not implemented yet).
+pub const OXMR_MR_CLASS_PEER: u32 = 5;
+
+/// What `query` reports about one registration.
+#[repr(C)]
+pub struct oxmr_mr_info {
+    /// Set by the caller to `sizeof(struct oxmr_mr_info)`.
+    pub size: usize,
+    /// One of `OXMR_MR_CLASS_*`.
+    pub class_: u32,
+    /// io_uring buffer-table slots the registration holds.
+    pub pin_slots: u32,
+    /// Bytes pinned for it (page-rounded, as the kernel charges them).
+    pub bytes_pinned: u64,
+    /// Registered length in bytes.
+    pub len: u64,
+    /// Its key.
+    pub key: u64,
+    /// Its access bits.
+    pub access: u64,
+}
+
+/// What `stats` reports about a domain.
+#[repr(C)]
+pub struct oxmr_mr_stats {
+    /// Set by the caller to `sizeof(struct oxmr_mr_stats)`.
+    pub size: usize,
+    /// Successful registrations since the domain opened.
+    pub registrations: u64,
+    /// Registrations open now.
+    pub live: u64,
+    /// Bytes this domain holds pinned.
+    pub bytes_pinned: u64,
+    /// Bytes all domains of the process hold pinned.
+    pub process_bytes_pinned: u64,
+    /// The cap on pinned bytes (0: unlimited).
+    pub pin_cap: u64,
+    /// io_uring buffer-table slots in use.
+    pub slots_used: u32,
+    /// Pinning in force: 1 io_uring, 2 mlock, 3 none.
+    pub pin_mode: u32,
+    /// Failed registrations, by cause.
+    pub fail_einval: u64,
+    pub fail_efault: u64,
+    pub fail_eacces: u64,
+    pub fail_enomem: u64,
+    pub fail_enokey: u64,
+    pub fail_other: u64,
+}
+
+/// The table `fi_open_ops(&domain->fid, OXMR_MR_OPS_NAME, 0, &ops, NULL)` returns.
+#[repr(C)]
+pub struct oxmr_mr_ops {
+    /// `sizeof(struct oxmr_mr_ops)` of the provider.
+    pub size: usize,
+    /// `OXMR_EXT_VERSION` of the provider.
+    pub version: u32,
+    /// Describe one registration; `mr` is a `struct fid_mr *` of this domain.
+    pub query: Option<unsafe extern "C" fn(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32>,
+    /// Domain statistics; `domain` is the `struct fid_domain *`.
+    pub stats: Option<unsafe extern "C" fn(domain: *mut c_void, stats: *mut oxmr_mr_stats) -> i32>,
+}
 
 #[cfg(test)]
 mod tests {

@@ -12,6 +12,7 @@
 pub mod boundary;
 pub mod ext;
 pub mod info;
+pub mod mr;
 pub mod objects;
 pub mod sys;
 

@@ -1,5 +1,5 @@
-//! fid_domain: opens AVs, CQs, counters and endpoints. Memory registration
-//! (fi_mr_reg and friends) is not implemented yet and answers -FI_ENOSYS.
+//! fid_domain: opens AVs, CQs, counters and endpoints; its MR table points
+//! at `boundary::mr`.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ pub static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     close: Some(close),
     bind: Some(common::bind),
     control: Some(common::control),
-    ops_open: Some(common::ops_open),
+    ops_open: Some(super::mr::domain_ops_open),
     tostr: Some(common::tostr),
     ops_set: Some(common::ops_set),
 };
@@ -38,9 +38,9 @@ static DOMAIN_OPS: ffi::fi_ops_domain = ffi::fi_ops_domain {
 
 static MR_OPS: ffi::fi_ops_mr = ffi::fi_ops_mr {
     size: size_of::<ffi::fi_ops_mr>(),
-    reg: Some(mr_reg),
-    regv: Some(mr_regv),
-    regattr: Some(mr_regattr),
+    reg: Some(super::mr::reg),
+    regv: Some(super::mr::regv),
+    regattr: Some(super::mr::regattr),
 };
 
 crate::fid_object!(Domain, hdr, ffi::FI_CLASS_DOMAIN, "domain", DOMAIN_FI_OPS);
@@ -72,12 +72,19 @@ unsafe extern "C" fn av_open(
         let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
         // SAFETY: as above.
         let a = unsafe { attr(attr_, "fi_av_attr") }?;
+        let mut chosen = 0;
         // SAFETY: out pointer from the application.
-        unsafe {
+        let r = unsafe {
             hand_out(out, "av", || {
-                Ok(Arc::new(Av::new(super::av::header(context), d, a)?))
+                let av = Av::new(super::av::header(context), d, a)?;
+                chosen = av.av_type;
+                Ok(Arc::new(av))
             })
-        }
+        }?;
+        // fi_av(3): with FI_AV_UNSPEC the chosen type is returned in the attr.
+        // SAFETY: `attr_` is the application's attr, checked non-NULL above.
+        unsafe { (*attr_).type_ = chosen };
+        Ok(r)
     })
 }
 
@@ -167,6 +174,3 @@ crate::enosys!(stx_ctx, "fi_stx_context", (domain: *mut ffi::fid_domain, attr: *
 crate::enosys!(srx_ctx, "fi_srx_context", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_rx_attr, rx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
 crate::enosys!(query_atomic, "fi_query_atomic", (domain: *mut ffi::fid_domain, datatype: ffi::fi_datatype, op: ffi::fi_op, attr: *mut ffi::fi_atomic_attr, flags: u64) -> i32);
 crate::enosys!(query_collective, "fi_query_collective", (domain: *mut ffi::fid_domain, coll: ffi::fi_collective_op, attr: *mut ffi::fi_collective_attr, flags: u64) -> i32);
-crate::enosys!(mr_reg, "fi_mr_reg", (fid: *mut ffi::fid, buf: *const c_void, len: usize, access: u64, offset: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> i32);
-crate::enosys!(mr_regv, "fi_mr_regv", (fid: *mut ffi::fid, iov: *const ffi::iovec, count: usize, access: u64, offset: u64, requested_key: u64, flags: u64, mr: *mut *mut ffi::fid_mr, context: *mut c_void) -> i32);
-crate::enosys!(mr_regattr, "fi_mr_regattr", (fid: *mut ffi::fid, attr: *const ffi::fi_mr_attr, flags: u64, mr: *mut *mut ffi::fid_mr) -> i32);

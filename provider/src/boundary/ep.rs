@@ -266,14 +266,17 @@ pub unsafe fn put_name(
         return Err(fail!(ffi::FI_EINVAL, "fi_getname: NULL addrlen"));
     }
     let bytes = addr::encode(a);
-    // SAFETY: caller's contract.
+    // SAFETY: caller's contract. fi_cm(3): a name that does not fit is
+    // truncated into the buffer and -FI_ETOOSMALL returned.
     unsafe {
         let room = *addrlen;
         *addrlen = bytes.len();
+        if !out.is_null() {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, room.min(bytes.len()));
+        }
         if out.is_null() || room < bytes.len() {
             return Err(crate::boundary::Error::quiet(ffi::FI_ETOOSMALL));
         }
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, bytes.len());
     }
     Ok(0)
 }

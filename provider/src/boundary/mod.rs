@@ -21,6 +21,7 @@ pub mod fid;
 pub mod guard;
 pub mod info;
 pub mod log;
+pub mod mr;
 pub mod params;
 pub mod pep;
 pub mod provider;

@@ -17,17 +17,43 @@ pub struct ParamDef {
 
 /// Every variable oxmr reads. The README's variable table lists the same
 /// names (a test checks it).
-pub const PARAMS: &[ParamDef] = &[ParamDef {
-    name: c"iface",
-    kind: ffi::FI_PARAM_STRING,
-    help: c"Comma-separated network interfaces fi_getinfo offers, e.g. 'lo' or 'eth0,eth1' (default: every interface that is up)",
-}];
+pub const PARAMS: &[ParamDef] = &[
+    ParamDef {
+        name: c"iface",
+        kind: ffi::FI_PARAM_STRING,
+        help: c"Comma-separated network interfaces fi_getinfo offers, e.g. 'lo' or 'eth0,eth1' (default: every interface that is up)",
+    },
+    ParamDef {
+        name: c"mr_pin",
+        kind: ffi::FI_PARAM_STRING,
+        help: c"How registrations hold their pages: uring (io_uring fixed buffers, a long-term pin like ibv_reg_mr), mlock, or none (default: uring, falling back to mlock where io_uring is unavailable)",
+    },
+    ParamDef {
+        name: c"mr_max_pinned",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Cap on bytes oxmr keeps pinned in this process (default: the RLIMIT_MEMLOCK soft limit; unlimited when that is unlimited or with CAP_IPC_LOCK)",
+    },
+];
 
 /// The values read at load time.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Config {
     /// FI_OXMR_IFACE.
     pub ifaces: Option<Vec<String>>,
+    /// FI_OXMR_MR_PIN.
+    pub pin_mode: crate::mr::pin::PinMode,
+    /// FI_OXMR_MR_MAX_PINNED.
+    pub max_pinned: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ifaces: None,
+            pin_mode: crate::mr::pin::PinMode::Uring,
+            max_pinned: None,
+        }
+    }
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -55,6 +81,19 @@ fn get_str(name: &CStr) -> Option<String> {
     Some(unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
 }
 
+fn get_size(name: &CStr) -> Option<usize> {
+    let mut v: usize = 0;
+    // SAFETY: a size_t parameter writes one size_t into `v`.
+    let r = unsafe {
+        ffi::fi_param_get(
+            provider_ptr(),
+            name.as_ptr(),
+            (&mut v as *mut usize).cast::<c_void>(),
+        )
+    };
+    (r == 0).then_some(v)
+}
+
 /// Define every variable and read them (fi_prov_ini).
 pub fn define_and_load() {
     for p in PARAMS {
@@ -76,5 +115,15 @@ pub fn define_and_load() {
             .filter(|x| !x.is_empty())
             .collect()
     });
-    let _ = CONFIG.set(Config { ifaces });
+    let pin_mode =
+        crate::mr::pin::PinMode::parse(get_str(c"mr_pin").as_deref()).unwrap_or_else(|why| {
+            tracing::warn!("{why}; using uring");
+            crate::mr::pin::PinMode::Uring
+        });
+    let max_pinned = get_size(c"mr_max_pinned").map(|v| v as u64);
+    let _ = CONFIG.set(Config {
+        ifaces,
+        pin_mode,
+        max_pinned,
+    });
 }

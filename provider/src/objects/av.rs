@@ -6,9 +6,11 @@
 //! sockaddr_in / sockaddr_in6; each inserted address is parsed by its own
 //! family, so one insert may mix both.
 //!
-//! With an EQ bound, inserts are asynchronous: the call returns 0, each
-//! address that fails produces an error event (data = its index in the
-//! call), then one FI_AV_COMPLETE event carries the number inserted.
+//! An AV opened with FI_EVENT is asynchronous (fi_av(3)): inserts need a
+//! bound EQ (-FI_ENOEQ before), return 0, and each address that fails
+//! produces an error event (data = its index in the call), then one
+//! FI_AV_COMPLETE event carries the number inserted. Without FI_EVENT,
+//! inserts are synchronous even with an EQ bound.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
@@ -34,6 +36,8 @@ pub struct Av {
     pub domain: Arc<Domain>,
     /// FI_AV_MAP or FI_AV_TABLE.
     pub av_type: u32,
+    /// Opened with FI_EVENT: inserts complete on the bound EQ.
+    pub events: bool,
     eq: Mutex<Option<Arc<Eq>>>,
     table: RwLock<Table>,
 }
@@ -100,10 +104,12 @@ impl Av {
             slots: Vec::with_capacity(attr.count.min(1 << 16)),
             free: Vec::new(),
         };
+        let events = attr.flags & ffi::FI_EVENT as u64 != 0;
         Ok(Av {
             hdr,
             domain,
             av_type,
+            events,
             eq: Mutex::new(None),
             table: RwLock::new(table),
         })
@@ -138,13 +144,21 @@ impl Av {
                 flags & !known
             ));
         }
-        let eq = self.eq.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if eq.is_some() && flags & ffi::FI_SYNC_ERR as u64 != 0 {
-            return Err(fail!(
-                ffi::FI_EBADFLAGS,
-                "FI_SYNC_ERR applies to synchronous inserts; this AV has an EQ bound"
-            ));
-        }
+        let eq = if self.events {
+            let eq = self.eq.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if eq.is_none() {
+                return Err(fail!(ffi::FI_ENOEQ, "fi_av_insert: this AV was opened with FI_EVENT; bind an EQ (fi_av_bind) before inserting"));
+            }
+            if flags & ffi::FI_SYNC_ERR as u64 != 0 {
+                return Err(fail!(
+                    ffi::FI_EBADFLAGS,
+                    "FI_SYNC_ERR applies to synchronous inserts; this AV was opened with FI_EVENT"
+                ));
+            }
+            eq
+        } else {
+            None
+        };
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         let reuse = self.av_type == ffi::FI_AV_MAP;
         let results: Vec<_> = addrs

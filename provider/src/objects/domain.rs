@@ -10,6 +10,8 @@ use crate::boundary::Result;
 use crate::fail;
 use crate::info::getinfo::effective_mr_mode;
 use crate::info::{attrs, Info};
+use crate::mr::pin::Pinner;
+use crate::mr::{account, MrDomain};
 
 /// A domain.
 #[repr(C)]
@@ -23,6 +25,8 @@ pub struct Domain {
     pub av_type: u32,
     /// mr_mode bits in force (FI_MR_BASIC expanded to its three bits).
     pub mr_mode: i32,
+    /// Registrations: keys, pins, accounting.
+    pub mr: MrDomain,
 }
 
 impl Domain {
@@ -52,12 +56,17 @@ impl Domain {
             ));
         }
         let name = d.name.clone().unwrap_or_else(|| "oxmr".into());
+        let mr_mode = effective_mr_mode(d.mr_mode);
+        let cfg = crate::boundary::params::config();
+        let (cap, source) = account::default_cap(cfg.max_pinned);
+        let pinner = Pinner::new(cfg.pin_mode, account::Account::new(cap, source));
         Ok(Domain {
             hdr,
             fabric,
             name,
             av_type: d.av_type,
-            mr_mode: effective_mr_mode(d.mr_mode),
+            mr_mode,
+            mr: MrDomain::new(mr_mode, pinner),
             info,
         })
     }

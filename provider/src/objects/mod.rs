@@ -12,5 +12,6 @@ pub mod domain;
 pub mod ep;
 pub mod eq;
 pub mod fabric;
+pub mod mr;
 pub mod pep;
 pub mod wait;

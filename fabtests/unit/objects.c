@@ -1,0 +1,503 @@
+/*
+ * objects: opening and closing every oxmr object, close ordering
+ * (-FI_EBUSY), endpoint binding and enabling rules, names, options and
+ * controls (fi_fabric(3), fi_domain(3), fi_endpoint(3), fi_cm(3)).
+ *
+ * Memory registration is deliberately not tested here.
+ */
+#include "oxt.h"
+
+static struct fid_cq *open_cq(struct fid_domain *d)
+{
+	struct fi_cq_attr a = { .format = FI_CQ_FORMAT_CONTEXT,
+				.wait_obj = FI_WAIT_NONE };
+	struct fid_cq *cq = NULL;
+
+	REQUIRE_RC(fi_cq_open(d, &a, &cq, NULL), 0);
+	return cq;
+}
+
+static struct fid_av *open_av(struct fid_domain *d)
+{
+	struct fi_av_attr a = { .type = FI_AV_TABLE };
+	struct fid_av *av = NULL;
+
+	REQUIRE_RC(fi_av_open(d, &a, &av, NULL), 0);
+	return av;
+}
+
+static struct fid_cntr *open_cntr(struct fid_domain *d)
+{
+	struct fi_cntr_attr a = { .events = FI_CNTR_EVENTS_COMP,
+				  .wait_obj = FI_WAIT_NONE };
+	struct fid_cntr *c = NULL;
+
+	REQUIRE_RC(fi_cntr_open(d, &a, &c, NULL), 0);
+	return c;
+}
+
+static struct fid_eq *open_eq(struct fid_fabric *f)
+{
+	struct fi_eq_attr a = { .size = 8, .wait_obj = FI_WAIT_UNSPEC };
+	struct fid_eq *eq = NULL;
+
+	REQUIRE_RC(fi_eq_open(f, &a, &eq, NULL), 0);
+	return eq;
+}
+
+static struct fid_ep *open_ep(struct oxt_env *e)
+{
+	struct fid_ep *ep = NULL;
+
+	REQUIRE_RC(fi_endpoint(e->domain, e->info, &ep, NULL), 0);
+	return ep;
+}
+
+/* An enabled RDM endpoint with a CQ and an AV. */
+struct rdm {
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+};
+
+static void rdm_open(struct oxt_env *e, struct rdm *r)
+{
+	r->cq = open_cq(e->domain);
+	r->av = open_av(e->domain);
+	r->ep = open_ep(e);
+	REQUIRE_RC(fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(r->ep, &r->av->fid, 0), 0);
+	REQUIRE_RC(fi_enable(r->ep), 0);
+}
+
+static void rdm_close(struct rdm *r)
+{
+	EXPECT_RC(fi_close(&r->ep->fid), 0);
+	EXPECT_RC(fi_close(&r->av->fid), 0);
+	EXPECT_RC(fi_close(&r->cq->fid), 0);
+}
+
+static void test_open_close(void)
+{
+	struct oxt_env e, m;
+	struct fid_eq *eq;
+	struct fid_cq *cq;
+	struct fid_cntr *cntr;
+	struct fid_av *av;
+	struct fid_ep *ep;
+	struct fid_pep *pep = NULL;
+
+	OXT_GROUP("fabric, domain, EQ, CQ, counter, AV, RDM endpoint open and close");
+	oxt_open(&e);
+	eq = open_eq(e.fabric);
+	cq = open_cq(e.domain);
+	cntr = open_cntr(e.domain);
+	av = open_av(e.domain);
+	ep = open_ep(&e);
+	EXPECT_EQ(ep->fid.fclass, FI_CLASS_EP);
+	EXPECT_EQ(cq->fid.fclass, FI_CLASS_CQ);
+	EXPECT_EQ(eq->fid.fclass, FI_CLASS_EQ);
+	EXPECT_EQ(av->fid.fclass, FI_CLASS_AV);
+	EXPECT_EQ(cntr->fid.fclass, FI_CLASS_CNTR);
+	EXPECT_EQ(e.domain->fid.fclass, FI_CLASS_DOMAIN);
+	EXPECT_EQ(e.fabric->fid.fclass, FI_CLASS_FABRIC);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	EXPECT_RC(fi_close(&av->fid), 0);
+	EXPECT_RC(fi_close(&cntr->fid), 0);
+	EXPECT_RC(fi_close(&cq->fid), 0);
+	EXPECT_RC(fi_close(&eq->fid), 0);
+	oxt_close(&e);
+
+	OXT_GROUP("MSG endpoint and passive endpoint open and close");
+	oxt_open_type(&m, FI_EP_MSG);
+	EXPECT_RC(fi_passive_ep(m.fabric, m.info, &pep, NULL), 0);
+	if (pep) {
+		EXPECT_EQ(pep->fid.fclass, FI_CLASS_PEP);
+		EXPECT_RC(fi_close(&pep->fid), 0);
+	}
+	ep = NULL;
+	EXPECT_RC(fi_endpoint(m.domain, m.info, &ep, NULL), 0);
+	if (ep)
+		EXPECT_RC(fi_close(&ep->fid), 0);
+	oxt_close(&m);
+}
+
+static void test_ebusy(void)
+{
+	struct oxt_env e;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	struct fid_cntr *cntr;
+	struct fid_eq *eq;
+	struct fid_ep *ep;
+
+	OXT_GROUP("fi_close is -FI_EBUSY while children or bindings exist");
+	oxt_open(&e);
+
+	/* parents with open children */
+	EXPECT_RC(fi_close(&e.fabric->fid), -FI_EBUSY); /* open domain */
+	cq = open_cq(e.domain);
+	EXPECT_RC(fi_close(&e.domain->fid), -FI_EBUSY); /* open CQ */
+	EXPECT_RC(fi_close(&cq->fid), 0);
+	cntr = open_cntr(e.domain);
+	EXPECT_RC(fi_close(&e.domain->fid), -FI_EBUSY); /* open counter */
+	EXPECT_RC(fi_close(&cntr->fid), 0);
+	av = open_av(e.domain);
+	EXPECT_RC(fi_close(&e.domain->fid), -FI_EBUSY); /* open AV */
+	EXPECT_RC(fi_close(&av->fid), 0);
+
+	/* objects bound to an endpoint */
+	cq = open_cq(e.domain);
+	av = open_av(e.domain);
+	cntr = open_cntr(e.domain);
+	ep = open_ep(&e);
+	EXPECT_RC(fi_close(&e.domain->fid), -FI_EBUSY); /* open endpoint */
+	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &cntr->fid, FI_SEND | FI_RECV), 0);
+	EXPECT_RC(fi_close(&cq->fid), -FI_EBUSY);
+	EXPECT_RC(fi_close(&av->fid), -FI_EBUSY);
+	EXPECT_RC(fi_close(&cntr->fid), -FI_EBUSY);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	EXPECT_RC(fi_close(&cq->fid), 0);
+	EXPECT_RC(fi_close(&cntr->fid), 0);
+
+	/* an EQ bound to an AV; a fabric with an open EQ */
+	eq = open_eq(e.fabric);
+	REQUIRE_RC(fi_av_bind(av, &eq->fid, 0), 0);
+	EXPECT_RC(fi_close(&eq->fid), -FI_EBUSY);
+	EXPECT_RC(fi_close(&av->fid), 0);
+	EXPECT_RC(fi_close(&e.domain->fid), 0);
+	e.domain = NULL;
+	EXPECT_RC(fi_close(&e.fabric->fid), -FI_EBUSY); /* open EQ */
+	EXPECT_RC(fi_close(&eq->fid), 0);
+	oxt_close(&e);
+}
+
+static void test_enable_and_bind(void)
+{
+	struct oxt_env e, m;
+	struct fid_cq *cq, *cq2;
+	struct fid_av *av;
+	struct fid_cntr *cntr, *cntr2;
+	struct fid_eq *eq;
+	struct fid_ep *ep;
+
+	oxt_open(&e);
+
+	OXT_GROUP("fi_enable: RDM needs an AV (-FI_ENOAV) and a CQ (-FI_ENOCQ)");
+	cq = open_cq(e.domain);
+	av = open_av(e.domain);
+	ep = open_ep(&e);
+	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	EXPECT_RC(fi_enable(ep), -FI_ENOAV);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	ep = open_ep(&e);
+	REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+	EXPECT_RC(fi_enable(ep), -FI_ENOCQ);
+	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	EXPECT_RC(fi_enable(ep), 0);
+
+	OXT_GROUP("fi_ep_bind after fi_enable is -FI_EOPBADSTATE");
+	cntr = open_cntr(e.domain);
+	EXPECT_RC(fi_ep_bind(ep, &cntr->fid, FI_SEND), -FI_EOPBADSTATE);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	EXPECT_RC(fi_close(&cntr->fid), 0);
+
+	OXT_GROUP("fi_ep_bind of a CQ: flag checks and one CQ per direction");
+	cq2 = open_cq(e.domain);
+	ep = open_ep(&e);
+	EXPECT_RC(fi_ep_bind(ep, &cq->fid, 0), -FI_EBADFLAGS);
+	EXPECT_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_READ),
+		  -FI_EBADFLAGS);
+	EXPECT_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT), 0);
+	EXPECT_RC(fi_ep_bind(ep, &cq2->fid, FI_TRANSMIT), -FI_EINVAL);
+	EXPECT_RC(fi_ep_bind(ep, &cq2->fid, FI_RECV | FI_SELECTIVE_COMPLETION),
+		  0);
+	EXPECT_RC(fi_ep_bind(ep, &cq->fid, FI_RECV), -FI_EINVAL);
+	EXPECT_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+
+	OXT_GROUP("fi_ep_bind of counters: one counter per event type");
+	cntr = open_cntr(e.domain);
+	cntr2 = open_cntr(e.domain);
+	EXPECT_RC(fi_ep_bind(ep, &cntr->fid, FI_SEND | FI_RECV), 0);
+	/* fi_endpoint(3): "a EP may not bind to two counters both using FI_WRITE" */
+	EXPECT(fi_ep_bind(ep, &cntr2->fid, FI_SEND | FI_WRITE) < 0,
+	       "a second counter was bound for FI_SEND");
+	EXPECT_RC(fi_ep_bind(ep, &cntr2->fid, FI_WRITE | FI_READ), 0);
+	EXPECT_RC(fi_enable(ep), 0);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	EXPECT_RC(fi_close(&cntr2->fid), 0);
+	EXPECT_RC(fi_close(&cntr->fid), 0);
+	EXPECT_RC(fi_close(&cq2->fid), 0);
+	EXPECT_RC(fi_close(&av->fid), 0);
+	EXPECT_RC(fi_close(&cq->fid), 0);
+	oxt_close(&e);
+
+	OXT_GROUP("fi_enable: MSG endpoint needs an EQ (-FI_ENOEQ)");
+	oxt_open_type(&m, FI_EP_MSG);
+	cq = open_cq(m.domain);
+	eq = open_eq(m.fabric);
+	ep = open_ep(&m);
+	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	EXPECT_RC(fi_enable(ep), -FI_ENOEQ);
+	EXPECT_RC(fi_ep_bind(ep, &eq->fid, 0), 0);
+	EXPECT_RC(fi_enable(ep), 0);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	EXPECT_RC(fi_close(&eq->fid), 0);
+	EXPECT_RC(fi_close(&cq->fid), 0);
+	oxt_close(&m);
+}
+
+static void test_data_path(void)
+{
+	struct oxt_env e;
+	struct rdm r;
+	char buf[64] = "oxmr";
+	struct fi_context ctx[2];
+	size_t len = sizeof(struct sockaddr_in);
+	struct sockaddr_in self;
+	fi_addr_t peer = FI_ADDR_NOTAVAIL;
+
+	oxt_open(&e);
+	rdm_open(&e, &r);
+	REQUIRE_RC(fi_getname(&r.ep->fid, &self, &len), 0);
+	REQUIRE_RC(fi_av_insert(r.av, &self, 1, &peer, 0, NULL), 1);
+
+	OXT_GROUP("data path not implemented yet (-FI_ENOSYS)");
+	EXPECT_RC(fi_recv(r.ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, &ctx[0]),
+		  -FI_ENOSYS);
+	EXPECT_RC(fi_send(r.ep, buf, 8, NULL, peer, &ctx[1]), -FI_ENOSYS);
+	EXPECT_RC(fi_tsend(r.ep, buf, 8, NULL, peer, 0x1234, &ctx[1]),
+		  -FI_ENOSYS);
+	EXPECT_RC(fi_write(r.ep, buf, 8, NULL, peer, 0, 0, &ctx[1]),
+		  -FI_ENOSYS);
+	EXPECT_RC(fi_read(r.ep, buf, 8, NULL, peer, 0, 0, &ctx[1]),
+		  -FI_ENOSYS);
+	EXPECT_RC(fi_inject(r.ep, buf, 8, peer), -FI_ENOSYS);
+
+	OXT_GROUP("fi_cancel with nothing posted is -FI_ENOENT");
+	EXPECT_RC(fi_cancel(&r.ep->fid, &ctx[0]), -FI_ENOENT);
+
+	rdm_close(&r);
+	oxt_close(&e);
+}
+
+/* connect() a TCP socket to `a`: true when something listens there. */
+static bool listening(const struct sockaddr_in *a)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = connect(fd, (const struct sockaddr *)a, sizeof *a) == 0;
+	close(fd);
+	return ok;
+}
+
+static void test_names(void)
+{
+	struct oxt_env e, m;
+	struct rdm r;
+	struct sockaddr_in name, name2, to;
+	unsigned char small[16];
+	size_t len;
+	struct fid_ep *ep;
+	struct fid_pep *pep = NULL;
+
+	oxt_open(&e);
+	rdm_open(&e, &r);
+
+	OXT_GROUP("fi_getname on an RDM endpoint names a listening TCP socket");
+	memset(&name, 0, sizeof name);
+	len = sizeof name;
+	EXPECT_RC(fi_getname(&r.ep->fid, &name, &len), 0);
+	EXPECT_EQ(len, sizeof(struct sockaddr_in));
+	EXPECT_EQ(name.sin_family, AF_INET);
+	EXPECT(name.sin_port != 0, "port is 0");
+	EXPECT_EQ(ntohl(name.sin_addr.s_addr), INADDR_LOOPBACK);
+	EXPECT(listening(&name), "connect() to %s:%u failed: %s",
+	       inet_ntoa(name.sin_addr), ntohs(name.sin_port),
+	       strerror(errno));
+
+	OXT_GROUP("fi_getname with a short buffer: -FI_ETOOSMALL, addrlen 16");
+	len = 4;
+	memset(small, 0xAA, sizeof small);
+	EXPECT_RC(fi_getname(&r.ep->fid, small, &len), -FI_ETOOSMALL);
+	EXPECT_EQ(len, sizeof(struct sockaddr_in));
+	EXPECT(small[4] == 0xAA, "fi_getname wrote past the 4-byte buffer");
+
+	/*
+	 * fi_cm(3): "If the actual address is larger than what can fit into
+	 * the buffer, it will be truncated and -FI_ETOOSMALL will be returned."
+	 */
+	OXT_GROUP("fi_getname with a short buffer truncates the name (fi_cm(3))");
+	EXPECT(memcmp(small, &name, 4) == 0,
+	       "the 4-byte buffer holds %02x %02x %02x %02x, expected the first 4 bytes of the name (%02x %02x %02x %02x)",
+	       small[0], small[1], small[2], small[3],
+	       ((unsigned char *)&name)[0], ((unsigned char *)&name)[1],
+	       ((unsigned char *)&name)[2], ((unsigned char *)&name)[3]);
+	rdm_close(&r);
+
+	OXT_GROUP("fi_setname before fi_enable moves the listener");
+	ep = open_ep(&e);
+	to = oxt_sin("127.0.0.1", 0);
+	EXPECT_RC(fi_setname(&ep->fid, &to, sizeof to), 0);
+	memset(&name2, 0, sizeof name2);
+	len = sizeof name2;
+	EXPECT_RC(fi_getname(&ep->fid, &name2, &len), 0);
+	EXPECT_EQ(name2.sin_family, AF_INET);
+	EXPECT_EQ(ntohl(name2.sin_addr.s_addr), INADDR_LOOPBACK);
+	EXPECT(name2.sin_port != 0, "port is 0 after fi_setname(port 0)");
+	EXPECT(listening(&name2), "connect() to the new name failed: %s",
+	       strerror(errno));
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	oxt_close(&e);
+
+	OXT_GROUP("fi_getname on a passive endpoint names a listening socket");
+	oxt_open_type(&m, FI_EP_MSG);
+	REQUIRE_RC(fi_passive_ep(m.fabric, m.info, &pep, NULL), 0);
+	memset(&name, 0, sizeof name);
+	len = sizeof name;
+	EXPECT_RC(fi_getname(&pep->fid, &name, &len), 0);
+	EXPECT_EQ(len, sizeof(struct sockaddr_in));
+	EXPECT_EQ(name.sin_family, AF_INET);
+	EXPECT(name.sin_port != 0, "port is 0");
+	EXPECT(listening(&name), "connect() to the passive endpoint failed: %s",
+	       strerror(errno));
+	EXPECT_RC(fi_close(&pep->fid), 0);
+	oxt_close(&m);
+}
+
+static void test_options(void)
+{
+	struct oxt_env e, m;
+	struct fid_ep *ep;
+	struct fid_pep *pep = NULL;
+	size_t v, len;
+	uint32_t small;
+
+	oxt_open(&e);
+	ep = open_ep(&e);
+
+	OXT_GROUP("fi_getopt/fi_setopt FI_OPT_MIN_MULTI_RECV");
+	v = 0;
+	len = sizeof v;
+	EXPECT_RC(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV,
+			    &v, &len),
+		  0);
+	EXPECT_EQ(v, 64);
+	EXPECT_EQ(len, sizeof(size_t));
+	v = 4096;
+	EXPECT_RC(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV,
+			    &v, sizeof v),
+		  0);
+	v = 0;
+	len = sizeof v;
+	EXPECT_RC(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV,
+			    &v, &len),
+		  0);
+	EXPECT_EQ(v, 4096);
+
+	OXT_GROUP("FI_OPT_CM_DATA_SIZE is readable (256) and read-only");
+	v = 0;
+	len = sizeof v;
+	EXPECT_RC(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v,
+			    &len),
+		  0);
+	EXPECT_EQ(v, 256);
+	v = 16;
+	EXPECT(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v,
+			 sizeof v) < 0,
+	       "fi_setopt(FI_OPT_CM_DATA_SIZE) succeeded on a read-only option");
+
+	OXT_GROUP("fi_getopt errors: unknown level, short optlen");
+	len = sizeof v;
+	EXPECT_RC(fi_getopt(&ep->fid, 12345, FI_OPT_MIN_MULTI_RECV, &v, &len),
+		  -FI_ENOPROTOOPT);
+	EXPECT_RC(fi_setopt(&ep->fid, 12345, FI_OPT_MIN_MULTI_RECV, &v,
+			    sizeof v),
+		  -FI_ENOPROTOOPT);
+	len = sizeof small;
+	EXPECT_RC(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV,
+			    &small, &len),
+		  -FI_ETOOSMALL);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	oxt_close(&e);
+
+	OXT_GROUP("FI_OPT_CM_DATA_SIZE on MSG and passive endpoints");
+	oxt_open_type(&m, FI_EP_MSG);
+	ep = open_ep(&m);
+	v = 0;
+	len = sizeof v;
+	EXPECT_RC(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v,
+			    &len),
+		  0);
+	EXPECT_EQ(v, 256);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	REQUIRE_RC(fi_passive_ep(m.fabric, m.info, &pep, NULL), 0);
+	v = 0;
+	len = sizeof v;
+	EXPECT_RC(fi_getopt(&pep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v,
+			    &len),
+		  0);
+	EXPECT_EQ(v, 256);
+	EXPECT_RC(fi_close(&pep->fid), 0);
+	oxt_close(&m);
+}
+
+static void test_opsflag(void)
+{
+	struct oxt_env e;
+	struct fi_info *hints, *info = NULL;
+	struct fid_ep *ep = NULL;
+	uint64_t flags;
+
+	OXT_GROUP("fi_control FI_GETOPSFLAG/FI_SETOPSFLAG");
+	oxt_open(&e);
+	hints = oxt_hints(FI_EP_RDM);
+	hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+	REQUIRE_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, hints,
+			      &info),
+		   0);
+	fi_freeinfo(hints);
+	REQUIRE_EQ(info->tx_attr->op_flags, FI_DELIVERY_COMPLETE);
+	REQUIRE_RC(fi_endpoint(e.domain, info, &ep, NULL), 0);
+
+	flags = FI_TRANSMIT;
+	EXPECT_RC(fi_control(&ep->fid, FI_GETOPSFLAG, &flags), 0);
+	EXPECT_EQ(flags & ~(uint64_t)FI_TRANSMIT, FI_DELIVERY_COMPLETE);
+	flags = FI_RECV;
+	EXPECT_RC(fi_control(&ep->fid, FI_GETOPSFLAG, &flags), 0);
+	EXPECT_EQ(flags & ~(uint64_t)FI_RECV, 0);
+
+	flags = FI_TRANSMIT | FI_INJECT_COMPLETE;
+	EXPECT_RC(fi_control(&ep->fid, FI_SETOPSFLAG, &flags), 0);
+	flags = FI_TRANSMIT;
+	EXPECT_RC(fi_control(&ep->fid, FI_GETOPSFLAG, &flags), 0);
+	EXPECT_EQ(flags & ~(uint64_t)FI_TRANSMIT, FI_INJECT_COMPLETE);
+
+	/* fi_endpoint(3): FI_TRANSMIT or FI_RECV, not both */
+	flags = FI_TRANSMIT | FI_RECV;
+	EXPECT(fi_control(&ep->fid, FI_GETOPSFLAG, &flags) < 0,
+	       "FI_GETOPSFLAG with both FI_TRANSMIT and FI_RECV succeeded");
+
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	fi_freeinfo(info);
+	oxt_close(&e);
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	oxt_init(argv[0]);
+	test_open_close();
+	test_ebusy();
+	test_enable_and_bind();
+	test_data_path();
+	test_names();
+	test_options();
+	test_opsflag();
+	return oxt_done();
+}

@@ -1,0 +1,298 @@
+//! fid_mr and the registration calls (fi_mr_reg, fi_mr_regv,
+//! fi_mr_regattr), plus the "oxmr_mr_ops" extension table.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use oxmr_ffi as ffi;
+
+use super::fid::{self, borrow, class_of, fid_header, Header};
+use super::{common, guard_int, write_out};
+use crate::ext::{self, oxmr_mr_info, oxmr_mr_ops, oxmr_mr_stats};
+use crate::fail;
+use crate::mr::pin::{PinClass, PinMode};
+use crate::mr::Request;
+use crate::objects::{cntr::Cntr, domain::Domain, ep::Ep, mr::Mr};
+
+pub static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(close),
+    bind: Some(bind),
+    control: Some(control),
+    ops_open: Some(common::ops_open),
+    tostr: Some(common::tostr),
+    ops_set: Some(common::ops_set),
+};
+
+crate::fid_object!(Mr, hdr, ffi::FI_CLASS_MR, "memory region", MR_FI_OPS);
+
+unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
+    // SAFETY: libfabric passes our fid.
+    guard_int("fi_close(mr)", || {
+        unsafe { fid::close::<Mr>(f, |_| Ok(())) }.map(|_| 0)
+    })
+}
+
+unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
+    guard_int("fi_mr_bind", || {
+        // SAFETY: our fid and an application fid, checked before use.
+        unsafe {
+            let mr = borrow::<Mr>(f)?;
+            match class_of(bfid) {
+                Some(ffi::FI_CLASS_EP) => mr.bind_ep(&fid::retain::<Ep>(bfid)?, flags)?,
+                Some(ffi::FI_CLASS_CNTR) => mr.bind_cntr(&fid::retain::<Cntr>(bfid)?, flags)?,
+                _ => {
+                    return Err(fail!(
+                        ffi::FI_EINVAL,
+                        "fi_mr_bind: bind an MR to an endpoint or a counter"
+                    ))
+                }
+            }
+        }
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, _arg: *mut c_void) -> i32 {
+    guard_int("fi_control(mr)", || {
+        // SAFETY: our fid.
+        let mr = unsafe { borrow::<Mr>(f) }?;
+        match command as u32 {
+            ffi::FI_ENABLE => mr.enable().map(|_| 0),
+            ffi::FI_REFRESH => mr.refresh().map(|_| 0),
+            c => Err(fail!(
+                ffi::FI_ENOSYS,
+                "fi_control command {c} is not supported on an MR"
+            )),
+        }
+    })
+}
+
+/// Register and hand the MR out.
+///
+/// # Safety
+/// `domain` is an application fid; `out` valid for a write.
+unsafe fn reg_common(
+    domain: *mut ffi::fid,
+    req: Request,
+    out: *mut *mut ffi::fid_mr,
+    context: *mut c_void,
+) -> crate::boundary::Result<i32> {
+    // SAFETY: forwarded contract.
+    let d = unsafe { fid::retain::<Domain>(domain) }?;
+    if out.is_null() {
+        return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: NULL mr out-parameter"));
+    }
+    let region = d.mr.register(&req)?;
+    let key = region.key;
+    let mr = Arc::new_cyclic(|me| {
+        // The descriptor (fi_mr_desc) is the MR's own address.
+        let hdr = Header(ffi::fid_mr {
+            fid: fid_header::<Mr>(context),
+            mem_desc: me.as_ptr() as *mut c_void,
+            key,
+        });
+        Mr::new(hdr, d, region)
+    });
+    // SAFETY: `out` checked non-NULL above.
+    unsafe { out.write(fid::publish(mr) as *mut ffi::fid_mr) };
+    Ok(0)
+}
+
+/// # Safety
+/// `iov` is NULL or holds `count` iovecs.
+unsafe fn iovs_of(
+    iov: *const ffi::iovec,
+    count: usize,
+) -> crate::boundary::Result<Vec<(usize, usize)>> {
+    if count > 0 && iov.is_null() {
+        return Err(fail!(
+            ffi::FI_EINVAL,
+            "fi_mr_regv: NULL iov array with count {count}"
+        ));
+    }
+    if count > 1024 {
+        return Err(fail!(ffi::FI_EINVAL, "fi_mr_regv: {count} iovs"));
+    }
+    // SAFETY: `count` iovecs per the caller's contract.
+    Ok((0..count)
+        .map(|i| unsafe { ((*iov.add(i)).iov_base as usize, (*iov.add(i)).iov_len) })
+        .collect())
+}
+
+pub unsafe extern "C" fn reg(
+    domain: *mut ffi::fid,
+    buf: *const c_void,
+    len: usize,
+    access: u64,
+    offset: u64,
+    requested_key: u64,
+    flags: u64,
+    out: *mut *mut ffi::fid_mr,
+    context: *mut c_void,
+) -> i32 {
+    guard_int("fi_mr_reg", || {
+        let req = Request {
+            iovs: vec![(buf as usize, len)],
+            access,
+            offset,
+            requested_key,
+            flags,
+            iface: ffi::FI_HMEM_SYSTEM,
+        };
+        // SAFETY: C contract of fi_mr_reg.
+        unsafe { reg_common(domain, req, out, context) }
+    })
+}
+
+pub unsafe extern "C" fn regv(
+    domain: *mut ffi::fid,
+    iov: *const ffi::iovec,
+    count: usize,
+    access: u64,
+    offset: u64,
+    requested_key: u64,
+    flags: u64,
+    out: *mut *mut ffi::fid_mr,
+    context: *mut c_void,
+) -> i32 {
+    guard_int("fi_mr_regv", || {
+        // SAFETY: C contract of fi_mr_regv.
+        let iovs = unsafe { iovs_of(iov, count) }?;
+        let req = Request {
+            iovs,
+            access,
+            offset,
+            requested_key,
+            flags,
+            iface: ffi::FI_HMEM_SYSTEM,
+        };
+        // SAFETY: as above.
+        unsafe { reg_common(domain, req, out, context) }
+    })
+}
+
+pub unsafe extern "C" fn regattr(
+    domain: *mut ffi::fid,
+    attr: *const ffi::fi_mr_attr,
+    flags: u64,
+    out: *mut *mut ffi::fid_mr,
+) -> i32 {
+    guard_int("fi_mr_regattr", || {
+        // SAFETY: C contract of fi_mr_regattr.
+        let a = unsafe { super::attr(attr, "fi_mr_attr") }?;
+        if a.auth_key_size > 0 {
+            return Err(fail!(
+                ffi::FI_ENOSYS,
+                "fi_mr_regattr: authorization keys are not supported"
+            ));
+        }
+        // SAFETY: as above.
+        let iovs = unsafe { iovs_of(a.mr_iov, a.iov_count) }?;
+        let req = Request {
+            iovs,
+            access: a.access,
+            offset: a.offset,
+            requested_key: a.requested_key,
+            flags,
+            iface: a.iface,
+        };
+        // SAFETY: as above.
+        unsafe { reg_common(domain, req, out, a.context) }
+    })
+}
+
+unsafe extern "C" fn ext_query(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32 {
+    guard_int("oxmr_mr_ops.query", || {
+        // SAFETY: the application passes an MR fid of ours.
+        let mr = unsafe { borrow::<Mr>(mr as *const ffi::fid) }?;
+        let r = &mr.region;
+        let pin = r.pin.lock().unwrap_or_else(|p| p.into_inner());
+        let class_ = match pin.class() {
+            PinClass::Uring => ext::OXMR_MR_CLASS_PINNED,
+            PinClass::Mlock => ext::OXMR_MR_CLASS_LOCKED,
+            PinClass::Unpinned => ext::OXMR_MR_CLASS_UNPINNED,
+        };
+        let v = oxmr_mr_info {
+            size: size_of::<oxmr_mr_info>(),
+            class_,
+            pin_slots: pin.slots(),
+            bytes_pinned: pin.bytes(),
+            len: r.len as u64,
+            key: r.key,
+            access: r.access,
+        };
+        // SAFETY: `info` points to an oxmr_mr_info (API contract).
+        unsafe { write_out(info, v, "oxmr_mr_info") }?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn ext_stats(domain: *mut c_void, stats: *mut oxmr_mr_stats) -> i32 {
+    guard_int("oxmr_mr_ops.stats", || {
+        // SAFETY: the application passes a domain fid of ours.
+        let d = unsafe { borrow::<Domain>(domain as *const ffi::fid) }?;
+        let s = &d.mr.stats;
+        let p = &d.mr.pinner;
+        let v = oxmr_mr_stats {
+            size: size_of::<oxmr_mr_stats>(),
+            registrations: s.registrations.load(Ordering::Relaxed),
+            live: d.mr.registry.len() as u64,
+            bytes_pinned: p.acct.pinned(),
+            process_bytes_pinned: crate::mr::account::process_pinned(),
+            pin_cap: p.acct.cap().unwrap_or(0),
+            slots_used: p.slots_used(),
+            pin_mode: match p.mode() {
+                PinMode::Uring => 1,
+                PinMode::Mlock => 2,
+                PinMode::None => 3,
+            },
+            fail_einval: s.fail_einval.load(Ordering::Relaxed),
+            fail_efault: s.fail_efault.load(Ordering::Relaxed),
+            fail_eacces: s.fail_eacces.load(Ordering::Relaxed),
+            fail_enomem: s.fail_enomem.load(Ordering::Relaxed),
+            fail_enokey: s.fail_enokey.load(Ordering::Relaxed),
+            fail_other: s.fail_other.load(Ordering::Relaxed),
+        };
+        // SAFETY: `stats` points to an oxmr_mr_stats (API contract).
+        unsafe { write_out(stats, v, "oxmr_mr_stats") }?;
+        Ok(0)
+    })
+}
+
+static MR_EXT_OPS: oxmr_mr_ops = oxmr_mr_ops {
+    size: size_of::<oxmr_mr_ops>(),
+    version: ext::OXMR_EXT_VERSION,
+    query: Some(ext_query),
+    stats: Some(ext_stats),
+};
+
+/// fi_open_ops on a domain.
+pub unsafe extern "C" fn domain_ops_open(
+    f: *mut ffi::fid,
+    name: *const c_char,
+    _flags: u64,
+    ops: *mut *mut c_void,
+    _context: *mut c_void,
+) -> i32 {
+    guard_int("fi_open_ops(domain)", || {
+        // SAFETY: our fid.
+        unsafe { borrow::<Domain>(f) }?;
+        if name.is_null() {
+            return Err(fail!(ffi::FI_EINVAL, "fi_open_ops: NULL name"));
+        }
+        // SAFETY: non-NULL C string from the application.
+        let n = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        if n != ext::OXMR_MR_OPS_NAME {
+            return Err(fail!(
+                ffi::FI_ENOSYS,
+                "fi_open_ops: oxmr has no \"{n}\" table on a domain (it has \"{}\")",
+                ext::OXMR_MR_OPS_NAME
+            ));
+        }
+        // SAFETY: `ops` valid for a pointer write (API contract).
+        unsafe { write_out(ops, &MR_EXT_OPS as *const oxmr_mr_ops as *mut c_void, "ops") }?;
+        Ok(0)
+    })
+}

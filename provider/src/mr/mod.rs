@@ -1,0 +1,200 @@
+//! Memory registration: the only room that knows how memory is pinned.
+//!
+//! - `registry`: keys and the remote-access check every wire uses;
+//! - `pin`, `uring`, `mlock`: how pages are held (io_uring long-term pins,
+//!   mlock fallback with page-interval counts, or none);
+//! - `account`: pinned bytes against RLIMIT_MEMLOCK or FI_OXMR_MR_MAX_PINNED;
+//! - `maps`: the kernel's view of the mappings, to validate a range and to
+//!   say why memory cannot be pinned.
+//!
+//! Registration order (all-or-nothing): decode and check the request, pin
+//! (which validates the range), then publish the key. Close removes the key
+//! first (it never validates again), then the region's pin is dropped once
+//! no in-flight operation holds the region.
+
+pub mod account;
+pub mod maps;
+pub mod mlock;
+pub mod pin;
+pub mod registry;
+pub mod uring;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use oxmr_ffi as ffi;
+
+use crate::boundary::{Error, Result};
+use crate::fail;
+use crate::info::attrs;
+use pin::Pinner;
+use registry::{Region, Registry, ACCESS_BITS};
+
+/// One registration request, decoded from fi_mr_reg/regv/regattr.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    pub iovs: Vec<(usize, usize)>,
+    pub access: u64,
+    pub offset: u64,
+    pub requested_key: u64,
+    pub flags: u64,
+    pub iface: u32,
+}
+
+/// Registration counters (exported through the extension API).
+#[derive(Default)]
+pub struct Stats {
+    pub registrations: AtomicU64,
+    pub fail_einval: AtomicU64,
+    pub fail_efault: AtomicU64,
+    pub fail_eacces: AtomicU64,
+    pub fail_enomem: AtomicU64,
+    pub fail_enokey: AtomicU64,
+    pub fail_other: AtomicU64,
+}
+
+impl Stats {
+    fn count_failure(&self, e: Error) {
+        let c = match e.code() {
+            ffi::FI_EINVAL | ffi::FI_EBADFLAGS => &self.fail_einval,
+            ffi::FI_EFAULT => &self.fail_efault,
+            ffi::FI_EACCES => &self.fail_eacces,
+            ffi::FI_ENOMEM => &self.fail_enomem,
+            ffi::FI_ENOKEY => &self.fail_enokey,
+            _ => &self.fail_other,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A domain's registration state.
+pub struct MrDomain {
+    pub registry: Registry,
+    pub pinner: Pinner,
+    pub stats: Stats,
+    /// Effective mr_mode bits (FI_MR_BASIC expanded).
+    pub mr_mode: i32,
+}
+
+/// Flags fi_mr_reg* accept.
+const REG_FLAGS: u64 = ffi::FI_RMA_EVENT as u64;
+
+impl MrDomain {
+    pub fn new(mr_mode: i32, pinner: Pinner) -> Self {
+        MrDomain {
+            registry: Registry::new(),
+            pinner,
+            stats: Stats::default(),
+            mr_mode,
+        }
+    }
+
+    fn mode(&self, bit: u32) -> bool {
+        self.mr_mode & bit as i32 != 0
+    }
+
+    /// Register: the region, published under its key.
+    pub fn register(&self, req: &Request) -> Result<Arc<Region>> {
+        let r = self.register_inner(req);
+        match &r {
+            Ok(_) => {
+                self.stats.registrations.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => self.stats.count_failure(*e),
+        }
+        r
+    }
+
+    fn register_inner(&self, req: &Request) -> Result<Arc<Region>> {
+        if req.access & !ACCESS_BITS != 0 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_mr_reg: unknown access bits {:#x}; use FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE",
+                req.access & !ACCESS_BITS
+            ));
+        }
+        if req.flags & !REG_FLAGS != 0 {
+            return Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "fi_mr_reg: flags {:#x} not supported",
+                req.flags & !REG_FLAGS
+            ));
+        }
+        if req.iface != ffi::FI_HMEM_SYSTEM {
+            return Err(fail!(ffi::FI_ENOSYS, "fi_mr_regattr: iface {} is not supported yet; oxmr registers FI_HMEM_SYSTEM memory", req.iface));
+        }
+        if req.iovs.is_empty() || req.iovs.len() > attrs::MR_IOV_LIMIT {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_mr_regv: {} iovs; oxmr takes 1 to {} (mr_iov_limit)",
+                req.iovs.len(),
+                attrs::MR_IOV_LIMIT
+            ));
+        }
+        let mut len = 0usize;
+        for &(a, l) in &req.iovs {
+            if l > 0 && a == 0 {
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_mr_reg: NULL buffer with length {l}"
+                ));
+            }
+            if a.checked_add(l).is_none() {
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_mr_reg: buffer {a:#x} + {l} wraps around the address space"
+                ));
+            }
+            len = len
+                .checked_add(l)
+                .ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_mr_regv: total length overflows"))?;
+        }
+        let key = if self.mode(ffi::FI_MR_PROV_KEY) {
+            self.registry.new_key()
+        } else {
+            if req.requested_key == ffi::FI_KEY_NOTAVAIL {
+                return Err(fail!(
+                    ffi::FI_EKEYREJECTED,
+                    "fi_mr_reg: FI_KEY_NOTAVAIL cannot be a key"
+                ));
+            }
+            if self.registry.contains(req.requested_key) {
+                return Err(fail!(ffi::FI_ENOKEY, "fi_mr_reg: key {:#x} is already in use in this domain; close that MR or request another key", req.requested_key));
+            }
+            req.requested_key
+        };
+        let iova = if self.mode(ffi::FI_MR_VIRT_ADDR) {
+            req.iovs[0].0 as u64
+        } else {
+            req.offset
+        };
+        if iova.checked_add(len as u64).is_none() {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_mr_reg: offset {iova:#x} + length {len} overflows"
+            ));
+        }
+        let pin = self.pinner.pin(&req.iovs, req.access)?;
+        let region = Arc::new(Region {
+            key,
+            iovs: req.iovs.clone(),
+            len,
+            iova,
+            access: req.access,
+            enabled: AtomicBool::new(!self.mode(ffi::FI_MR_ENDPOINT)),
+            pin: std::sync::Mutex::new(pin),
+        });
+        self.registry.insert(region.clone()).map_err(|_| {
+            fail!(
+                ffi::FI_ENOKEY,
+                "fi_mr_reg: key {key:#x} was taken by a concurrent registration"
+            )
+        })?;
+        Ok(region)
+    }
+
+    /// Close: the key stops validating now; the pin goes with the last user.
+    pub fn deregister(&self, key: u64) {
+        self.registry.remove(key);
+    }
+}

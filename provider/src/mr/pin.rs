@@ -1,0 +1,301 @@
+//! How a registration's pages are held: the domain's pinner and the pin a
+//! region owns (released when the region is dropped, i.e. after its fid is
+//! closed and the last in-flight user lets go).
+
+use std::sync::Arc;
+
+use oxmr_ffi as ffi;
+
+use super::account::{charged, Account};
+use super::maps::{self, Kind};
+use super::mlock;
+use super::uring::UringTable;
+use crate::boundary::Result;
+use crate::fail;
+
+/// `FI_OXMR_MR_PIN`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinMode {
+    Uring,
+    Mlock,
+    None,
+}
+
+impl PinMode {
+    /// Decode the variable (default: uring).
+    pub fn parse(s: Option<&str>) -> std::result::Result<Self, String> {
+        match s.map(str::trim) {
+            None | Some("") | Some("uring") => Ok(PinMode::Uring),
+            Some("mlock") => Ok(PinMode::Mlock),
+            Some("none") => Ok(PinMode::None),
+            Some(other) => Err(format!(
+                "FI_OXMR_MR_PIN={other} is not one of uring, mlock, none"
+            )),
+        }
+    }
+}
+
+/// How a region is held, for queries and statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinClass {
+    /// Pinned with io_uring (FOLL_LONGTERM).
+    Uring,
+    /// Locked with mlock (read-only memory, or FI_OXMR_MR_PIN=mlock).
+    Mlock,
+    /// Not pinned (FI_OXMR_MR_PIN=none, or zero length).
+    Unpinned,
+}
+
+/// The pin a region owns.
+pub enum Pin {
+    None,
+    Uring {
+        table: Arc<UringTable>,
+        slots: Vec<u32>,
+        bytes: u64,
+        acct: Arc<Account>,
+    },
+    Mlock {
+        iovs: Vec<(usize, usize)>,
+        bytes: u64,
+        acct: Arc<Account>,
+    },
+}
+
+impl Pin {
+    pub fn class(&self) -> PinClass {
+        match self {
+            Pin::None => PinClass::Unpinned,
+            Pin::Uring { .. } => PinClass::Uring,
+            Pin::Mlock { .. } => PinClass::Mlock,
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Pin::None => 0,
+            Pin::Uring { bytes, .. } | Pin::Mlock { bytes, .. } => *bytes,
+        }
+    }
+
+    pub fn slots(&self) -> u32 {
+        match self {
+            Pin::Uring { slots, .. } => slots.len() as u32,
+            _ => 0,
+        }
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        match self {
+            Pin::None => {}
+            Pin::Uring {
+                table,
+                slots,
+                bytes,
+                acct,
+            } => {
+                table.unpin(slots);
+                acct.release(*bytes);
+            }
+            Pin::Mlock { iovs, bytes, acct } => {
+                for &(a, l) in iovs.iter() {
+                    mlock::global().unlock(a, l);
+                }
+                acct.release(*bytes);
+            }
+        }
+    }
+}
+
+/// Whether the access needs the memory to be writable by oxmr or a peer.
+pub fn needs_write(access: u64) -> bool {
+    access & (ffi::FI_RECV | ffi::FI_READ | ffi::FI_REMOTE_WRITE) as u64 != 0
+}
+
+/// Why a failed pin failed, in words: the kernel's view of the range.
+pub fn explain_unpinnable(iovs: &[(usize, usize)]) -> String {
+    let mut parts = Vec::new();
+    for &(a, l) in iovs {
+        match maps::smaps_in(a, l) {
+            Ok(m) => {
+                if let Some((s, e)) = maps::first_gap(&m, a, l) {
+                    parts.push(format!("{s:#x}-{e:#x} is not mapped"));
+                }
+                for x in &m {
+                    if !matches!(x.kind(), Kind::Anonymous | Kind::Heap | Kind::Stack) || !x.write {
+                        parts.push(x.describe());
+                    }
+                }
+            }
+            Err(e) => parts.push(format!("cannot read /proc/self/smaps: {e}")),
+        }
+    }
+    if parts.is_empty() {
+        "the kernel refused to pin it".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// Check a range against the mappings: mapped, and accessible as asked.
+pub fn validate(iovs: &[(usize, usize)], access: u64) -> Result<()> {
+    for &(a, l) in iovs {
+        if l == 0 {
+            continue;
+        }
+        let m = maps::mappings_in(a, l)
+            .map_err(|e| fail!(ffi::FI_EIO, "cannot read /proc/self/maps: {e}"))?;
+        if let Some((s, e)) = maps::first_gap(&m, a, l) {
+            return Err(fail!(
+                ffi::FI_EFAULT,
+                "fi_mr_reg: {s:#x}-{e:#x} of the buffer {a:#x}+{l} is not mapped; register only memory the process has mapped"
+            ));
+        }
+        for x in &m {
+            if !x.read && !x.write {
+                return Err(fail!(
+                    ffi::FI_EACCES,
+                    "fi_mr_reg: {:#x}-{:#x} is PROT_NONE; make it readable (mprotect) before registering",
+                    x.start,
+                    x.end
+                ));
+            }
+            if needs_write(access) && !x.write {
+                return Err(fail!(
+                    ffi::FI_EACCES,
+                    "fi_mr_reg: access {access:#x} needs writable memory but {:#x}-{:#x} is read-only; register it for FI_SEND/FI_WRITE/FI_REMOTE_READ only, or make it writable",
+                    x.start,
+                    x.end
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A domain's pinner.
+pub struct Pinner {
+    mode: PinMode,
+    uring: Option<Arc<UringTable>>,
+    pub acct: Arc<Account>,
+}
+
+impl Pinner {
+    /// Set up for `mode`; io_uring that cannot be set up falls back to mlock.
+    pub fn new(mode: PinMode, acct: Account) -> Self {
+        let (mode, uring) = match mode {
+            PinMode::Uring => match UringTable::new() {
+                Ok(t) => (PinMode::Uring, Some(Arc::new(t))),
+                Err(e) => {
+                    tracing::info!("io_uring unavailable ({e}); registrations pin with mlock");
+                    (PinMode::Mlock, None)
+                }
+            },
+            m => (m, None),
+        };
+        Pinner {
+            mode,
+            uring,
+            acct: Arc::new(acct),
+        }
+    }
+
+    /// The mode in force.
+    pub fn mode(&self) -> PinMode {
+        self.mode
+    }
+
+    /// io_uring slots in use.
+    pub fn slots_used(&self) -> u32 {
+        self.uring.as_ref().map_or(0, |t| t.used())
+    }
+
+    /// Pin `iovs` for `access`: all-or-nothing.
+    pub fn pin(&self, iovs: &[(usize, usize)], access: u64) -> Result<Pin> {
+        let bytes: u64 = iovs.iter().map(|&(a, l)| charged(a, l)).sum();
+        if bytes == 0 || self.mode == PinMode::None {
+            validate(iovs, access)?;
+            return Ok(Pin::None);
+        }
+        if let (PinMode::Uring, Some(t)) = (self.mode, &self.uring) {
+            self.acct.reserve(bytes)?;
+            match t.pin(iovs) {
+                Ok(slots) => {
+                    return Ok(Pin::Uring {
+                        table: t.clone(),
+                        slots,
+                        bytes,
+                        acct: self.acct.clone(),
+                    })
+                }
+                Err(e) => {
+                    self.acct.release(bytes);
+                    match e.raw_os_error() {
+                        // Read-only memory cannot take a FOLL_WRITE pin;
+                        // when the access needs no write, mlock holds it.
+                        Some(libc::EFAULT) => {
+                            validate(iovs, access)?;
+                            if needs_write(access) {
+                                return Err(self.unpinnable(iovs));
+                            }
+                        }
+                        // io_uring takes no long-term pin on page-cache
+                        // file mappings; mlock holds them.
+                        Some(libc::EOPNOTSUPP) => validate(iovs, access)?,
+                        Some(libc::ENOMEM) => return Err(self.kernel_enomem(bytes)),
+                        Some(libc::ENOSPC) => {
+                            return Err(fail!(ffi::FI_ENOSPC, "fi_mr_reg: the domain's {} io_uring buffer slots are all in use; close registrations", super::uring::TABLE_SLOTS))
+                        }
+                        _ => return Err(fail!(ffi::FI_EIO, "fi_mr_reg: io_uring buffer registration failed: {e}")),
+                    }
+                }
+            }
+        } else {
+            validate(iovs, access)?;
+        }
+        self.acct.reserve(bytes)?;
+        for (i, &(a, l)) in iovs.iter().enumerate() {
+            if let Err(e) = mlock::global().lock(a, l) {
+                for &(a2, l2) in &iovs[..i] {
+                    mlock::global().unlock(a2, l2);
+                }
+                self.acct.release(bytes);
+                return Err(match e.raw_os_error() {
+                    Some(libc::ENOMEM) | Some(libc::EAGAIN) | Some(libc::EPERM) => {
+                        self.kernel_enomem(bytes)
+                    }
+                    _ => self.unpinnable(iovs),
+                });
+            }
+        }
+        Ok(Pin::Mlock {
+            iovs: iovs.to_vec(),
+            bytes,
+            acct: self.acct.clone(),
+        })
+    }
+
+    fn kernel_enomem(&self, bytes: u64) -> crate::boundary::Error {
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one rlimit.
+        unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
+        fail!(
+            ffi::FI_ENOMEM,
+            "fi_mr_reg: the kernel refused to pin {bytes} more bytes: RLIMIT_MEMLOCK is {} bytes (soft); raise it (ulimit -l, limits.conf, systemd LimitMEMLOCK) or grant CAP_IPC_LOCK",
+            rl.rlim_cur
+        )
+    }
+
+    fn unpinnable(&self, iovs: &[(usize, usize)]) -> crate::boundary::Error {
+        fail!(
+            ffi::FI_EFAULT,
+            "fi_mr_reg: the kernel cannot pin this memory: {}",
+            explain_unpinnable(iovs)
+        )
+    }
+}

@@ -1,0 +1,126 @@
+//! Memory region object: a registration as the application holds it.
+//!
+//! Bindings from an MR (to an endpoint under FI_MR_ENDPOINT, to a counter
+//! for remote-access events) are weak: libfabric applications (fabtests
+//! among them) close endpoints and counters before their MRs, and that must
+//! not fail with -FI_EBUSY.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use oxmr_ffi as ffi;
+
+use super::cntr::Cntr;
+use super::domain::Domain;
+use super::ep::Ep;
+use crate::boundary::fid::Header;
+use crate::boundary::Result;
+use crate::fail;
+use crate::mr::registry::Region;
+
+/// What an MR is bound to.
+#[derive(Default)]
+pub struct MrState {
+    pub ep: Option<Weak<Ep>>,
+    pub cntr: Option<Weak<Cntr>>,
+}
+
+/// A memory region.
+#[repr(C)]
+pub struct Mr {
+    pub hdr: Header<ffi::fid_mr>,
+    pub domain: Arc<Domain>,
+    pub region: Arc<Region>,
+    state: Mutex<MrState>,
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // The key stops validating now; the pin is released when the last
+        // in-flight user of the region lets go.
+        self.domain.mr.deregister(self.region.key);
+    }
+}
+
+impl Mr {
+    pub fn new(hdr: Header<ffi::fid_mr>, domain: Arc<Domain>, region: Arc<Region>) -> Self {
+        Mr {
+            hdr,
+            domain,
+            region,
+            state: Mutex::new(MrState::default()),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, MrState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// fi_mr_bind to an endpoint (FI_MR_ENDPOINT).
+    pub fn bind_ep(&self, ep: &Arc<Ep>, flags: u64) -> Result<()> {
+        if flags != 0 {
+            return Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "fi_mr_bind(ep): flags {flags:#x}; pass 0"
+            ));
+        }
+        if !Arc::ptr_eq(&ep.domain, &self.domain) {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_mr_bind: the endpoint belongs to another domain"
+            ));
+        }
+        let mut s = self.state();
+        if s.ep.is_some() {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_mr_bind: this MR is already bound to an endpoint"
+            ));
+        }
+        s.ep = Some(Arc::downgrade(ep));
+        Ok(())
+    }
+
+    /// fi_mr_bind to a counter counting remote accesses.
+    pub fn bind_cntr(&self, cntr: &Arc<Cntr>, flags: u64) -> Result<()> {
+        let known = (ffi::FI_REMOTE_WRITE | ffi::FI_REMOTE_READ) as u64;
+        if flags == 0 || flags & !known != 0 {
+            return Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "fi_mr_bind(cntr): flags {flags:#x}; use FI_REMOTE_WRITE and/or FI_REMOTE_READ"
+            ));
+        }
+        let mut s = self.state();
+        if s.cntr.is_some() {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_mr_bind: this MR already has a counter"
+            ));
+        }
+        s.cntr = Some(Arc::downgrade(cntr));
+        Ok(())
+    }
+
+    /// fi_mr_enable.
+    pub fn enable(&self) -> Result<()> {
+        if self.domain.mr_mode & ffi::FI_MR_ENDPOINT as i32 != 0 {
+            let bound = self.state().ep.as_ref().and_then(Weak::upgrade).is_some();
+            if !bound {
+                return Err(fail!(ffi::FI_EINVAL, "fi_mr_enable: under FI_MR_ENDPOINT an MR must be bound to an endpoint (fi_mr_bind) first"));
+            }
+        }
+        self.region.enabled.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// fi_mr_refresh (FI_MR_MMU_NOTIFY): pin the pages now mapped there.
+    pub fn refresh(&self) -> Result<()> {
+        let new = self
+            .domain
+            .mr
+            .pinner
+            .pin(&self.region.iovs, self.region.access)?;
+        *self.region.pin.lock().unwrap_or_else(|p| p.into_inner()) = new;
+        Ok(())
+    }
+}
