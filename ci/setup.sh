@@ -5,7 +5,7 @@
 set -euo pipefail
 
 need=()
-for p in libfabric-dev libfabric-bin pkg-config gcc clang libclang-dev iproute2; do
+for p in libfabric-dev libfabric-bin pkg-config gcc clang libclang-dev iproute2 util-linux; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if ((${#need[@]})); then

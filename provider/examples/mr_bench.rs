@@ -1,0 +1,231 @@
+//! Registration benchmark (not a test: prints numbers, asserts nothing
+//! about time).
+//!
+//!   bash ci/build.sh && FI_PROVIDER_PATH=$PWD/build \
+//!       cargo run --release -p oxmr --example mr_bench
+//!
+//! 1. fi_mr_reg + fi_close cost through libfabric for oxmr, shm and tcp at
+//!    4 KiB, 64 KiB, 2 MiB and 64 MiB, in one run. oxmr pins (io_uring
+//!    long-term pin, like ibv_reg_mr); shm and tcp only record the range,
+//!    so they are a floor, not a peer.
+//! 2. The remote-access check (`Registry::check`) at 10 000 live
+//!    registrations: ns per lookup, one thread and two.
+#![allow(clippy::unnecessary_cast)] // FI_* constant types vary with the header version
+
+use std::ffi::{c_void, CString};
+use std::ptr::{null, null_mut};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use oxmr::mr::pin::Pin;
+use oxmr::mr::registry::{Region, Registry};
+use oxmr_ffi as ffi;
+
+struct Dom {
+    fabric: *mut ffi::fid_fabric,
+    domain: *mut ffi::fid_domain,
+    info: *mut ffi::fi_info,
+}
+
+unsafe fn open(prov: &str) -> Option<Dom> {
+    unsafe {
+        let hints = ffi::fi_dupinfo(null());
+        (*(*hints).ep_attr).type_ = ffi::FI_EP_RDM;
+        (*hints).caps = (ffi::FI_MSG | ffi::FI_RMA) as u64;
+        (*(*hints).domain_attr).mr_mode =
+            (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_PROV_KEY | ffi::FI_MR_LOCAL)
+                as i32;
+        (*(*hints).fabric_attr).prov_name = libc::strdup(CString::new(prov).unwrap().as_ptr());
+        let mut info = null_mut();
+        let r = ffi::fi_getinfo(ffi::FI_HEADER_VERSION, null(), null(), 0, hints, &mut info);
+        ffi::fi_freeinfo(hints);
+        if r != 0 {
+            eprintln!("{prov}: fi_getinfo failed ({r}); skipped");
+            return None;
+        }
+        let mut fabric = null_mut();
+        if ffi::fi_fabric((*info).fabric_attr, &mut fabric, null_mut()) != 0 {
+            return None;
+        }
+        let mut domain = null_mut();
+        if ((*(*fabric).ops).domain.unwrap())(fabric, info, &mut domain, null_mut()) != 0 {
+            return None;
+        }
+        Some(Dom {
+            fabric,
+            domain,
+            info,
+        })
+    }
+}
+
+unsafe fn close(f: *mut ffi::fid) {
+    unsafe { ((*(*f).ops).close.unwrap())(f) };
+}
+
+fn buffer(len: usize) -> *mut u8 {
+    // SAFETY: anonymous mapping, touched so every page exists before timing.
+    unsafe {
+        let p = libc::mmap(
+            null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        std::ptr::write_bytes(p as *mut u8, 1, len);
+        p as *mut u8
+    }
+}
+
+/// Mean µs of (register, close) over `iters`.
+unsafe fn reg_cost(d: &Dom, buf: *mut u8, len: usize, iters: u32) -> (f64, f64) {
+    let access = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE | ffi::FI_SEND | ffi::FI_RECV) as u64;
+    let mut reg = Duration::ZERO;
+    let mut dereg = Duration::ZERO;
+    for i in 0..iters {
+        let mut mr = null_mut();
+        let t = Instant::now();
+        let r = unsafe {
+            ((*(*d.domain).mr).reg.unwrap())(
+                &mut (*d.domain).fid,
+                buf as *const c_void,
+                len,
+                access,
+                0,
+                i as u64,
+                0,
+                &mut mr,
+                null_mut(),
+            )
+        };
+        reg += t.elapsed();
+        assert_eq!(r, 0, "fi_mr_reg failed: {r}");
+        let t = Instant::now();
+        unsafe { close(mr.cast()) };
+        dereg += t.elapsed();
+    }
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / iters as f64;
+    (us(reg), us(dereg))
+}
+
+fn lookup_bench() {
+    let reg = Arc::new(Registry::new());
+    let mut keys = Vec::new();
+    for i in 0..10_000u64 {
+        let key = reg.new_key();
+        reg.insert(Arc::new(Region {
+            key,
+            iovs: vec![(0x1000_0000 + (i as usize) * 0x10000, 0x10000)],
+            len: 0x10000,
+            iova: 0x1000_0000 + i * 0x10000,
+            access: ffi::FI_REMOTE_READ as u64,
+            enabled: AtomicBool::new(true),
+            pin: Mutex::new(Pin::None),
+        }))
+        .unwrap();
+        keys.push((key, 0x1000_0000 + i * 0x10000));
+    }
+    let run = |reg: &Registry, n: usize, seed: usize| {
+        let mut ok = 0usize;
+        let t = Instant::now();
+        for j in 0..n {
+            let (k, base) = keys[(j * 7919 + seed) % keys.len()];
+            if reg
+                .check(k, base + 64, 128, ffi::FI_REMOTE_READ as u64)
+                .is_ok()
+            {
+                ok += 1;
+            }
+        }
+        assert_eq!(ok, n);
+        t.elapsed().as_secs_f64() * 1e9 / n as f64
+    };
+    let n = 5_000_000;
+    println!(
+        "check() at 10000 live registrations, 1 thread: {:.1} ns/lookup",
+        run(&reg, n, 0)
+    );
+    let threads: Vec<_> = (0..2)
+        .map(|s| {
+            let reg = reg.clone();
+            let keys = keys.clone();
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                for j in 0..n {
+                    let (k, base) = keys[(j * 7919 + s) % keys.len()];
+                    std::hint::black_box(
+                        reg.check(k, base + 64, 128, ffi::FI_REMOTE_READ as u64)
+                            .is_ok(),
+                    );
+                }
+                t.elapsed().as_secs_f64() * 1e9 / n as f64
+            })
+        })
+        .collect();
+    let per: Vec<f64> = threads.into_iter().map(|h| h.join().unwrap()).collect();
+    println!(
+        "check() at 10000 live registrations, 2 threads: {:.1} / {:.1} ns/lookup",
+        per[0], per[1]
+    );
+    let bad = Instant::now();
+    for j in 0..n {
+        std::hint::black_box(
+            reg.check(keys[j % keys.len()].0 ^ 0xdead_0000, 0, 1, 0)
+                .is_err(),
+        );
+    }
+    println!(
+        "check() of an unknown key: {:.1} ns",
+        bad.elapsed().as_secs_f64() * 1e9 / n as f64
+    );
+}
+
+fn main() {
+    let sizes: [(usize, &str, u32); 4] = [
+        (4 << 10, "4 KiB", 2000),
+        (64 << 10, "64 KiB", 1000),
+        (2 << 20, "2 MiB", 200),
+        (64 << 20, "64 MiB", 10),
+    ];
+    let provs = ["oxmr", "shm", "tcp"];
+    println!(
+        "fi_mr_reg / fi_close, mean µs (FI_PROVIDER_PATH={})",
+        std::env::var("FI_PROVIDER_PATH").unwrap_or_default()
+    );
+    println!(
+        "{:>8} {:>22} {:>22} {:>22}",
+        "size", "oxmr reg/close", "shm reg/close", "tcp reg/close"
+    );
+    let doms: Vec<Option<Dom>> = provs.iter().map(|p| unsafe { open(p) }).collect();
+    for (len, name, iters) in sizes {
+        let buf = buffer(len);
+        let cells: Vec<String> = doms
+            .iter()
+            .map(|d| match d {
+                Some(d) => {
+                    let (r, c) = unsafe { reg_cost(d, buf, len, iters) };
+                    format!("{r:.2} / {c:.2}")
+                }
+                None => "-".into(),
+            })
+            .collect();
+        println!(
+            "{name:>8} {:>22} {:>22} {:>22}",
+            cells[0], cells[1], cells[2]
+        );
+        // SAFETY: the mapping made by buffer().
+        unsafe { libc::munmap(buf as *mut c_void, len) };
+    }
+    for d in doms.into_iter().flatten() {
+        unsafe {
+            close(d.domain.cast());
+            close(d.fabric.cast());
+            ffi::fi_freeinfo(d.info);
+        }
+    }
+    lookup_bench();
+}
