@@ -1,10 +1,11 @@
 //! Keys and the one remote-access check every wire uses.
 //!
 //! `check(key, addr, len, access)` answers with the region and the offset
-//! into it, or a precise [`AccessError`]. It is a hash lookup under a
-//! read-mostly lock (writers: registration and close), so its cost does not
-//! grow with the number of registrations (`cargo run --release --example
-//! mr_bench` measures it at 10 k live registrations).
+//! into it, or a precise [`AccessError`]. It is a hash lookup in one of 64
+//! shards, each under a read-mostly lock (writers: registration and close),
+//! so its cost does not grow with the number of registrations and threads
+//! checking different keys rarely share a cache line (`cargo run --release
+//! -p oxmr --example mr_bench` measures it at 10 k live registrations).
 //!
 //! Provider keys are `random 32 bits << 32 | counter`: the random half makes
 //! them unguessable, the per-domain counter makes every key of a domain's
@@ -101,9 +102,16 @@ impl Hasher for KeyHasher {
 
 type Map = HashMap<u64, Arc<Region>, BuildHasherDefault<KeyHasher>>;
 
+const SHARDS: usize = 64;
+
+/// One shard, alone on its cache lines.
+#[repr(align(128))]
+#[derive(Default)]
+struct Shard(RwLock<Map>);
+
 /// A domain's registrations by key.
 pub struct Registry {
-    map: RwLock<Map>,
+    shards: Box<[Shard]>,
     counter: AtomicU32,
 }
 
@@ -123,10 +131,17 @@ impl Default for Registry {
 
 impl Registry {
     pub fn new() -> Self {
+        let shards = (0..SHARDS).map(|_| Shard::default()).collect();
         Registry {
-            map: RwLock::new(Map::default()),
+            shards,
             counter: AtomicU32::new(random_u32() >> 8),
         }
+    }
+
+    fn shard(&self, key: u64) -> &RwLock<Map> {
+        // Provider keys differ in their low (counter) bits; application keys
+        // are usually small integers: both spread over the low bits.
+        &self.shards[(key ^ (key >> 32)) as usize % SHARDS].0
     }
 
     /// A fresh provider key (never FI_KEY_NOTAVAIL).
@@ -142,7 +157,7 @@ impl Registry {
 
     /// Whether a key is taken.
     pub fn contains(&self, key: u64) -> bool {
-        self.map
+        self.shard(key)
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .contains_key(&key)
@@ -151,7 +166,7 @@ impl Registry {
     /// Add a region under its key; `Err(())` if the key is taken.
     #[allow(clippy::result_unit_err)]
     pub fn insert(&self, r: Arc<Region>) -> Result<(), ()> {
-        let mut m = self.map.write().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.shard(r.key).write().unwrap_or_else(|p| p.into_inner());
         if m.contains_key(&r.key) {
             return Err(());
         }
@@ -161,7 +176,7 @@ impl Registry {
 
     /// Remove a key: from now on it never validates.
     pub fn remove(&self, key: u64) -> Option<Arc<Region>> {
-        self.map
+        self.shard(key)
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key)
@@ -169,7 +184,10 @@ impl Registry {
 
     /// Live registrations.
     pub fn len(&self) -> usize {
-        self.map.read().unwrap_or_else(|p| p.into_inner()).len()
+        self.shards
+            .iter()
+            .map(|s| s.0.read().unwrap_or_else(|p| p.into_inner()).len())
+            .sum()
     }
 
     /// Whether there are none.
@@ -187,7 +205,7 @@ impl Registry {
         access: u64,
     ) -> Result<Granted, AccessError> {
         let region = {
-            let m = self.map.read().unwrap_or_else(|p| p.into_inner());
+            let m = self.shard(key).read().unwrap_or_else(|p| p.into_inner());
             m.get(&key).cloned().ok_or(AccessError::UnknownKey)?
         };
         if !region.enabled.load(Ordering::Acquire) {
