@@ -46,7 +46,7 @@ for src in "${sources[@]}"; do
 	exe="$bin/$name"
 	# shellcheck disable=SC2086 # pkg-config output is a word list
 	if ! gcc -std=gnu11 -O1 -g -Wall -Wextra -Werror -pthread \
-		-I "$here/common" $cflags -o "$exe" "$src" $libs; then
+		-I "$here/common" -I "$root/include" $cflags -o "$exe" "$src" $libs; then
 		echo "FAIL $name (does not compile)"
 		failed+=("$name")
 		continue
@@ -66,8 +66,75 @@ for src in "${sources[@]}"; do
 	fi
 done
 
+# Extra runs of programs built above, under other settings; each is its own
+# PASS/FAIL (or SKIP, with the reason) line and counts in the summary.
+total=${#sources[@]}
+skipped=()
+
+# extra_run <label> <program> [VAR=value ...] [wrapper command ...]
+# runs: env FI_PROVIDER_PATH=... FI_PROVIDER=oxmr VAR=value ... wrapper ... \
+#       timeout ... <program>
+extra_run() {
+	local label="$1" name="$2" rc=0
+	local exe="$bin/$name"
+	shift 2
+	total=$((total + 1))
+	# (a binary older than its source is a stale one: this build failed)
+	if [ ! -x "$exe" ] || [ "$here/unit/$name.c" -nt "$exe" ]; then
+		echo "FAIL $label (program $name was not built)"
+		failed+=("$label")
+		return
+	fi
+	echo "=== $label"
+	env FI_PROVIDER_PATH="$provdir" FI_PROVIDER=oxmr "$@" \
+		timeout -k 5 120 "$exe" || rc=$?
+	if [ "$rc" -eq 0 ]; then
+		echo "PASS $label"
+		passed+=("$label")
+	else
+		echo "FAIL $label (exit status $rc)"
+		failed+=("$label")
+	fi
+}
+
+skip_run() {
+	total=$((total + 1))
+	echo "SKIP $1 ($2)"
+	skipped+=("$1")
+}
+
+# Registration with mlock pinning, and with no pinning at all.
+extra_run "mr[FI_OXMR_MR_PIN=mlock]" mr FI_OXMR_MR_PIN=mlock
+extra_run "mr[FI_OXMR_MR_PIN=none]" mr FI_OXMR_MR_PIN=none
+extra_run "mr_fork[FI_OXMR_MR_PIN=mlock]" mr_fork FI_OXMR_MR_PIN=mlock
+
+# The pinned-bytes cap: from FI_OXMR_MR_MAX_PINNED (as root), then from
+# RLIMIT_MEMLOCK for an unprivileged user (uid/gid 65534, no capabilities).
+if [ "$(id -u)" -ne 0 ]; then
+	skip_run "mr[memlock,FI_OXMR_MR_MAX_PINNED]" "needs root"
+else
+	extra_run "mr[memlock,FI_OXMR_MR_MAX_PINNED]" mr OXT_MR_MEMLOCK=root \
+		FI_OXMR_MR_MAX_PINNED=1048576
+fi
+nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all)
+if [ "$(id -u)" -ne 0 ]; then
+	skip_run "mr[memlock,RLIMIT_MEMLOCK,uid 65534]" "needs root to switch to uid 65534"
+elif ! command -v setpriv >/dev/null || ! command -v prlimit >/dev/null; then
+	skip_run "mr[memlock,RLIMIT_MEMLOCK,uid 65534]" "setpriv or prlimit (util-linux) is missing"
+elif ! "${nobody[@]}" test -x "$bin/mr" -a -r "$provdir/liboxmr-fi.so"; then
+	skip_run "mr[memlock,RLIMIT_MEMLOCK,uid 65534]" "uid 65534 cannot run $bin/mr or read $provdir/liboxmr-fi.so"
+else
+	extra_run "mr[memlock,RLIMIT_MEMLOCK,uid 65534]" mr OXT_MR_MEMLOCK=user \
+		"${nobody[@]}" prlimit --memlock=1048576:1048576
+fi
+
 echo
-echo "summary: ${#passed[@]} passed, ${#failed[@]} failed (of ${#sources[@]})"
+if [ ${#skipped[@]} -ne 0 ]; then
+	echo "summary: ${#passed[@]} passed, ${#failed[@]} failed, ${#skipped[@]} skipped (of $total)"
+	echo "skipped: ${skipped[*]}"
+else
+	echo "summary: ${#passed[@]} passed, ${#failed[@]} failed (of $total)"
+fi
 if [ ${#failed[@]} -ne 0 ]; then
 	echo "failed: ${failed[*]}"
 	exit 1

@@ -30,50 +30,6 @@
 #define SYS_memfd_secret 447
 #endif
 
-/*
- * The extension's structs, as provider/src/ext.rs lays them out.
- *
- * fi_ext_oxmr.h as generated today declares only the constants: cbindgen
- * exports a struct only when an exported function reaches it (or
- * cbindgen.toml lists it under [export] include), and ext.rs has no
- * exported function. Until the header carries struct oxmr_mr_info,
- * oxmr_mr_stats and oxmr_mr_ops, these mirrors (own names, so they cannot
- * clash with the header once it does) stand in for them.
- */
-struct oxt_mr_info {
-	size_t size;
-	uint32_t class_;
-	uint32_t pin_slots;
-	uint64_t bytes_pinned;
-	uint64_t len;
-	uint64_t key;
-	uint64_t access;
-};
-
-struct oxt_mr_stats {
-	size_t size;
-	uint64_t registrations;
-	uint64_t live;
-	uint64_t bytes_pinned;
-	uint64_t process_bytes_pinned;
-	uint64_t pin_cap;
-	uint32_t slots_used;
-	uint32_t pin_mode;
-	uint64_t fail_einval;
-	uint64_t fail_efault;
-	uint64_t fail_eacces;
-	uint64_t fail_enomem;
-	uint64_t fail_enokey;
-	uint64_t fail_other;
-};
-
-struct oxt_mr_ops {
-	size_t size;
-	uint32_t version;
-	int (*query)(void *mr, struct oxt_mr_info *info);
-	int (*stats)(void *domain, struct oxt_mr_stats *stats);
-};
-
 #define PS 4096UL
 #define KB(bytes) ((long)((bytes) / 1024))
 #define ACC_RW (FI_REMOTE_READ | FI_REMOTE_WRITE)
@@ -166,7 +122,7 @@ static char *map_anon(size_t len, int prot)
 
 struct ctx {
 	struct oxt_env e;
-	struct oxt_mr_ops *ops;
+	struct oxmr_mr_ops *ops;
 };
 
 /* oxmr RDM info for 127.0.0.1 with caps FI_MSG|FI_RMA and an mr_mode hint. */
@@ -219,9 +175,9 @@ static void ctx_close(struct ctx *c)
 	oxt_close(&c->e);
 }
 
-static struct oxt_mr_info query(struct ctx *c, struct fid_mr *mr)
+static struct oxmr_mr_info query(struct ctx *c, struct fid_mr *mr)
 {
-	struct oxt_mr_info i;
+	struct oxmr_mr_info i;
 
 	memset(&i, 0, sizeof i);
 	i.size = sizeof i;
@@ -229,9 +185,9 @@ static struct oxt_mr_info query(struct ctx *c, struct fid_mr *mr)
 	return i;
 }
 
-static struct oxt_mr_stats stats(struct ctx *c)
+static struct oxmr_mr_stats stats(struct ctx *c)
 {
-	struct oxt_mr_stats s;
+	struct oxmr_mr_stats s;
 
 	memset(&s, 0, sizeof s);
 	s.size = sizeof s;
@@ -250,7 +206,7 @@ static int reg(struct ctx *c, void *buf, size_t len, uint64_t access,
 
 struct snap {
 	long pin, lck;
-	struct oxt_mr_stats st;
+	struct oxmr_mr_stats st;
 };
 
 static void take(struct ctx *c, struct snap *s)
@@ -260,7 +216,7 @@ static void take(struct ctx *c, struct snap *s)
 	s->st = stats(c);
 }
 
-static uint64_t field_of(const struct oxt_mr_stats *s, size_t off)
+static uint64_t field_of(const struct oxmr_mr_stats *s, size_t off)
 {
 	uint64_t v;
 
@@ -284,7 +240,7 @@ static void refused_at(const char *file, int line, struct ctx *c,
 	oxt_check_rc(file, line, what, rc, code);
 	take(c, &a);
 	if (rc == 0 && mr) {
-		struct oxt_mr_info i = query(c, mr);
+		struct oxmr_mr_info i = query(c, mr);
 
 		oxt_fail(file, line,
 			 "%s: registered anyway: class %u, pin_slots %u, bytes_pinned %" PRIu64
@@ -317,14 +273,14 @@ static void refused_at(const char *file, int line, struct ctx *c,
 /* rc is the return code of a registration that wrote `mr`. */
 #define EXPECT_REFUSED(c, what, rc, mr, before, code, field)                   \
 	refused_at(__FILE__, __LINE__, c, what, rc, mr, before, code, #field,  \
-		   offsetof(struct oxt_mr_stats, field))
+		   offsetof(struct oxmr_mr_stats, field))
 
 /* ------------------------------------------------------------- ext table */
 
 static void test_ext_ops(void)
 {
 	struct oxt_env e;
-	struct oxt_mr_ops *ops = NULL;
+	struct oxmr_mr_ops *ops = NULL;
 	void *other = NULL;
 
 	OXT_GROUP("fi_open_ops(domain, \"oxmr_mr_ops\"): size, version; unknown name -FI_ENOSYS");
@@ -333,7 +289,7 @@ static void test_ext_ops(void)
 			      (void **)&ops, NULL),
 		  0);
 	REQUIRE(ops != NULL, "fi_open_ops returned 0 but no table");
-	EXPECT_EQ(ops->size, sizeof(struct oxt_mr_ops));
+	EXPECT_EQ(ops->size, sizeof(struct oxmr_mr_ops));
 	EXPECT_EQ(ops->version, OXMR_EXT_VERSION);
 	EXPECT(ops->query != NULL, "query is NULL");
 	EXPECT(ops->stats != NULL, "stats is NULL");
@@ -363,7 +319,7 @@ static void test_mr_mode(const char *name, int hint, int granted)
 	struct fid_cntr *cntr = NULL;
 	struct fi_cntr_attr ca = { .events = FI_CNTR_EVENTS_COMP,
 				   .wait_obj = FI_WAIT_NONE };
-	struct oxt_mr_stats st;
+	struct oxmr_mr_stats st;
 	long pin_start, lck_start;
 	char *buf;
 	int eff, ret;
@@ -446,7 +402,7 @@ static void test_mr_mode(const char *name, int hint, int granted)
 	if (eff & FI_MR_MMU_NOTIFY) {
 		struct iovec iov = { buf, PS };
 		long pin0 = vm_pin(), lck0 = vm_lck();
-		struct oxt_mr_info i;
+		struct oxmr_mr_info i;
 
 		EXPECT_RC(fi_mr_refresh(mr1, &iov, 1, 0), 0);
 		EXPECT_HELD(pin0, lck0, 0);
@@ -500,8 +456,8 @@ static void test_pin_2mib(void)
 	const size_t len = 2UL << 20;
 	struct ctx c;
 	struct fid_mr *mr = NULL;
-	struct oxt_mr_info i;
-	struct oxt_mr_stats s0, s;
+	struct oxmr_mr_info i;
+	struct oxmr_mr_stats s0, s;
 	long pin0, lck0;
 	char *buf;
 
@@ -639,7 +595,7 @@ static void test_prot(struct ctx *c)
 	OXT_GROUP("PROT_READ memory: FI_REMOTE_READ|FI_SEND is held with mlock (class LOCKED)");
 	{
 		long pin0 = vm_pin(), lck0 = vm_lck();
-		struct oxt_mr_info i;
+		struct oxmr_mr_info i;
 		bool none = pin_mode == PIN_NONE;
 
 		EXPECT_RC(reg(c, buf, 2 * PS, FI_REMOTE_READ | FI_SEND, 0, &mr),
@@ -674,7 +630,7 @@ static void test_zero_and_overflow(struct ctx *c)
 	lck0 = vm_lck();
 	EXPECT_RC(reg(c, NULL, 0, ACC_RW, 0, &mr), 0);
 	if (mr) {
-		struct oxt_mr_info i = query(c, mr);
+		struct oxmr_mr_info i = query(c, mr);
 
 		EXPECT_EQ(i.class_, OXMR_MR_CLASS_UNPINNED);
 		EXPECT_EQ(i.len, 0);
@@ -731,7 +687,7 @@ static void test_iovs(struct ctx *c)
 	EXPECT_RC(fi_mr_regv(c->e.domain, iov, 8, ACC_RW, 0, 0, 0, &mr, NULL),
 		  0);
 	if (mr) {
-		struct oxt_mr_info q = query(c, mr);
+		struct oxmr_mr_info q = query(c, mr);
 
 		EXPECT_EQ(q.len, 8 * PS);
 		EXPECT_EQ(q.class_, class_expected());
@@ -878,7 +834,7 @@ static void test_bad_input(void)
 	test_pfnmap(&c);
 	OXT_GROUP("after the bad input: nothing live, nothing pinned");
 	{
-		struct oxt_mr_stats s = stats(&c);
+		struct oxmr_mr_stats s = stats(&c);
 
 		EXPECT_EQ(s.live, 0);
 		EXPECT_EQ(s.bytes_pinned, 0);
@@ -896,8 +852,8 @@ static void test_memlock(const char *how)
 	size_t small = 512UL << 10, big = user ? 2UL << 20 : 1UL << 20;
 	struct ctx c;
 	struct fid_mr *a = NULL, *b = NULL;
-	struct oxt_mr_stats s;
-	struct oxt_mr_info i;
+	struct oxmr_mr_stats s;
+	struct oxmr_mr_info i;
 	struct rlimit rl;
 	long pin0, lck0;
 	char *sbuf, *bbuf;
@@ -966,6 +922,10 @@ static void test_memlock(const char *how)
 
 int main(int argc, char **argv)
 {
+	/* This program checks registration itself: closing an MR must unpin at
+	 * once, so the lazy-deregistration cache is off here (mr_cache.c tests
+	 * it). Set before fi_getinfo, which reads the variables. */
+	setenv("FI_OXMR_MR_CACHE_ENABLE", "0", 1);
 	const char *pm = getenv("FI_OXMR_MR_PIN");
 	const char *memlock = getenv("OXT_MR_MEMLOCK");
 

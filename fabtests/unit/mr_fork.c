@@ -33,27 +33,6 @@
 
 #include <rdma/fi_ext_oxmr.h>
 
-/*
- * The extension's structs, as provider/src/ext.rs lays them out: the
- * generated fi_ext_oxmr.h declares only the constants so far (see mr.c).
- */
-struct oxt_mr_info {
-	size_t size;
-	uint32_t class_;
-	uint32_t pin_slots;
-	uint64_t bytes_pinned;
-	uint64_t len;
-	uint64_t key;
-	uint64_t access;
-};
-
-struct oxt_mr_ops {
-	size_t size;
-	uint32_t version;
-	int (*query)(void *mr, struct oxt_mr_info *info);
-	int (*stats)(void *domain, void *stats);
-};
-
 #define LEN (1UL << 20)
 
 /* The PFN behind `addr` (0: not present, or hidden from this user). */
@@ -87,6 +66,10 @@ static long first_not(const char *buf, size_t len, char c)
 
 int main(int argc, char **argv)
 {
+	/* This program checks registration itself: closing an MR must unpin at
+	 * once, so the lazy-deregistration cache is off here (mr_cache.c tests
+	 * it). Set before fi_getinfo, which reads the variables. */
+	setenv("FI_OXMR_MR_CACHE_ENABLE", "0", 1);
 	const char *pm = getenv("FI_OXMR_MR_PIN");
 	bool mlock_mode = pm && !strcmp(pm, "mlock");
 	uint32_t cls = mlock_mode ? OXMR_MR_CLASS_LOCKED : OXMR_MR_CLASS_PINNED;
@@ -94,8 +77,8 @@ int main(int argc, char **argv)
 	struct fid_fabric *fabric = NULL;
 	struct fid_domain *domain = NULL;
 	struct fid_mr *mr = NULL;
-	struct oxt_mr_ops *ops = NULL;
-	struct oxt_mr_info q;
+	struct oxmr_mr_ops *ops = NULL;
+	struct oxmr_mr_info q;
 	uint64_t pfn0, pfn1, pfn2, child_pfn = 0;
 	int pipefd[2], status = 0;
 	bool pfns;
@@ -174,6 +157,7 @@ int main(int argc, char **argv)
 	}
 
 	pfn1 = pfn_of(buf);
+	oxt_group_end();
 	if (pfns)
 		printf("# %s: PFN of page 0: registered %#" PRIx64
 		       ", child before its write %#" PRIx64

@@ -41,4 +41,143 @@
  */
 #define OXMR_MR_CLASS_PEER 5
 
+/**
+ * What `query` reports about one registration.
+ */
+typedef struct oxmr_mr_info {
+  /**
+   * Set by the caller to `sizeof(struct oxmr_mr_info)`.
+   */
+  uintptr_t size;
+  /**
+   * One of `OXMR_MR_CLASS_*`.
+   */
+  uint32_t class_;
+  /**
+   * io_uring buffer-table slots the registration holds.
+   */
+  uint32_t pin_slots;
+  /**
+   * Bytes pinned for it (page-rounded, as the kernel charges them).
+   */
+  uint64_t bytes_pinned;
+  /**
+   * Registered length in bytes.
+   */
+  uint64_t len;
+  /**
+   * Its key.
+   */
+  uint64_t key;
+  /**
+   * Its access bits.
+   */
+  uint64_t access;
+  /**
+   * Id of the cache entry whose pin it uses (0: not cached).
+   */
+  uint64_t cache_entry;
+  /**
+   * Page frame number of its first page as pinned, recorded when
+   * FI_OXMR_MR_RECORD_PFN=1 and /proc/self/pagemap shows PFNs (root);
+   * else 0. A verification aid: compare it with pagemap after remapping.
+   */
+  uint64_t pfn0;
+} oxmr_mr_info;
+
+/**
+ * What `stats` reports about a domain.
+ */
+typedef struct oxmr_mr_stats {
+  /**
+   * Set by the caller to `sizeof(struct oxmr_mr_stats)`.
+   */
+  uintptr_t size;
+  /**
+   * Successful registrations since the domain opened.
+   */
+  uint64_t registrations;
+  /**
+   * Registrations open now.
+   */
+  uint64_t live;
+  /**
+   * Bytes this domain holds pinned.
+   */
+  uint64_t bytes_pinned;
+  /**
+   * Bytes all domains of the process hold pinned.
+   */
+  uint64_t process_bytes_pinned;
+  /**
+   * The cap on pinned bytes (0: unlimited).
+   */
+  uint64_t pin_cap;
+  /**
+   * io_uring buffer-table slots in use.
+   */
+  uint32_t slots_used;
+  /**
+   * Pinning in force: 1 io_uring, 2 mlock, 3 none.
+   */
+  uint32_t pin_mode;
+  /**
+   * Failed registrations, by cause.
+   */
+  uint64_t fail_einval;
+  uint64_t fail_efault;
+  uint64_t fail_eacces;
+  uint64_t fail_enomem;
+  uint64_t fail_enokey;
+  uint64_t fail_other;
+  /**
+   * Registration cache: registrations served from it, and pinned anew.
+   */
+  uint64_t cache_hits;
+  uint64_t cache_misses;
+  /**
+   * Registrations not cached (range not watchable, cache off, several iovs).
+   */
+  uint64_t cache_uncached;
+  /**
+   * Unused entries evicted (limits, memlock pressure).
+   */
+  uint64_t cache_evictions;
+  /**
+   * Entries invalidated by the kernel, by cause.
+   */
+  uint64_t cache_inv_unmap;
+  uint64_t cache_inv_remove;
+  uint64_t cache_inv_remap;
+  /**
+   * Entries and bytes cached now (in use and unused).
+   */
+  uint64_t cache_entries;
+  uint64_t cache_bytes;
+} oxmr_mr_stats;
+
+/**
+ * The table `fi_open_ops(&domain->fid, OXMR_MR_OPS_NAME, 0, &ops, NULL)` returns.
+ */
+typedef struct oxmr_mr_ops {
+  /**
+   * `sizeof(struct oxmr_mr_ops)` of the provider.
+   */
+  uintptr_t size;
+  /**
+   * `OXMR_EXT_VERSION` of the provider.
+   */
+  uint32_t version;
+  /**
+   * Describe one registration; `mr` is a `struct fid_mr *` of this domain.
+   * Writes at most `info->size` bytes (so an older, smaller struct works).
+   */
+  int32_t (*query)(void *mr, struct oxmr_mr_info *info);
+  /**
+   * Domain statistics; `domain` is the `struct fid_domain *`. Writes at
+   * most `stats->size` bytes.
+   */
+  int32_t (*stats)(void *domain, struct oxmr_mr_stats *stats);
+} oxmr_mr_ops;
+
 #endif  /* FI_EXT_OXMR_H */

@@ -125,6 +125,7 @@ fn lookup_bench() {
             access: ffi::FI_REMOTE_READ as u64,
             enabled: AtomicBool::new(true),
             pin: Mutex::new(Pin::None),
+            pfn0: 0,
         }))
         .unwrap();
         keys.push((key, 0x1000_0000 + i * 0x10000));

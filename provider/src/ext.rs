@@ -51,6 +51,12 @@ pub struct oxmr_mr_info {
     pub key: u64,
     /// Its access bits.
     pub access: u64,
+    /// Id of the cache entry whose pin it uses (0: not cached).
+    pub cache_entry: u64,
+    /// Page frame number of its first page as pinned, recorded when
+    /// FI_OXMR_MR_RECORD_PFN=1 and /proc/self/pagemap shows PFNs (root);
+    /// else 0. A verification aid: compare it with pagemap after remapping.
+    pub pfn0: u64,
 }
 
 /// What `stats` reports about a domain.
@@ -79,6 +85,20 @@ pub struct oxmr_mr_stats {
     pub fail_enomem: u64,
     pub fail_enokey: u64,
     pub fail_other: u64,
+    /// Registration cache: registrations served from it, and pinned anew.
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Registrations not cached (range not watchable, cache off, several iovs).
+    pub cache_uncached: u64,
+    /// Unused entries evicted (limits, memlock pressure).
+    pub cache_evictions: u64,
+    /// Entries invalidated by the kernel, by cause.
+    pub cache_inv_unmap: u64,
+    pub cache_inv_remove: u64,
+    pub cache_inv_remap: u64,
+    /// Entries and bytes cached now (in use and unused).
+    pub cache_entries: u64,
+    pub cache_bytes: u64,
 }
 
 /// The table `fi_open_ops(&domain->fid, OXMR_MR_OPS_NAME, 0, &ops, NULL)` returns.
@@ -89,8 +109,10 @@ pub struct oxmr_mr_ops {
     /// `OXMR_EXT_VERSION` of the provider.
     pub version: u32,
     /// Describe one registration; `mr` is a `struct fid_mr *` of this domain.
+    /// Writes at most `info->size` bytes (so an older, smaller struct works).
     pub query: Option<unsafe extern "C" fn(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32>,
-    /// Domain statistics; `domain` is the `struct fid_domain *`.
+    /// Domain statistics; `domain` is the `struct fid_domain *`. Writes at
+    /// most `stats->size` bytes.
     pub stats: Option<unsafe extern "C" fn(domain: *mut c_void, stats: *mut oxmr_mr_stats) -> i32>,
 }
 

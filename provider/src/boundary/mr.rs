@@ -222,10 +222,11 @@ unsafe extern "C" fn ext_query(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32 
             len: r.len as u64,
             key: r.key,
             access: r.access,
+            cache_entry: pin.cache_entry().map_or(0, |e| e.id),
+            pfn0: r.pfn0,
         };
-        // SAFETY: `info` points to an oxmr_mr_info (API contract).
-        unsafe { write_out(info, v, "oxmr_mr_info") }?;
-        Ok(0)
+        // SAFETY: `info` points to a struct starting with its size (API contract).
+        unsafe { put_sized(info, &v) }
     })
 }
 
@@ -235,6 +236,11 @@ unsafe extern "C" fn ext_stats(domain: *mut c_void, stats: *mut oxmr_mr_stats) -
         let d = unsafe { borrow::<Domain>(domain as *const ffi::fid) }?;
         let s = &d.mr.stats;
         let p = &d.mr.pinner;
+        let (cache_entries, cache_bytes) = d.mr.cache.as_ref().map_or((0, 0), |c| c.size());
+        let cs = d.mr.cache.as_ref().map(|c| &c.stats);
+        let c = |f: fn(&crate::mr::cache::CacheStats) -> &std::sync::atomic::AtomicU64| {
+            cs.map_or(0, |s| f(s).load(Ordering::Relaxed))
+        };
         let v = oxmr_mr_stats {
             size: size_of::<oxmr_mr_stats>(),
             registrations: s.registrations.load(Ordering::Relaxed),
@@ -254,11 +260,46 @@ unsafe extern "C" fn ext_stats(domain: *mut c_void, stats: *mut oxmr_mr_stats) -
             fail_enomem: s.fail_enomem.load(Ordering::Relaxed),
             fail_enokey: s.fail_enokey.load(Ordering::Relaxed),
             fail_other: s.fail_other.load(Ordering::Relaxed),
+            cache_hits: c(|s| &s.hits),
+            cache_misses: c(|s| &s.misses),
+            cache_uncached: c(|s| &s.uncached),
+            cache_evictions: c(|s| &s.evictions),
+            cache_inv_unmap: c(|s| &s.inv_unmap),
+            cache_inv_remove: c(|s| &s.inv_remove),
+            cache_inv_remap: c(|s| &s.inv_remap),
+            cache_entries: cache_entries as u64,
+            cache_bytes,
         };
-        // SAFETY: `stats` points to an oxmr_mr_stats (API contract).
-        unsafe { write_out(stats, v, "oxmr_mr_stats") }?;
-        Ok(0)
+        // SAFETY: `stats` points to a struct starting with its size (API contract).
+        unsafe { put_sized(stats, &v) }
     })
+}
+
+/// Write `v` to a caller's struct that starts with its own `size_t size`,
+/// copying at most that many bytes, so a caller built against an older,
+/// smaller struct is never overrun.
+///
+/// # Safety
+/// `out` is NULL or points to at least `(*out).size` writable bytes.
+unsafe fn put_sized<T>(out: *mut T, v: &T) -> crate::boundary::Result<i32> {
+    if out.is_null() {
+        return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops: NULL output struct"));
+    }
+    // SAFETY: every extension struct starts with its size (caller's contract).
+    let caller = unsafe { *(out as *const usize) };
+    if caller < size_of::<usize>() {
+        return Err(fail!(
+            ffi::FI_EINVAL,
+            "oxmr_mr_ops: set the struct's size field to sizeof(the struct) first"
+        ));
+    }
+    let n = caller.min(size_of::<T>());
+    // SAFETY: the caller owns `caller` >= n bytes at `out`; `v` is a T.
+    unsafe {
+        std::ptr::copy_nonoverlapping(v as *const T as *const u8, out as *mut u8, n);
+        *(out as *mut usize) = n;
+    }
+    Ok(0)
 }
 
 static MR_EXT_OPS: oxmr_mr_ops = oxmr_mr_ops {

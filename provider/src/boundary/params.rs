@@ -33,6 +33,36 @@ pub const PARAMS: &[ParamDef] = &[
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"Cap on bytes oxmr keeps pinned in this process (default: the RLIMIT_MEMLOCK soft limit; unlimited when that is unlimited or with CAP_IPC_LOCK)",
     },
+    ParamDef {
+        name: c"mr_cache_enable",
+        kind: ffi::FI_PARAM_BOOL,
+        help: c"Keep closed registrations pinned in a lazy-deregistration cache that the kernel invalidates through userfaultfd (default: 0)",
+    },
+    ParamDef {
+        name: c"mr_cache_max_size",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Bytes the registration cache may hold, in use and unused (default: 1073741824); unused entries beyond it are evicted LRU first",
+    },
+    ParamDef {
+        name: c"mr_cache_max_count",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Entries the registration cache may hold (default: 4096)",
+    },
+    ParamDef {
+        name: c"mr_cache_explicit",
+        kind: ffi::FI_PARAM_BOOL,
+        help: c"Whether application registrations (fi_mr_reg) use the cache; 0 keeps it to oxmr's internal registrations, for applications with a cache of their own (default: 1)",
+    },
+    ParamDef {
+        name: c"mr_cache_monitor",
+        kind: ffi::FI_PARAM_STRING,
+        help: c"How the cache learns of unmapped memory: uffd (userfaultfd) or none (then nothing is cached: a range that cannot be watched is never cached) (default: uffd)",
+    },
+    ParamDef {
+        name: c"mr_record_pfn",
+        kind: ffi::FI_PARAM_BOOL,
+        help: c"Record the page frame number of each registration's first page when it is pinned, reported by the oxmr_mr_ops query (verification aid; PFNs are visible to root only) (default: 0)",
+    },
 ];
 
 /// The values read at load time.
@@ -44,6 +74,8 @@ pub struct Config {
     pub pin_mode: crate::mr::pin::PinMode,
     /// FI_OXMR_MR_MAX_PINNED.
     pub max_pinned: Option<u64>,
+    /// FI_OXMR_MR_CACHE_* and FI_OXMR_MR_RECORD_PFN.
+    pub cache: crate::mr::CacheConfig,
 }
 
 impl Default for Config {
@@ -52,6 +84,7 @@ impl Default for Config {
             ifaces: None,
             pin_mode: crate::mr::pin::PinMode::Uring,
             max_pinned: None,
+            cache: crate::mr::CacheConfig::default(),
         }
     }
 }
@@ -94,6 +127,19 @@ fn get_size(name: &CStr) -> Option<usize> {
     (r == 0).then_some(v)
 }
 
+fn get_bool(name: &CStr) -> Option<bool> {
+    let mut v: i32 = 0;
+    // SAFETY: a bool parameter writes one int into `v`.
+    let r = unsafe {
+        ffi::fi_param_get(
+            provider_ptr(),
+            name.as_ptr(),
+            (&mut v as *mut i32).cast::<c_void>(),
+        )
+    };
+    (r == 0).then_some(v != 0)
+}
+
 /// Define every variable and read them (fi_prov_ini).
 pub fn define_and_load() {
     for p in PARAMS {
@@ -121,9 +167,27 @@ pub fn define_and_load() {
             crate::mr::pin::PinMode::Uring
         });
     let max_pinned = get_size(c"mr_max_pinned").map(|v| v as u64);
+    let d = crate::mr::CacheConfig::default();
+    let monitor = match get_str(c"mr_cache_monitor").as_deref().map(str::trim) {
+        None | Some("") | Some("uffd") => true,
+        Some("none") => false,
+        Some(other) => {
+            tracing::warn!("FI_OXMR_MR_CACHE_MONITOR={other} is not uffd or none; using uffd");
+            true
+        }
+    };
+    let cache = crate::mr::CacheConfig {
+        enable: get_bool(c"mr_cache_enable").unwrap_or(d.enable),
+        explicit: get_bool(c"mr_cache_explicit").unwrap_or(d.explicit),
+        monitor,
+        max_bytes: get_size(c"mr_cache_max_size").map_or(d.max_bytes, |v| v as u64),
+        max_count: get_size(c"mr_cache_max_count").unwrap_or(d.max_count),
+        record_pfn: get_bool(c"mr_record_pfn").unwrap_or(d.record_pfn),
+    };
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
         max_pinned,
+        cache,
     });
 }

@@ -13,10 +13,12 @@
 //! no in-flight operation holds the region.
 
 pub mod account;
+pub mod cache;
 pub mod maps;
 pub mod mlock;
 pub mod pin;
 pub mod registry;
+pub mod uffd;
 pub mod uring;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,18 +76,76 @@ pub struct MrDomain {
     pub stats: Stats,
     /// Effective mr_mode bits (FI_MR_BASIC expanded).
     pub mr_mode: i32,
+    /// The lazy-deregistration cache, when enabled and the monitor works.
+    pub cache: Option<Arc<cache::Cache>>,
+    /// Whether application (explicit) registrations use the cache.
+    pub cache_explicit: bool,
+    /// FI_OXMR_MR_RECORD_PFN.
+    pub record_pfn: bool,
+}
+
+/// Cache settings (FI_OXMR_MR_CACHE_*).
+#[derive(Clone, Copy, Debug)]
+pub struct CacheConfig {
+    pub enable: bool,
+    pub explicit: bool,
+    pub monitor: bool,
+    pub max_bytes: u64,
+    pub max_count: usize,
+    pub record_pfn: bool,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            // Off until its tests land (fabtests/unit/mr_cache.c).
+            enable: false,
+            explicit: true,
+            monitor: true,
+            max_bytes: 1 << 30,
+            max_count: 4096,
+            record_pfn: false,
+        }
+    }
+}
+
+/// The page frame number backing `addr` now, from /proc/self/pagemap
+/// (0 when not present or not visible: PFNs are shown to root only).
+pub fn pagemap_pfn(addr: usize) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = std::fs::File::open("/proc/self/pagemap") else {
+        return 0;
+    };
+    let mut b = [0u8; 8];
+    if f.read_exact_at(&mut b, (addr / 4096 * 8) as u64).is_err() {
+        return 0;
+    }
+    let v = u64::from_ne_bytes(b);
+    if v >> 63 == 1 {
+        v & ((1 << 55) - 1)
+    } else {
+        0
+    }
 }
 
 /// Flags fi_mr_reg* accept.
 const REG_FLAGS: u64 = ffi::FI_RMA_EVENT as u64;
 
 impl MrDomain {
-    pub fn new(mr_mode: i32, pinner: Pinner) -> Self {
+    pub fn new(mr_mode: i32, pinner: Pinner, cc: CacheConfig) -> Self {
+        let cache = if cc.enable && cc.monitor {
+            cache::Cache::new(cc.max_bytes, cc.max_count, cc.record_pfn)
+        } else {
+            None
+        };
         MrDomain {
             registry: Registry::new(),
             pinner,
             stats: Stats::default(),
             mr_mode,
+            cache,
+            cache_explicit: cc.explicit,
+            record_pfn: cc.record_pfn,
         }
     }
 
@@ -174,7 +234,22 @@ impl MrDomain {
                 "fi_mr_reg: offset {iova:#x} + length {len} overflows"
             ));
         }
-        let pin = self.pinner.pin(&req.iovs, req.access)?;
+        let pin = match (&self.cache, req.iovs.as_slice()) {
+            (Some(c), &[(a, l)]) if self.cache_explicit && l > 0 => {
+                c.get(&self.pinner, a, l, req.access)?
+            }
+            _ => {
+                if let Some(c) = &self.cache {
+                    c.stats.uncached.fetch_add(1, Ordering::Relaxed);
+                }
+                self.pinner.pin(&req.iovs, req.access)?
+            }
+        };
+        let pfn0 = match pin.cache_entry() {
+            Some(e) => e.pfn0,
+            None if self.record_pfn && len > 0 => pagemap_pfn(req.iovs[0].0),
+            None => 0,
+        };
         let region = Arc::new(Region {
             key,
             iovs: req.iovs.clone(),
@@ -183,6 +258,7 @@ impl MrDomain {
             access: req.access,
             enabled: AtomicBool::new(!self.mode(ffi::FI_MR_ENDPOINT)),
             pin: std::sync::Mutex::new(pin),
+            pfn0,
         });
         self.registry.insert(region.clone()).map_err(|_| {
             fail!(

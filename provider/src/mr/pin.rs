@@ -7,6 +7,7 @@ use std::sync::Arc;
 use oxmr_ffi as ffi;
 
 use super::account::{charged, Account};
+use super::cache::CacheRef;
 use super::maps::{self, Kind};
 use super::mlock;
 use super::uring::UringTable;
@@ -60,6 +61,8 @@ pub enum Pin {
         bytes: u64,
         acct: Arc<Account>,
     },
+    /// A pin kept by the registration cache, shared with later hits.
+    Cached(CacheRef),
 }
 
 impl Pin {
@@ -68,6 +71,7 @@ impl Pin {
             Pin::None => PinClass::Unpinned,
             Pin::Uring { .. } => PinClass::Uring,
             Pin::Mlock { .. } => PinClass::Mlock,
+            Pin::Cached(c) => c.entry.pin.class(),
         }
     }
 
@@ -75,21 +79,37 @@ impl Pin {
         match self {
             Pin::None => 0,
             Pin::Uring { bytes, .. } | Pin::Mlock { bytes, .. } => *bytes,
+            Pin::Cached(c) => c.entry.pin.bytes(),
         }
     }
 
     pub fn slots(&self) -> u32 {
         match self {
             Pin::Uring { slots, .. } => slots.len() as u32,
+            Pin::Cached(c) => c.entry.pin.slots(),
             _ => 0,
+        }
+    }
+
+    /// The cache entry this pin is shared through, if any.
+    pub fn cache_entry(&self) -> Option<&super::cache::Entry> {
+        match self {
+            Pin::Cached(c) => Some(&c.entry),
+            _ => None,
         }
     }
 }
 
 impl Drop for Pin {
     fn drop(&mut self) {
+        if super::uffd::forked() {
+            // A forked child shares the parent's io_uring table (the ring fd
+            // is inherited) and has no locks of its own: releasing would
+            // unpin the parent's pages. The child's copy is simply dropped.
+            return;
+        }
         match self {
-            Pin::None => {}
+            Pin::None | Pin::Cached(_) => {}
             Pin::Uring {
                 table,
                 slots,
@@ -137,6 +157,30 @@ pub fn explain_unpinnable(iovs: &[(usize, usize)]) -> String {
     } else {
         parts.join("; ")
     }
+}
+
+/// Refuse memory that mlock "succeeds" on without holding anything
+/// (PFN-mapped device memory) or cannot fault in (secret memory): the
+/// fallback must not claim to hold what it does not.
+pub fn refuse_unholdable(iovs: &[(usize, usize)]) -> Result<()> {
+    for &(a, l) in iovs {
+        if l == 0 {
+            continue;
+        }
+        let m = maps::smaps_in(a, l)
+            .map_err(|e| fail!(ffi::FI_EIO, "cannot read /proc/self/smaps: {e}"))?;
+        if let Some(x) = m
+            .iter()
+            .find(|x| matches!(x.kind(), Kind::DevicePfn | Kind::Secret))
+        {
+            return Err(fail!(
+                ffi::FI_EFAULT,
+                "fi_mr_reg: the kernel cannot pin {a:#x}+{l}: it is {} (not pinnable; the physical-address fallback will cover device memory)",
+                x.describe()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Check a range against the mappings: mapped, and accessible as asked.
@@ -255,6 +299,7 @@ impl Pinner {
         } else {
             validate(iovs, access)?;
         }
+        refuse_unholdable(iovs)?;
         self.acct.reserve(bytes)?;
         for (i, &(a, l)) in iovs.iter().enumerate() {
             if let Err(e) = mlock::global().lock(a, l) {

@@ -46,6 +46,8 @@ pub struct Region {
     pub enabled: AtomicBool,
     /// Replaced by fi_mr_refresh (FI_MR_MMU_NOTIFY).
     pub pin: Mutex<Pin>,
+    /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
+    pub pfn0: u64,
 }
 
 /// Why a remote access was refused.
@@ -240,6 +242,7 @@ pub(crate) mod tests {
             access,
             enabled: AtomicBool::new(true),
             pin: Mutex::new(Pin::None),
+            pfn0: 0,
         })
     }
 

@@ -66,7 +66,7 @@ impl Domain {
             name,
             av_type: d.av_type,
             mr_mode,
-            mr: MrDomain::new(mr_mode, pinner),
+            mr: MrDomain::new(mr_mode, pinner, cfg.cache),
             info,
         })
     }

@@ -1,0 +1,349 @@
+//! The lazy-deregistration cache.
+//!
+//! Closing a cacheable registration keeps its pin in an LRU instead of
+//! unpinning; a later registration of the same range, or of a range inside
+//! it, with access the entry covers, reuses the pin. What is cached is only
+//! the pin: every registration still gets its own fresh key.
+//!
+//! Policy:
+//! - one entry per single-iov registration, exactly its range; overlapping
+//!   and adjacent registrations get entries of their own (no merging), and a
+//!   lookup uses any valid entry that contains the asked range;
+//! - access is part of the match: a hit never grants access the entry was
+//!   not validated and pinned for (read-only memory is cached read-only);
+//! - bounded by `max_bytes` and `max_count` (FI_OXMR_MR_CACHE_MAX_SIZE /
+//!   _MAX_COUNT); only unused entries are evicted, least recently used
+//!   first; when pinning fails for lack of memlock budget, every unused entry
+//!   is evicted and the pin retried once.
+//!
+//! Correctness: a range is watched by the userfaultfd monitor *before* it
+//! is pinned, and after pinning the monitor's log is checked for an event on
+//! it (subscribe, pin, validate). Every lookup first applies the log, after
+//! waiting for a read in progress (see `uffd`), so once munmap / mremap /
+//! madvise has returned to the thread that called it, no lookup returns an
+//! entry for that range. A range the monitor cannot watch is not cached.
+//!
+//! Locks, in order: `state` (this cache), then the monitor's log lock. The
+//! monitor takes only its log lock and never allocates under it, so code
+//! holding `state` may free memory (which may munmap and wait for the
+//! monitor) without deadlock. Nothing here patches code or hooks malloc.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use oxmr_ffi as ffi;
+
+use super::pin::{Pin, Pinner};
+use super::uffd::{self, Cause, Invalidation, Monitor};
+use crate::boundary::Result;
+
+/// A cached pin.
+pub struct Entry {
+    pub id: u64,
+    pub start: usize,
+    pub len: usize,
+    /// Access the range was validated and pinned for.
+    pub access: u64,
+    pub pin: Pin,
+    /// PFN of the first page when pinned (FI_OXMR_MR_RECORD_PFN), else 0.
+    pub pfn0: u64,
+}
+
+struct Slot {
+    entry: Arc<Entry>,
+    users: usize,
+    last_use: u64,
+}
+
+struct State {
+    /// Valid entries by (start, id).
+    index: BTreeMap<(usize, u64), Slot>,
+    /// Unused valid entries by last use.
+    lru: BTreeMap<u64, (usize, u64)>,
+    /// Monitor log position applied.
+    seq: u64,
+    tick: u64,
+    next_id: u64,
+    bytes: u64,
+    longest: usize,
+}
+
+/// Counters exported through the extension API.
+#[derive(Default)]
+pub struct CacheStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub uncached: AtomicU64,
+    pub evictions: AtomicU64,
+    pub inv_unmap: AtomicU64,
+    pub inv_remove: AtomicU64,
+    pub inv_remap: AtomicU64,
+    pub inv_overflow: AtomicU64,
+}
+
+/// A domain's cache.
+pub struct Cache {
+    state: Mutex<State>,
+    monitor: &'static Monitor,
+    pub max_bytes: u64,
+    pub max_count: usize,
+    pub record_pfn: bool,
+    pub stats: CacheStats,
+}
+
+/// A registration's use of a cache entry; gives it back on drop.
+pub struct CacheRef {
+    cache: Arc<Cache>,
+    pub entry: Arc<Entry>,
+}
+
+impl Drop for CacheRef {
+    fn drop(&mut self) {
+        self.cache.release(&self.entry);
+    }
+}
+
+fn overlaps(a: usize, alen: usize, i: &Invalidation) -> bool {
+    (a as u64) < i.end && i.start < (a + alen) as u64
+}
+
+impl Cache {
+    /// A cache, if the process monitor is available.
+    pub fn new(max_bytes: u64, max_count: usize, record_pfn: bool) -> Option<Arc<Self>> {
+        let monitor = Monitor::get()?;
+        let seq = monitor.head();
+        Some(Arc::new(Cache {
+            state: Mutex::new(State {
+                index: BTreeMap::new(),
+                lru: BTreeMap::new(),
+                seq,
+                tick: 0,
+                next_id: 1,
+                bytes: 0,
+                longest: 0,
+            }),
+            monitor,
+            max_bytes,
+            max_count,
+            record_pfn,
+            stats: CacheStats::default(),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Apply the monitor's log; returns whether an event since `since`
+    /// touched [a, a+len).
+    fn sync(&self, s: &mut State, watch: Option<(u64, usize, usize)>) -> bool {
+        let mut hit = false;
+        let mut buf = [Invalidation {
+            start: 0,
+            end: 0,
+            cause: Cause::Unmap,
+        }; 64];
+        loop {
+            let from = s.seq;
+            let (next, n) = self.monitor.since(from, &mut buf);
+            for (k, inv) in buf[..n].iter().enumerate() {
+                if let Some((since, a, l)) = watch {
+                    let seq = from + k as u64;
+                    if inv.cause == Cause::Overflow || (seq >= since && overlaps(a, l, inv)) {
+                        hit = true;
+                    }
+                }
+                self.invalidate(s, inv);
+            }
+            s.seq = next;
+            if n < buf.len() {
+                return hit;
+            }
+        }
+    }
+
+    fn invalidate(&self, s: &mut State, inv: &Invalidation) {
+        let counter = match inv.cause {
+            Cause::Unmap => &self.stats.inv_unmap,
+            Cause::Remove => &self.stats.inv_remove,
+            Cause::Remap => &self.stats.inv_remap,
+            Cause::Overflow => &self.stats.inv_overflow,
+        };
+        let lo = (inv.start as usize).saturating_sub(s.longest);
+        let victims: Vec<(usize, u64)> = s
+            .index
+            .range((lo, 0)..)
+            .take_while(|(k, _)| (k.0 as u64) < inv.end)
+            .filter(|(_, v)| overlaps(v.entry.start, v.entry.len.max(1), inv))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in victims {
+            if let Some(slot) = s.index.remove(&k) {
+                counter.fetch_add(1, Ordering::Relaxed);
+                s.bytes -= slot.entry.len as u64;
+                if slot.users == 0 {
+                    s.lru.remove(&slot.last_use);
+                }
+                // In use: the registration keeps its pin until closed, but
+                // it is never served again. Unused: the pin goes now.
+            }
+        }
+    }
+
+    fn lookup(&self, s: &mut State, a: usize, l: usize, access: u64) -> Option<Arc<Entry>> {
+        let lo = a.saturating_sub(s.longest);
+        let key = s
+            .index
+            .range((lo, 0)..=(a, u64::MAX))
+            .rev()
+            .find(|(_, v)| {
+                let e = &v.entry;
+                e.start <= a && a + l <= e.start + e.len && access & !e.access == 0
+            })
+            .map(|(k, _)| *k)?;
+        s.tick += 1;
+        let tick = s.tick;
+        let slot = s.index.get_mut(&key)?;
+        if slot.users == 0 {
+            let old = slot.last_use;
+            slot.users = 1;
+            slot.last_use = tick;
+            s.lru.remove(&old);
+        } else {
+            slot.users += 1;
+            slot.last_use = tick;
+        }
+        Some(slot.entry.clone())
+    }
+
+    /// Evict unused entries (LRU first) until within limits, or all of them.
+    fn evict(&self, s: &mut State, all: bool) -> Vec<Arc<Entry>> {
+        let mut out = Vec::new();
+        while all || s.bytes > self.max_bytes || s.index.len() > self.max_count {
+            let Some((&t, &k)) = s.lru.iter().next() else {
+                break;
+            };
+            s.lru.remove(&t);
+            if let Some(slot) = s.index.remove(&k) {
+                s.bytes -= slot.entry.len as u64;
+                self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+                out.push(slot.entry);
+            }
+        }
+        out
+    }
+
+    /// A pin for [a, a+l) with `access`: a cached one, or a new one that is
+    /// cached, or (for ranges the monitor cannot watch) an uncached one.
+    pub fn get(self: &Arc<Self>, pinner: &Pinner, a: usize, l: usize, access: u64) -> Result<Pin> {
+        if uffd::forked() {
+            return pinner.pin(&[(a, l)], access);
+        }
+        for _ in 0..3 {
+            {
+                let mut s = self.lock();
+                self.sync(&mut s, None);
+                if let Some(entry) = self.lookup(&mut s, a, l, access) {
+                    self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Pin::Cached(CacheRef {
+                        cache: self.clone(),
+                        entry,
+                    }));
+                }
+            }
+            // Subscribe before pinning.
+            if let Err(e) = self.monitor.watch(a, l) {
+                tracing::debug!("range {a:#x}+{l} cannot be watched ({e}); registered uncached");
+                self.stats.uncached.fetch_add(1, Ordering::Relaxed);
+                return pinner.pin(&[(a, l)], access);
+            }
+            let since = self.monitor.head();
+            let pin = match pinner.pin(&[(a, l)], access) {
+                Err(e) if e.code() == ffi::FI_ENOMEM => {
+                    let victims = self.evict(&mut self.lock(), true);
+                    drop(victims);
+                    pinner.pin(&[(a, l)], access)?
+                }
+                r => r?,
+            };
+            let mut s = self.lock();
+            if self.sync(&mut s, Some((since, a, l))) {
+                // The range changed while we pinned it: the pin may hold
+                // the old pages. Drop it and start over.
+                drop(s);
+                drop(pin);
+                continue;
+            }
+            self.stats.misses.fetch_add(1, Ordering::Relaxed);
+            s.tick += 1;
+            let tick = s.tick;
+            let id = s.next_id;
+            s.next_id += 1;
+            let pfn0 = if self.record_pfn {
+                super::pagemap_pfn(a)
+            } else {
+                0
+            };
+            let entry = Arc::new(Entry {
+                id,
+                start: a,
+                len: l,
+                access,
+                pin,
+                pfn0,
+            });
+            s.index.insert(
+                (a, id),
+                Slot {
+                    entry: entry.clone(),
+                    users: 1,
+                    last_use: tick,
+                },
+            );
+            s.bytes += l as u64;
+            s.longest = s.longest.max(l);
+            let victims = self.evict(&mut s, false);
+            drop(s);
+            drop(victims);
+            return Ok(Pin::Cached(CacheRef {
+                cache: self.clone(),
+                entry,
+            }));
+        }
+        self.stats.uncached.fetch_add(1, Ordering::Relaxed);
+        pinner.pin(&[(a, l)], access)
+    }
+
+    fn release(&self, entry: &Arc<Entry>) {
+        if uffd::forked() {
+            return;
+        }
+        let mut s = self.lock();
+        s.tick += 1;
+        let tick = s.tick;
+        let key = (entry.start, entry.id);
+        if let Some(slot) = s.index.get_mut(&key) {
+            slot.users -= 1;
+            if slot.users == 0 {
+                slot.last_use = tick;
+                s.lru.insert(tick, key);
+            }
+        }
+        let victims = self.evict(&mut s, false);
+        drop(s);
+        drop(victims);
+    }
+
+    /// Evict every unused entry (domain close, memlock pressure).
+    pub fn flush(&self) {
+        let victims = self.evict(&mut self.lock(), true);
+        drop(victims);
+    }
+
+    /// (entries, bytes) cached now.
+    pub fn size(&self) -> (usize, u64) {
+        let s = self.lock();
+        (s.index.len(), s.bytes)
+    }
+}
