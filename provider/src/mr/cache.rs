@@ -21,21 +21,26 @@
 //! it (subscribe, pin, validate). Every lookup first applies the log, after
 //! waiting for a read in progress (see `uffd`), so once munmap / mremap /
 //! madvise has returned to the thread that called it, no lookup returns an
-//! entry for that range. A range the monitor cannot watch is not cached.
+//! entry for that range. munmap, brk and mremap report after the change, so
+//! a pin taken after the event holds the new pages; madvise reports before
+//! discarding, so a pin that raced with a discard of its range in the last
+//! 50 ms is not cached (see `get`). A range the monitor cannot watch is not
+//! cached.
 //!
 //! Locks, in order: `state` (this cache), then the monitor's log lock. The
 //! monitor takes only its log lock and never allocates under it, so code
 //! holding `state` may free memory (which may munmap and wait for the
 //! monitor) without deadlock. Nothing here patches code or hooks malloc.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
 
 use super::pin::{Pin, Pinner};
-use super::uffd::{self, Cause, Invalidation, Monitor};
+use super::uffd::{Cause, Invalidation, Monitor};
 use crate::boundary::Result;
 
 /// A cached pin.
@@ -67,7 +72,12 @@ struct State {
     next_id: u64,
     bytes: u64,
     longest: usize,
+    /// Recent discards (madvise), kept for `REMOVE_GRACE`.
+    removes: VecDeque<(u64, u64, Instant)>,
 }
+
+/// How long a discard keeps its range from being cached (see `get`).
+const REMOVE_GRACE: Duration = Duration::from_millis(50);
 
 /// Counters exported through the extension API.
 #[derive(Default)]
@@ -90,6 +100,8 @@ pub struct Cache {
     pub max_count: usize,
     pub record_pfn: bool,
     pub stats: CacheStats,
+    /// The process the cache belongs to (a forked child bypasses it).
+    pid: u32,
 }
 
 /// A registration's use of a cache entry; gives it back on drop.
@@ -122,12 +134,14 @@ impl Cache {
                 next_id: 1,
                 bytes: 0,
                 longest: 0,
+                removes: VecDeque::new(),
             }),
             monitor,
             max_bytes,
             max_count,
             record_pfn,
             stats: CacheStats::default(),
+            pid: std::process::id(),
         }))
     }
 
@@ -164,6 +178,15 @@ impl Cache {
     }
 
     fn invalidate(&self, s: &mut State, inv: &Invalidation) {
+        if inv.cause == Cause::Remove {
+            let now = Instant::now();
+            while s.removes.front().is_some_and(|r| now - r.2 > REMOVE_GRACE)
+                || s.removes.len() >= 256
+            {
+                s.removes.pop_front();
+            }
+            s.removes.push_back((inv.start, inv.end, now));
+        }
         let counter = match inv.cause {
             Cause::Unmap => &self.stats.inv_unmap,
             Cause::Remove => &self.stats.inv_remove,
@@ -237,7 +260,8 @@ impl Cache {
     /// A pin for [a, a+l) with `access`: a cached one, or a new one that is
     /// cached, or (for ranges the monitor cannot watch) an uncached one.
     pub fn get(self: &Arc<Self>, pinner: &Pinner, a: usize, l: usize, access: u64) -> Result<Pin> {
-        if uffd::forked() {
+        if std::process::id() != self.pid {
+            // A forked child: the entries are the parent's pins.
             return pinner.pin(&[(a, l)], access);
         }
         for _ in 0..3 {
@@ -274,6 +298,21 @@ impl Cache {
                 drop(s);
                 drop(pin);
                 continue;
+            }
+            // madvise(DONTNEED/FREE/REMOVE) reports *before* it discards
+            // the pages (the kernel completes the event when the monitor
+            // reads it, then zaps): a pin taken in between holds pages about
+            // to be dropped. Such a registration is served, but not cached;
+            // the grace is far longer than the read-to-zap gap.
+            let now = Instant::now();
+            let raced = s
+                .removes
+                .iter()
+                .any(|r| now - r.2 <= REMOVE_GRACE && (a as u64) < r.1 && r.0 < (a + l) as u64);
+            if raced {
+                drop(s);
+                self.stats.uncached.fetch_add(1, Ordering::Relaxed);
+                return Ok(pin);
             }
             self.stats.misses.fetch_add(1, Ordering::Relaxed);
             s.tick += 1;
@@ -316,7 +355,7 @@ impl Cache {
     }
 
     fn release(&self, entry: &Arc<Entry>) {
-        if uffd::forked() {
+        if std::process::id() != self.pid {
             return;
         }
         let mut s = self.lock();
@@ -345,5 +384,92 @@ impl Cache {
     pub fn size(&self) -> (usize, u64) {
         let s = self.lock();
         (s.index.len(), s.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mr::account::{Account, CapSource};
+    use crate::mr::pin::PinMode;
+    use crate::mr::{pagemap_pfn, CacheConfig, MrDomain, Request};
+
+    fn domain() -> MrDomain {
+        let pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
+        let cc = CacheConfig {
+            enable: true,
+            record_pfn: true,
+            ..CacheConfig::default()
+        };
+        let mr_mode = (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32;
+        MrDomain::new(mr_mode, pinner, cc)
+    }
+
+    fn map(at: usize, len: usize, fill: u8) -> usize {
+        let flags =
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if at != 0 { libc::MAP_FIXED } else { 0 };
+        // SAFETY: anonymous mapping (MAP_FIXED only over our own mapping).
+        let p = unsafe {
+            libc::mmap(
+                at as *mut _,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: just mapped, writable.
+        unsafe { std::ptr::write_bytes(p as *mut u8, fill, len) };
+        p as usize
+    }
+
+    fn reg(d: &MrDomain, a: usize, l: usize) -> Arc<crate::mr::registry::Region> {
+        let req = Request {
+            iovs: vec![(a, l)],
+            access: ffi::FI_REMOTE_READ as u64 | ffi::FI_REMOTE_WRITE as u64,
+            iface: ffi::FI_HMEM_SYSTEM,
+            ..Default::default()
+        };
+        d.register(&req).unwrap()
+    }
+
+    fn entry_of(r: &crate::mr::registry::Region) -> u64 {
+        r.pin.lock().unwrap().cache_entry().map_or(0, |e| e.id)
+    }
+
+    #[test]
+    fn hit_after_close_and_miss_after_remap() {
+        let d = domain();
+        let c = d.cache.clone().expect("userfaultfd works here");
+        let len = 64 << 10;
+        let a = map(0, len, 1);
+        let r1 = reg(&d, a, len);
+        let e1 = entry_of(&r1);
+        assert_ne!(e1, 0);
+        d.deregister(r1.key);
+        drop(r1);
+        let r2 = reg(&d, a, len);
+        assert_eq!(entry_of(&r2), e1, "re-registration is a hit");
+        assert_eq!(c.stats.hits.load(Ordering::Relaxed), 1);
+        let old_pfn = r2.pfn0;
+        d.deregister(r2.key);
+        drop(r2);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a as *mut _, len) };
+        map(a, len, 2);
+        let r3 = reg(&d, a, len);
+        assert_ne!(entry_of(&r3), e1, "after munmap + mmap: a miss");
+        assert!(c.stats.inv_unmap.load(Ordering::Relaxed) >= 1);
+        let now = pagemap_pfn(a);
+        if now != 0 {
+            assert_eq!(r3.pfn0, now, "pins the new page");
+            assert_ne!(r3.pfn0, old_pfn);
+        }
+        d.deregister(r3.key);
+        drop(r3);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a as *mut _, len) };
     }
 }

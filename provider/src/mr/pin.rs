@@ -102,12 +102,6 @@ impl Pin {
 
 impl Drop for Pin {
     fn drop(&mut self) {
-        if super::uffd::forked() {
-            // A forked child shares the parent's io_uring table (the ring fd
-            // is inherited) and has no locks of its own: releasing would
-            // unpin the parent's pages. The child's copy is simply dropped.
-            return;
-        }
         match self {
             Pin::None | Pin::Cached(_) => {}
             Pin::Uring {
@@ -116,7 +110,11 @@ impl Drop for Pin {
                 bytes,
                 acct,
             } => {
-                table.unpin(slots);
+                // A forked child shares the parent's ring (inherited fd):
+                // emptying its slots would unpin the parent's pages.
+                if table.owned_here() {
+                    table.unpin(slots);
+                }
                 acct.release(*bytes);
             }
             Pin::Mlock { iovs, bytes, acct } => {

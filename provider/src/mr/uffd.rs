@@ -20,12 +20,12 @@
 //! that falls more than the ring's size behind invalidates everything.
 //!
 //! Without UFFD_FEATURE_EVENT_FORK, a forked child's mappings are not
-//! watched by the parent's monitor; the child never uses the cache (see
-//! `forked`).
+//! watched by the parent's monitor; the child never uses the parent's cache
+//! (each cache remembers the process that created it).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 const UFFD_USER_MODE_ONLY: i32 = 1;
@@ -110,25 +110,6 @@ pub struct Monitor {
 }
 
 static MONITOR: OnceLock<Option<&'static Monitor>> = OnceLock::new();
-static FORKED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_fork_child() {
-    FORKED.store(true, Ordering::Release);
-}
-
-extern "C" {
-    fn pthread_atfork(
-        prepare: Option<extern "C" fn()>,
-        parent: Option<extern "C" fn()>,
-        child: Option<extern "C" fn()>,
-    ) -> i32;
-}
-
-/// True in a process forked after oxmr set up its monitor: such a child
-/// must not use (or unpin) the parent's cached or pinned registrations.
-pub fn forked() -> bool {
-    FORKED.load(Ordering::Acquire)
-}
 
 fn ioctl(fd: i32, req: u64, arg: *mut libc::c_void) -> io::Result<()> {
     // SAFETY: `arg` points to the struct `req` expects, alive for the call.
@@ -191,9 +172,6 @@ impl Monitor {
             reading: AtomicU32::new(0),
             events: AtomicU64::new(0),
         }));
-        // SAFETY: registers a plain extern "C" function that only stores
-        // to an atomic (async-signal-safe, as a fork child handler must be).
-        unsafe { pthread_atfork(None, None, Some(on_fork_child)) };
         std::thread::Builder::new()
             .name("oxmr-uffd".into())
             .spawn(move || m.run())?;

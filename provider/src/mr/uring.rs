@@ -65,6 +65,8 @@ struct RsrcUpdate2 {
 pub struct UringTable {
     ring: OwnedFd,
     free: Mutex<Vec<u32>>,
+    /// The process that created the ring.
+    pid: u32,
 }
 
 fn register(fd: i32, op: u32, arg: *const libc::c_void, nr: u32) -> io::Result<i32> {
@@ -107,6 +109,7 @@ impl UringTable {
         Ok(UringTable {
             ring,
             free: Mutex::new(free),
+            pid: std::process::id(),
         })
     }
 
@@ -175,6 +178,12 @@ impl UringTable {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend_from_slice(slots);
+    }
+
+    /// Whether this process created the ring (false in a forked child,
+    /// which inherits the fd and must not change the parent's table).
+    pub fn owned_here(&self) -> bool {
+        std::process::id() == self.pid
     }
 
     /// Slots in use.
