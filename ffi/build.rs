@@ -11,9 +11,7 @@ fn main() {
         // ("linkback"): symbols resolve to the already-loaded library, and
         // Rust test binaries can call the real libfabric.
         .probe("libfabric")
-        .expect(
-            "libfabric >= 1.17 not found by pkg-config: apt-get install libfabric-dev pkg-config",
-        );
+        .expect("libfabric >= 1.17 not found by pkg-config: apt-get install libfabric-dev pkg-config");
 
     let mut builder = bindgen::Builder::default()
         .header("wrapper.h")
@@ -30,13 +28,9 @@ fn main() {
     for path in &lib.include_paths {
         builder = builder.clang_arg(format!("-I{}", path.display()));
     }
-    let bindings = builder
-        .generate()
-        .expect("bindgen failed on the libfabric headers (is libclang-dev installed?)");
+    let bindings = builder.generate().expect("bindgen failed on the libfabric headers (is libclang-dev installed?)");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
-    bindings
-        .write_to_file(out.join("bindings.rs"))
-        .expect("cannot write bindings.rs");
+    bindings.write_to_file(out.join("bindings.rs")).expect("cannot write bindings.rs");
 
     // Tell dependants which header version they compile against, so code
     // that needs a newer API can be gated on it.

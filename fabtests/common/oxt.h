@@ -47,6 +47,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
+#include <rdma/fi_atomic.h>
 
 /* The API version the tests ask for: the installed headers' own. */
 #define OXT_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)

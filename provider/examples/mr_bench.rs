@@ -34,8 +34,7 @@ unsafe fn open(prov: &str) -> Option<Dom> {
         (*(*hints).ep_attr).type_ = ffi::FI_EP_RDM;
         (*hints).caps = (ffi::FI_MSG | ffi::FI_RMA) as u64;
         (*(*hints).domain_attr).mr_mode =
-            (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_PROV_KEY | ffi::FI_MR_LOCAL)
-                as i32;
+            (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_PROV_KEY | ffi::FI_MR_LOCAL) as i32;
         (*(*hints).fabric_attr).prov_name = libc::strdup(CString::new(prov).unwrap().as_ptr());
         let mut info = null_mut();
         let r = ffi::fi_getinfo(ffi::FI_HEADER_VERSION, null(), null(), 0, hints, &mut info);
@@ -52,11 +51,7 @@ unsafe fn open(prov: &str) -> Option<Dom> {
         if ((*(*fabric).ops).domain.unwrap())(fabric, info, &mut domain, null_mut()) != 0 {
             return None;
         }
-        Some(Dom {
-            fabric,
-            domain,
-            info,
-        })
+        Some(Dom { fabric, domain, info })
     }
 }
 
@@ -135,10 +130,7 @@ fn lookup_bench() {
         let t = Instant::now();
         for j in 0..n {
             let (k, base) = keys[(j * 7919 + seed) % keys.len()];
-            if reg
-                .check(k, base + 64, 128, ffi::FI_REMOTE_READ as u64)
-                .is_ok()
-            {
+            if reg.check(k, base + 64, 128, ffi::FI_REMOTE_READ as u64).is_ok() {
                 ok += 1;
             }
         }
@@ -146,10 +138,7 @@ fn lookup_bench() {
         t.elapsed().as_secs_f64() * 1e9 / n as f64
     };
     let n = 5_000_000;
-    println!(
-        "check() at 10000 live registrations, 1 thread: {:.1} ns/lookup",
-        run(&reg, n, 0)
-    );
+    println!("check() at 10000 live registrations, 1 thread: {:.1} ns/lookup", run(&reg, n, 0));
     let threads: Vec<_> = (0..2)
         .map(|s| {
             let reg = reg.clone();
@@ -158,49 +147,30 @@ fn lookup_bench() {
                 let t = Instant::now();
                 for j in 0..n {
                     let (k, base) = keys[(j * 7919 + s) % keys.len()];
-                    std::hint::black_box(
-                        reg.check(k, base + 64, 128, ffi::FI_REMOTE_READ as u64)
-                            .is_ok(),
-                    );
+                    std::hint::black_box(reg.check(k, base + 64, 128, ffi::FI_REMOTE_READ as u64).is_ok());
                 }
                 t.elapsed().as_secs_f64() * 1e9 / n as f64
             })
         })
         .collect();
     let per: Vec<f64> = threads.into_iter().map(|h| h.join().unwrap()).collect();
-    println!(
-        "check() at 10000 live registrations, 2 threads: {:.1} / {:.1} ns/lookup",
-        per[0], per[1]
-    );
+    println!("check() at 10000 live registrations, 2 threads: {:.1} / {:.1} ns/lookup", per[0], per[1]);
     let bad = Instant::now();
     for j in 0..n {
-        std::hint::black_box(
-            reg.check(keys[j % keys.len()].0 ^ 0xdead_0000, 0, 1, 0)
-                .is_err(),
-        );
+        std::hint::black_box(reg.check(keys[j % keys.len()].0 ^ 0xdead_0000, 0, 1, 0).is_err());
     }
-    println!(
-        "check() of an unknown key: {:.1} ns",
-        bad.elapsed().as_secs_f64() * 1e9 / n as f64
-    );
+    println!("check() of an unknown key: {:.1} ns", bad.elapsed().as_secs_f64() * 1e9 / n as f64);
 }
 
 fn main() {
-    let sizes: [(usize, &str, u32); 4] = [
-        (4 << 10, "4 KiB", 2000),
-        (64 << 10, "64 KiB", 1000),
-        (2 << 20, "2 MiB", 200),
-        (64 << 20, "64 MiB", 10),
-    ];
+    let sizes: [(usize, &str, u32); 4] =
+        [(4 << 10, "4 KiB", 2000), (64 << 10, "64 KiB", 1000), (2 << 20, "2 MiB", 200), (64 << 20, "64 MiB", 10)];
     let provs = ["oxmr", "shm", "tcp"];
     println!(
         "fi_mr_reg / fi_close, mean µs (FI_PROVIDER_PATH={})",
         std::env::var("FI_PROVIDER_PATH").unwrap_or_default()
     );
-    println!(
-        "{:>8} {:>22} {:>22} {:>22}",
-        "size", "oxmr reg/close", "shm reg/close", "tcp reg/close"
-    );
+    println!("{:>8} {:>22} {:>22} {:>22}", "size", "oxmr reg/close", "shm reg/close", "tcp reg/close");
     let doms: Vec<Option<Dom>> = provs.iter().map(|p| unsafe { open(p) }).collect();
     for (len, name, iters) in sizes {
         let buf = buffer(len);
@@ -214,10 +184,7 @@ fn main() {
                 None => "-".into(),
             })
             .collect();
-        println!(
-            "{name:>8} {:>22} {:>22} {:>22}",
-            cells[0], cells[1], cells[2]
-        );
+        println!("{name:>8} {:>22} {:>22} {:>22}", cells[0], cells[1], cells[2]);
         // SAFETY: the mapping made by buffer().
         unsafe { libc::munmap(buf as *mut c_void, len) };
     }

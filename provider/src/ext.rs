@@ -123,18 +123,9 @@ mod tests {
     #[test]
     fn header_strings_match() {
         let h = include_str!("../../include/rdma/fi_ext_oxmr.h");
-        assert!(h.contains(&format!(
-            "#define OXMR_PROV_NAME \"{}\"",
-            super::OXMR_PROV_NAME
-        )));
-        assert!(h.contains(&format!(
-            "#define OXMR_MR_OPS_NAME \"{}\"",
-            super::OXMR_MR_OPS_NAME
-        )));
-        assert!(h.contains(&format!(
-            "#define OXMR_EXT_VERSION {}",
-            super::OXMR_EXT_VERSION
-        )));
+        assert!(h.contains(&format!("#define OXMR_PROV_NAME \"{}\"", super::OXMR_PROV_NAME)));
+        assert!(h.contains(&format!("#define OXMR_MR_OPS_NAME \"{}\"", super::OXMR_MR_OPS_NAME)));
+        assert!(h.contains(&format!("#define OXMR_EXT_VERSION {}", super::OXMR_EXT_VERSION)));
     }
 
     /// The README's variable table lists every FI_OXMR_* variable.
@@ -143,10 +134,7 @@ mod tests {
         let readme = include_str!("../../README.md");
         for p in crate::boundary::params::PARAMS {
             let var = format!("FI_OXMR_{}", p.name.to_str().unwrap().to_uppercase());
-            assert!(
-                readme.contains(&format!("| `{var}` |")),
-                "README misses {var}"
-            );
+            assert!(readme.contains(&format!("| `{var}` |")), "README misses {var}");
         }
     }
 }

@@ -14,6 +14,8 @@ pub mod ext;
 pub mod info;
 pub mod mr;
 pub mod objects;
+pub mod protocol;
+pub mod shm;
 pub mod sys;
 
 pub use boundary::provider::fi_prov_ini;

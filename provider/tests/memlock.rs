@@ -32,11 +32,7 @@ fn anon(len: usize) -> usize {
 #[test]
 #[ignore = "run by memlock_limit_is_enforced in a limited child"]
 fn memlock_child() {
-    assert_eq!(
-        std::env::var("OXMR_MEMLOCK_CHILD").as_deref(),
-        Ok("1"),
-        "run through memlock_limit_is_enforced"
-    );
+    assert_eq!(std::env::var("OXMR_MEMLOCK_CHILD").as_deref(), Ok("1"), "run through memlock_limit_is_enforced");
     // SAFETY: getuid has no preconditions.
     assert_ne!(unsafe { libc::getuid() }, 0, "must run unprivileged");
     let access = ffi::FI_REMOTE_WRITE as u64;
@@ -46,34 +42,19 @@ fn memlock_child() {
     assert_eq!((cap, src), (Some(LIMIT), CapSource::Rlimit));
     let p = Pinner::new(PinMode::Uring, Account::new(cap, src));
     assert_eq!(p.mode(), PinMode::Uring, "io_uring usable unprivileged");
-    let small = p
-        .pin(&[(anon(512 << 10), 512 << 10)], access)
-        .expect("512 KiB fits in 1 MiB");
-    let e = p
-        .pin(&[(anon(2 << 20), 2 << 20)], access)
-        .err()
-        .expect("2 MiB is over the cap");
+    let small = p.pin(&[(anon(512 << 10), 512 << 10)], access).expect("512 KiB fits in 1 MiB");
+    let e = p.pin(&[(anon(2 << 20), 2 << 20)], access).err().expect("2 MiB is over the cap");
     assert_eq!(e.code(), ffi::FI_ENOMEM);
-    assert_eq!(
-        p.acct.pinned(),
-        512 << 10,
-        "the refused pin left nothing behind"
-    );
+    assert_eq!(p.acct.pinned(), 512 << 10, "the refused pin left nothing behind");
     drop(small);
 
     // Without oxmr's cap, the kernel itself refuses the io_uring pin.
     let p = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
-    let e = p
-        .pin(&[(anon(4 << 20), 4 << 20)], access)
-        .err()
-        .expect("the kernel enforces RLIMIT_MEMLOCK");
+    let e = p.pin(&[(anon(4 << 20), 4 << 20)], access).err().expect("the kernel enforces RLIMIT_MEMLOCK");
     assert_eq!(e.code(), ffi::FI_ENOMEM);
     // And mlock, the fallback, is held to the same limit.
     let p = Pinner::new(PinMode::Mlock, Account::new(None, CapSource::Variable));
-    let e = p
-        .pin(&[(anon(4 << 20), 4 << 20)], access)
-        .err()
-        .expect("mlock is limited too");
+    let e = p.pin(&[(anon(4 << 20), 4 << 20)], access).err().expect("mlock is limited too");
     assert_eq!(e.code(), ffi::FI_ENOMEM);
     println!("CHILD-OK");
 }
@@ -87,30 +68,15 @@ fn memlock_limit_is_enforced() {
     }
     let exe = std::env::current_exe().unwrap();
     let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--",
-        ])
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
         .arg("prlimit")
         .arg(format!("--memlock={LIMIT}:{LIMIT}"))
         .arg(&exe)
-        .args([
-            "--exact",
-            "memlock_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "memlock_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env("OXMR_MEMLOCK_CHILD", "1")
         .output()
         .expect("setpriv and prlimit (util-linux) are installed by ci/setup.sh");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("CHILD-OK"),
-        "child failed:\n{stdout}\n{stderr}"
-    );
+    assert!(out.status.success() && stdout.contains("CHILD-OK"), "child failed:\n{stdout}\n{stderr}");
 }

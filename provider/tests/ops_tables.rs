@@ -39,18 +39,11 @@ unsafe fn open() -> Opened {
         assert_eq!(r, 0, "getinfo");
         assert!(!info.is_null());
         let mut fabric = null_mut();
-        assert_eq!(
-            (p.fabric.unwrap())((*info).fabric_attr, &mut fabric, null_mut()),
-            0
-        );
+        assert_eq!((p.fabric.unwrap())((*info).fabric_attr, &mut fabric, null_mut()), 0);
         let mut domain = null_mut();
         let r = ((*(*fabric).ops).domain.unwrap())(fabric, info, &mut domain, null_mut());
         assert_eq!(r, 0, "fi_domain");
-        Opened {
-            info,
-            fabric,
-            domain,
-        }
+        Opened { info, fabric, domain }
     }
 }
 
@@ -80,26 +73,11 @@ fn getinfo_answers_rdm_on_loopback() {
 fn close_order_is_enforced() {
     unsafe {
         let o = open();
-        let mut attr = ffi::fi_cq_attr {
-            size: 16,
-            format: ffi::FI_CQ_FORMAT_TAGGED,
-            ..Default::default()
-        };
+        let mut attr = ffi::fi_cq_attr { size: 16, format: ffi::FI_CQ_FORMAT_TAGGED, ..Default::default() };
         let mut cq = null_mut();
-        assert_eq!(
-            ((*(*o.domain).ops).cq_open.unwrap())(o.domain, &mut attr, &mut cq, null_mut()),
-            0
-        );
-        assert_eq!(
-            close(o.domain.cast()),
-            -(ffi::FI_EBUSY as i32),
-            "domain has a CQ"
-        );
-        assert_eq!(
-            close(o.fabric.cast()),
-            -(ffi::FI_EBUSY as i32),
-            "fabric has a domain"
-        );
+        assert_eq!(((*(*o.domain).ops).cq_open.unwrap())(o.domain, &mut attr, &mut cq, null_mut()), 0);
+        assert_eq!(close(o.domain.cast()), -(ffi::FI_EBUSY as i32), "domain has a CQ");
+        assert_eq!(close(o.fabric.cast()), -(ffi::FI_EBUSY as i32), "fabric has a domain");
         // A CQ's fid handed to the domain's close slot is recognised as
         // something else and refused, never reinterpreted.
         let domain_close = (*(*o.domain).fid.ops).close.unwrap();
@@ -113,16 +91,9 @@ fn close_order_is_enforced() {
 fn cq_sread_times_out_and_signal_wakes() {
     unsafe {
         let o = open();
-        let mut attr = ffi::fi_cq_attr {
-            size: 4,
-            wait_obj: ffi::FI_WAIT_FD,
-            ..Default::default()
-        };
+        let mut attr = ffi::fi_cq_attr { size: 4, wait_obj: ffi::FI_WAIT_FD, ..Default::default() };
         let mut cq = null_mut();
-        assert_eq!(
-            ((*(*o.domain).ops).cq_open.unwrap())(o.domain, &mut attr, &mut cq, null_mut()),
-            0
-        );
+        assert_eq!(((*(*o.domain).ops).cq_open.unwrap())(o.domain, &mut attr, &mut cq, null_mut()), 0);
         let ops = &*(*cq).ops;
         let mut buf = [0u8; 64];
         let t = std::time::Instant::now();
@@ -131,21 +102,10 @@ fn cq_sread_times_out_and_signal_wakes() {
         assert!(t.elapsed() >= std::time::Duration::from_millis(45));
         assert_eq!((ops.signal.unwrap())(cq), 0);
         let r = (ops.sread.unwrap())(cq, buf.as_mut_ptr().cast::<c_void>(), 1, null(), -1);
-        assert_eq!(
-            r,
-            -(ffi::FI_EAGAIN as isize),
-            "a latched signal ends an infinite sread"
-        );
+        assert_eq!(r, -(ffi::FI_EAGAIN as isize), "a latched signal ends an infinite sread");
         let mut fd: i32 = -1;
         let ctl = (*(*cq).fid.ops).control.unwrap();
-        assert_eq!(
-            ctl(
-                cq.cast(),
-                ffi::FI_GETWAIT as i32,
-                (&mut fd as *mut i32).cast()
-            ),
-            0
-        );
+        assert_eq!(ctl(cq.cast(), ffi::FI_GETWAIT as i32, (&mut fd as *mut i32).cast()), 0);
         assert!(fd >= 0);
         assert_eq!(close(cq.cast()), 0);
         teardown(o);
@@ -153,7 +113,7 @@ fn cq_sread_times_out_and_signal_wakes() {
 }
 
 #[test]
-fn data_ops_are_enosys_not_silent_success() {
+fn data_ops_refuse_before_enable_and_atomics_are_enosys() {
     unsafe {
         let o = open();
         let mut ep = null_mut();
@@ -161,15 +121,12 @@ fn data_ops_are_enosys_not_silent_success() {
         assert_eq!(r, 0);
         let buf = [0u8; 8];
         let send = (*(*ep).msg).send.unwrap();
-        assert_eq!(
-            send(ep, buf.as_ptr().cast(), 8, null_mut(), 0, null_mut()),
-            -(ffi::FI_ENOSYS as isize)
-        );
+        assert_eq!(send(ep, buf.as_ptr().cast(), 8, null_mut(), 0, null_mut()), -(ffi::FI_EOPBADSTATE as isize));
         let write = (*(*ep).rma).write.unwrap();
-        assert_eq!(
-            write(ep, buf.as_ptr().cast(), 8, null_mut(), 0, 0, 0, null_mut()),
-            -(ffi::FI_ENOSYS as isize)
-        );
+        assert_eq!(write(ep, buf.as_ptr().cast(), 8, null_mut(), 0, 0, 0, null_mut()), -(ffi::FI_EOPBADSTATE as isize));
+        let atomic = (*(*ep).atomic).write.unwrap();
+        let r = atomic(ep, buf.as_ptr().cast(), 1, null_mut(), 0, 0, 0, ffi::FI_UINT64, ffi::FI_SUM, null_mut());
+        assert_eq!(r, -(ffi::FI_ENOSYS as isize));
         assert_eq!(close(ep.cast()), 0);
         teardown(o);
     }

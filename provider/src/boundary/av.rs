@@ -36,17 +36,12 @@ crate::fid_object!(Av, hdr, ffi::FI_CLASS_AV, "address vector", AV_FI_OPS);
 
 /// The C header of a new AV.
 pub fn header(context: *mut c_void) -> Header<ffi::fid_av> {
-    Header(ffi::fid_av {
-        fid: fid_header::<Av>(context),
-        ops: &AV_OPS as *const _ as *mut _,
-    })
+    Header(ffi::fid_av { fid: fid_header::<Av>(context), ops: &AV_OPS as *const _ as *mut _ })
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
     // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(av)", || {
-        unsafe { fid::close::<Av>(f, |_| Ok(())) }.map(|_| 0)
-    })
+    guard_int("fi_close(av)", || unsafe { fid::close::<Av>(f, |_| Ok(())) }.map(|_| 0))
 }
 
 unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
@@ -54,10 +49,7 @@ unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> 
         // SAFETY: our fid and an application fid.
         let (av, eq) = unsafe { (borrow::<Av>(f)?, fid::retain::<Eq>(bfid)?) };
         if flags != 0 {
-            return Err(fail!(
-                ffi::FI_EBADFLAGS,
-                "fi_av_bind: flags {flags:#x}; pass 0"
-            ));
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_av_bind: flags {flags:#x}; pass 0"));
         }
         av.bind_eq(eq)?;
         Ok(0)
@@ -81,14 +73,10 @@ unsafe fn report(
         // SAFETY: caller's contract on array sizes.
         unsafe {
             if !fi_addr.is_null() {
-                fi_addr
-                    .add(i)
-                    .write(*r.as_ref().unwrap_or(&ffi::FI_ADDR_NOTAVAIL));
+                fi_addr.add(i).write(*r.as_ref().unwrap_or(&ffi::FI_ADDR_NOTAVAIL));
             }
             if flags & ffi::FI_SYNC_ERR as u64 != 0 && !context.is_null() {
-                (context as *mut i32)
-                    .add(i)
-                    .write(r.err().map_or(0, |c| c as i32));
+                (context as *mut i32).add(i).write(r.err().map_or(0, |c| c as i32));
             }
         }
     }
@@ -110,10 +98,7 @@ unsafe extern "C" fn insert(
         // SAFETY: our fid.
         let av = unsafe { borrow::<Av>(av.cast()) }?;
         if count > 0 && addr_.is_null() {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_av_insert: NULL address array with count {count}"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_av_insert: NULL address array with count {count}"));
         }
         // Each address is read by its own family: sockaddr_in (16 bytes)
         // or sockaddr_in6 (28); anything else is invalid and taken as 16.
@@ -122,13 +107,8 @@ unsafe extern "C" fn insert(
         for _ in 0..count {
             // SAFETY: the application passes `count` packed sockaddrs; we
             // read the 2-byte family before deciding the length.
-            let fam =
-                unsafe { std::ptr::read_unaligned((addr_ as *const u8).add(off) as *const u16) };
-            let len = if fam == libc::AF_INET6 as u16 {
-                addr::SOCKADDR_IN6_LEN
-            } else {
-                addr::SOCKADDR_IN_LEN
-            };
+            let fam = unsafe { std::ptr::read_unaligned((addr_ as *const u8).add(off) as *const u16) };
+            let len = if fam == libc::AF_INET6 as u16 { addr::SOCKADDR_IN6_LEN } else { addr::SOCKADDR_IN_LEN };
             // SAFETY: as above; the entry has `len` bytes.
             let bytes = unsafe { std::slice::from_raw_parts((addr_ as *const u8).add(off), len) };
             addrs.push(addr::parse(bytes));
@@ -156,20 +136,13 @@ unsafe extern "C" fn insertsvc(
 ) -> i32 {
     guard_int("fi_av_insertsvc", || {
         // SAFETY: our fid; C strings from the application.
-        let (av, node, service) =
-            unsafe { (borrow::<Av>(av.cast())?, opt_str(node), opt_str(service)) };
+        let (av, node, service) = unsafe { (borrow::<Av>(av.cast())?, opt_str(node), opt_str(service)) };
         let (Some(node), Some(service)) = (node, service) else {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_av_insertsvc needs a node and a service"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_av_insertsvc needs a node and a service"));
         };
-        let port: u16 = service.parse().map_err(|_| {
-            fail!(
-                ffi::FI_EINVAL,
-                "fi_av_insertsvc: service \"{service}\" is not a port number"
-            )
-        })?;
+        let port: u16 = service
+            .parse()
+            .map_err(|_| fail!(ffi::FI_EINVAL, "fi_av_insertsvc: service \"{service}\" is not a port number"))?;
         let a = resolve(&node, port);
         if a.is_none() {
             tracing::warn!("fi_av_insertsvc: node \"{node}\" does not resolve");
@@ -191,31 +164,18 @@ unsafe extern "C" fn insertsym(
 ) -> i32 {
     guard_int("fi_av_insertsym", || {
         // SAFETY: our fid; C strings from the application.
-        let (av, node, service) =
-            unsafe { (borrow::<Av>(av.cast())?, opt_str(node), opt_str(service)) };
+        let (av, node, service) = unsafe { (borrow::<Av>(av.cast())?, opt_str(node), opt_str(service)) };
         let (Some(node), Some(service)) = (node, service) else {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_av_insertsym needs a node and a service"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_av_insertsym needs a node and a service"));
         };
-        let ip: IpAddr = node.parse().map_err(|_| {
-            fail!(
-                ffi::FI_EINVAL,
-                "fi_av_insertsym: node \"{node}\" must be a numeric IP address"
-            )
-        })?;
-        let port: u16 = service.parse().map_err(|_| {
-            fail!(
-                ffi::FI_EINVAL,
-                "fi_av_insertsym: service \"{service}\" is not a port number"
-            )
-        })?;
+        let ip: IpAddr = node
+            .parse()
+            .map_err(|_| fail!(ffi::FI_EINVAL, "fi_av_insertsym: node \"{node}\" must be a numeric IP address"))?;
+        let port: u16 = service
+            .parse()
+            .map_err(|_| fail!(ffi::FI_EINVAL, "fi_av_insertsym: service \"{service}\" is not a port number"))?;
         if nodecnt == 0 || svccnt == 0 || port as usize + svccnt > 65536 {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_av_insertsym: nodecnt {nodecnt} / svccnt {svccnt} out of range"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_av_insertsym: nodecnt {nodecnt} / svccnt {svccnt} out of range"));
         }
         let mut addrs = Vec::with_capacity(nodecnt * svccnt);
         for n in 0..nodecnt {
@@ -232,20 +192,12 @@ unsafe extern "C" fn insertsym(
     })
 }
 
-unsafe extern "C" fn remove(
-    av: *mut ffi::fid_av,
-    fi_addr: *mut ffi::fi_addr_t,
-    count: usize,
-    flags: u64,
-) -> i32 {
+unsafe extern "C" fn remove(av: *mut ffi::fid_av, fi_addr: *mut ffi::fi_addr_t, count: usize, flags: u64) -> i32 {
     guard_int("fi_av_remove", || {
         // SAFETY: our fid.
         let av = unsafe { borrow::<Av>(av.cast()) }?;
         if count > 0 && fi_addr.is_null() {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_av_remove: NULL fi_addr array with count {count}"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_av_remove: NULL fi_addr array with count {count}"));
         }
         let list: &[u64] = if count == 0 {
             &[]
@@ -275,11 +227,7 @@ unsafe extern "C" fn lookup(
         unsafe {
             let room = *addrlen;
             if !out.is_null() {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    out as *mut u8,
-                    room.min(bytes.len()),
-                );
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, room.min(bytes.len()));
             }
             write_out(addrlen, bytes.len(), "addrlen")?;
         }
@@ -304,17 +252,10 @@ unsafe extern "C" fn straddr(
             // SAFETY: the address is of the AV's format; read the family
             // first, then its full length.
             let fam = unsafe { std::ptr::read_unaligned(addr_ as *const u16) };
-            let n = if fam == libc::AF_INET6 as u16 {
-                addr::SOCKADDR_IN6_LEN
-            } else {
-                addr::SOCKADDR_IN_LEN
-            };
+            let n = if fam == libc::AF_INET6 as u16 { addr::SOCKADDR_IN6_LEN } else { addr::SOCKADDR_IN_LEN };
             // SAFETY: as above.
             let bytes = unsafe { std::slice::from_raw_parts(addr_ as *const u8, n) };
-            addr::parse(bytes).map_or_else(
-                || format!("fi_addr_unknown://family{fam}"),
-                |a| addr::to_string(&a),
-            )
+            addr::parse(bytes).map_or_else(|| format!("fi_addr_unknown://family{fam}"), |a| addr::to_string(&a))
         };
         // SAFETY: `len` is valid; `buf` has *len bytes.
         unsafe {

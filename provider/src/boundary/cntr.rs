@@ -34,17 +34,12 @@ crate::fid_object!(Cntr, hdr, ffi::FI_CLASS_CNTR, "counter", CNTR_FI_OPS);
 
 /// The C header of a new counter.
 pub fn header(context: *mut c_void) -> Header<ffi::fid_cntr> {
-    Header(ffi::fid_cntr {
-        fid: fid_header::<Cntr>(context),
-        ops: &CNTR_OPS as *const _ as *mut _,
-    })
+    Header(ffi::fid_cntr { fid: fid_header::<Cntr>(context), ops: &CNTR_OPS as *const _ as *mut _ })
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
     // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(cntr)", || {
-        unsafe { fid::close::<Cntr>(f, |_| Ok(())) }.map(|_| 0)
-    })
+    guard_int("fi_close(cntr)", || unsafe { fid::close::<Cntr>(f, |_| Ok(())) }.map(|_| 0))
 }
 
 unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -> i32 {
@@ -61,9 +56,7 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
 /// only neutral value) after logging.
 unsafe fn value(name: &'static str, c: *mut ffi::fid_cntr, f: impl FnOnce(&Cntr) -> u64) -> u64 {
     // SAFETY: our fid per the API.
-    guard(name, || {
-        unsafe { borrow::<Cntr>(c.cast()) }.map(f).unwrap_or(0)
-    })
+    guard(name, || unsafe { borrow::<Cntr>(c.cast()) }.map(f).unwrap_or(0))
 }
 
 unsafe extern "C" fn read(c: *mut ffi::fid_cntr) -> u64 {

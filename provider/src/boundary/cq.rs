@@ -34,17 +34,12 @@ crate::fid_object!(Cq, hdr, ffi::FI_CLASS_CQ, "completion queue", CQ_FI_OPS);
 
 /// The C header of a new CQ.
 pub fn header(context: *mut c_void) -> Header<ffi::fid_cq> {
-    Header(ffi::fid_cq {
-        fid: fid_header::<Cq>(context),
-        ops: &CQ_OPS as *const _ as *mut _,
-    })
+    Header(ffi::fid_cq { fid: fid_header::<Cq>(context), ops: &CQ_OPS as *const _ as *mut _ })
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
     // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(cq)", || {
-        unsafe { fid::close::<Cq>(f, |_| Ok(())) }.map(|_| 0)
-    })
+    guard_int("fi_close(cq)", || unsafe { fid::close::<Cq>(f, |_| Ok(())) }.map(|_| 0))
 }
 
 /// Shared FI_GETWAIT / FI_GETWAITOBJ handling for CQs, EQs and counters.
@@ -60,26 +55,22 @@ pub unsafe fn wait_control(
     match command as u32 {
         ffi::FI_GETWAIT => {
             let fd = fd.ok_or_else(|| {
-                fail!(ffi::FI_ENODATA, "FI_GETWAIT on a {what} without a wait fd; open it with FI_WAIT_FD or FI_WAIT_UNSPEC")
+                fail!(
+                    ffi::FI_ENODATA,
+                    "FI_GETWAIT on a {what} without a wait fd; open it with FI_WAIT_FD or FI_WAIT_UNSPEC"
+                )
             })?;
             // SAFETY: FI_GETWAIT with an fd wait object takes an `int *`.
             unsafe { write_out(arg as *mut i32, fd, "FI_GETWAIT fd") }?;
             Ok(0)
         }
         ffi::FI_GETWAITOBJ => {
-            let obj = if fd.is_some() {
-                ffi::FI_WAIT_FD
-            } else {
-                ffi::FI_WAIT_NONE
-            };
+            let obj = if fd.is_some() { ffi::FI_WAIT_FD } else { ffi::FI_WAIT_NONE };
             // SAFETY: FI_GETWAITOBJ takes an `enum fi_wait_obj *`.
             unsafe { write_out(arg as *mut ffi::fi_wait_obj, obj, "FI_GETWAITOBJ") }?;
             Ok(0)
         }
-        c => Err(fail!(
-            ffi::FI_ENOSYS,
-            "fi_control command {c} is not supported on a {what}"
-        )),
+        c => Err(fail!(ffi::FI_ENOSYS, "fi_control command {c} is not supported on a {what}")),
     }
 }
 
@@ -102,41 +93,27 @@ unsafe fn put(buf: *mut c_void, i: usize, fmt: CqFormat, e: &CqEntry) {
     // SAFETY: caller's contract; each arm writes one entry of its format.
     unsafe {
         match fmt {
-            CqFormat::Context => (buf as *mut ffi::fi_cq_entry)
-                .add(i)
-                .write(ffi::fi_cq_entry { op_context: ctx }),
-            CqFormat::Msg => {
-                (buf as *mut ffi::fi_cq_msg_entry)
-                    .add(i)
-                    .write(ffi::fi_cq_msg_entry {
-                        op_context: ctx,
-                        flags: e.flags,
-                        len: e.len,
-                    })
-            }
-            CqFormat::Data => {
-                (buf as *mut ffi::fi_cq_data_entry)
-                    .add(i)
-                    .write(ffi::fi_cq_data_entry {
-                        op_context: ctx,
-                        flags: e.flags,
-                        len: e.len,
-                        buf: e.buf as *mut c_void,
-                        data: e.data,
-                    })
-            }
-            CqFormat::Tagged => {
-                (buf as *mut ffi::fi_cq_tagged_entry)
-                    .add(i)
-                    .write(ffi::fi_cq_tagged_entry {
-                        op_context: ctx,
-                        flags: e.flags,
-                        len: e.len,
-                        buf: e.buf as *mut c_void,
-                        data: e.data,
-                        tag: e.tag,
-                    })
-            }
+            CqFormat::Context => (buf as *mut ffi::fi_cq_entry).add(i).write(ffi::fi_cq_entry { op_context: ctx }),
+            CqFormat::Msg => (buf as *mut ffi::fi_cq_msg_entry).add(i).write(ffi::fi_cq_msg_entry {
+                op_context: ctx,
+                flags: e.flags,
+                len: e.len,
+            }),
+            CqFormat::Data => (buf as *mut ffi::fi_cq_data_entry).add(i).write(ffi::fi_cq_data_entry {
+                op_context: ctx,
+                flags: e.flags,
+                len: e.len,
+                buf: e.buf as *mut c_void,
+                data: e.data,
+            }),
+            CqFormat::Tagged => (buf as *mut ffi::fi_cq_tagged_entry).add(i).write(ffi::fi_cq_tagged_entry {
+                op_context: ctx,
+                flags: e.flags,
+                len: e.len,
+                buf: e.buf as *mut c_void,
+                data: e.data,
+                tag: e.tag,
+            }),
         }
     }
 }
@@ -159,10 +136,7 @@ unsafe fn read_common(
         return Ok(0);
     }
     if buf.is_null() {
-        return Err(fail!(
-            ffi::FI_EINVAL,
-            "fi_cq_read: NULL buffer for {count} entries"
-        ));
+        return Err(fail!(ffi::FI_EINVAL, "fi_cq_read: NULL buffer for {count} entries"));
     }
     let fmt = cq.format;
     let out = |i: usize, e: &CqEntry| {
@@ -179,11 +153,7 @@ unsafe fn read_common(
         None => cq.read(count, out)?,
         Some((cond, timeout)) => {
             // SAFETY: with FI_CQ_COND_THRESHOLD, cond points to a size_t.
-            let threshold = if cond.is_null() {
-                1
-            } else {
-                unsafe { *(cond as *const usize) }
-            };
+            let threshold = if cond.is_null() { 1 } else { unsafe { *(cond as *const usize) } };
             cq.sread(count, threshold, timeout, out)?
         }
     };
@@ -192,21 +162,12 @@ unsafe fn read_common(
 
 unsafe extern "C" fn read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize) -> isize {
     // SAFETY: C contract of fi_cq_read.
-    guard_ssize("fi_cq_read", || unsafe {
-        read_common(cq, buf, count, std::ptr::null_mut(), None)
-    })
+    guard_ssize("fi_cq_read", || unsafe { read_common(cq, buf, count, std::ptr::null_mut(), None) })
 }
 
-unsafe extern "C" fn readfrom(
-    cq: *mut ffi::fid_cq,
-    buf: *mut c_void,
-    count: usize,
-    src: *mut ffi::fi_addr_t,
-) -> isize {
+unsafe extern "C" fn readfrom(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut ffi::fi_addr_t) -> isize {
     // SAFETY: C contract of fi_cq_readfrom.
-    guard_ssize("fi_cq_readfrom", || unsafe {
-        read_common(cq, buf, count, src, None)
-    })
+    guard_ssize("fi_cq_readfrom", || unsafe { read_common(cq, buf, count, src, None) })
 }
 
 unsafe extern "C" fn sread(
@@ -217,9 +178,7 @@ unsafe extern "C" fn sread(
     timeout: i32,
 ) -> isize {
     // SAFETY: C contract of fi_cq_sread.
-    guard_ssize("fi_cq_sread", || unsafe {
-        read_common(cq, buf, count, std::ptr::null_mut(), Some((cond, timeout)))
-    })
+    guard_ssize("fi_cq_sread", || unsafe { read_common(cq, buf, count, std::ptr::null_mut(), Some((cond, timeout))) })
 }
 
 unsafe extern "C" fn sreadfrom(
@@ -231,16 +190,10 @@ unsafe extern "C" fn sreadfrom(
     timeout: i32,
 ) -> isize {
     // SAFETY: C contract of fi_cq_sreadfrom.
-    guard_ssize("fi_cq_sreadfrom", || unsafe {
-        read_common(cq, buf, count, src, Some((cond, timeout)))
-    })
+    guard_ssize("fi_cq_sreadfrom", || unsafe { read_common(cq, buf, count, src, Some((cond, timeout))) })
 }
 
-unsafe extern "C" fn readerr(
-    cq: *mut ffi::fid_cq,
-    buf: *mut ffi::fi_cq_err_entry,
-    flags: u64,
-) -> isize {
+unsafe extern "C" fn readerr(cq: *mut ffi::fid_cq, buf: *mut ffi::fi_cq_err_entry, flags: u64) -> isize {
     guard_ssize("fi_cq_readerr", || {
         // SAFETY: our fid.
         let cq = unsafe { borrow::<Cq>(cq.cast()) }?;
@@ -248,10 +201,7 @@ unsafe extern "C" fn readerr(
             return Err(fail!(ffi::FI_EINVAL, "fi_cq_readerr: NULL buffer"));
         }
         if flags != 0 {
-            return Err(fail!(
-                ffi::FI_EBADFLAGS,
-                "fi_cq_readerr: flags {flags:#x}; pass 0"
-            ));
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_cq_readerr: flags {flags:#x}; pass 0"));
         }
         let e = cq.readerr()?;
         // SAFETY: `buf` points to one fi_cq_err_entry (API contract). oxmr
@@ -309,7 +259,5 @@ unsafe extern "C" fn strerror(
 ) -> *const c_char {
     let _ = cq;
     // SAFETY: C contract of fi_cq_strerror.
-    guard("fi_cq_strerror", || unsafe {
-        strerror_common(prov_errno, buf, len)
-    })
+    guard("fi_cq_strerror", || unsafe { strerror_common(prov_errno, buf, len) })
 }

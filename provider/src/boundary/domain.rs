@@ -56,9 +56,7 @@ pub fn header(context: *mut c_void) -> Header<ffi::fid_domain> {
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
     // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(domain)", || {
-        unsafe { fid::close::<Domain>(f, |_| Ok(())) }.map(|_| 0)
-    })
+    guard_int("fi_close(domain)", || unsafe { fid::close::<Domain>(f, |_| Ok(())) }.map(|_| 0))
 }
 
 unsafe extern "C" fn av_open(
@@ -100,11 +98,7 @@ unsafe extern "C" fn cq_open(
         // SAFETY: as above.
         let a = unsafe { attr(attr_, "fi_cq_attr") }?;
         // SAFETY: out pointer from the application.
-        unsafe {
-            hand_out(out, "cq", || {
-                Ok(Arc::new(Cq::new(super::cq::header(context), d, a)?))
-            })
-        }
+        unsafe { hand_out(out, "cq", || Ok(Arc::new(Cq::new(super::cq::header(context), d, a)?))) }
     })
 }
 
@@ -120,11 +114,7 @@ unsafe extern "C" fn cntr_open(
         // SAFETY: as above.
         let a = unsafe { attr(attr_, "fi_cntr_attr") }?;
         // SAFETY: out pointer from the application.
-        unsafe {
-            hand_out(out, "cntr", || {
-                Ok(Arc::new(Cntr::new(super::cntr::header(context), d, a)?))
-            })
-        }
+        unsafe { hand_out(out, "cntr", || Ok(Arc::new(Cntr::new(super::cntr::header(context), d, a)?))) }
     })
 }
 
@@ -138,14 +128,9 @@ unsafe extern "C" fn endpoint(
         // SAFETY: application-provided fid and info.
         let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
         // SAFETY: as above.
-        let i = unsafe { info::info_from(info_) }
-            .ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_endpoint: NULL info"))?;
+        let i = unsafe { info::info_from(info_) }.ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_endpoint: NULL info"))?;
         // SAFETY: out pointer from the application.
-        unsafe {
-            hand_out(out, "ep", || {
-                Ok(Arc::new(Ep::new(super::ep::header(context), d, i)?))
-            })
-        }
+        unsafe { hand_out(out, "ep", || Ok(Arc::new(Ep::new(super::ep::header(context), d, i)?))) }
     })
 }
 
@@ -158,10 +143,7 @@ unsafe extern "C" fn endpoint2(
 ) -> i32 {
     if flags != 0 {
         return guard_int("fi_endpoint2", || {
-            Err(fail!(
-                ffi::FI_ENOSYS,
-                "fi_endpoint2 flags {flags:#x} (peer endpoints) are not supported"
-            ))
+            Err(fail!(ffi::FI_ENOSYS, "fi_endpoint2 flags {flags:#x} (peer endpoints) are not supported"))
         });
     }
     // SAFETY: same contract as fi_endpoint.

@@ -63,9 +63,7 @@ pub fn header(context: *mut c_void) -> Header<ffi::fid_ep> {
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
     // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(ep)", || {
-        unsafe { fid::close::<Ep>(f, |_| Ok(())) }.map(|_| 0)
-    })
+    guard_int("fi_close(ep)", || unsafe { fid::close::<Ep>(f, |_| Ok(())) }.map(|_| 0))
 }
 
 unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
@@ -80,16 +78,10 @@ unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> 
                 Some(ffi::FI_CLASS_EQ) => ep.bind_eq(fid::retain::<Eq>(bfid)?, flags)?,
                 Some(ffi::FI_CLASS_CNTR) => ep.bind_cntr(fid::retain::<Cntr>(bfid)?, flags)?,
                 Some(ffi::FI_CLASS_STX_CTX | ffi::FI_CLASS_SRX_CTX) => {
-                    return Err(fail!(
-                        ffi::FI_ENOSYS,
-                        "shared contexts are not supported by oxmr"
-                    ))
+                    return Err(fail!(ffi::FI_ENOSYS, "shared contexts are not supported by oxmr"))
                 }
                 Some(c) => {
-                    return Err(fail!(
-                        ffi::FI_EINVAL,
-                        "fi_ep_bind: cannot bind an object of class {c} to an endpoint"
-                    ))
+                    return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: cannot bind an object of class {c} to an endpoint"))
                 }
                 None => return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: NULL fid")),
             }
@@ -103,13 +95,11 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
         // SAFETY: our fid.
         let ep = unsafe { borrow::<Ep>(f) }?;
         match command as u32 {
-            ffi::FI_ENABLE => ep.enable().map(|_| 0),
+            // SAFETY: our fid (checked above); the engine keeps weak refs.
+            ffi::FI_ENABLE => unsafe { fid::retain::<Ep>(f) }?.enable_and_start().map(|_| 0),
             c @ (ffi::FI_GETOPSFLAG | ffi::FI_SETOPSFLAG) => {
                 if arg.is_null() {
-                    return Err(fail!(
-                        ffi::FI_EINVAL,
-                        "FI_GETOPSFLAG/FI_SETOPSFLAG need a uint64_t *"
-                    ));
+                    return Err(fail!(ffi::FI_EINVAL, "FI_GETOPSFLAG/FI_SETOPSFLAG need a uint64_t *"));
                 }
                 let p = arg as *mut u64;
                 // SAFETY: both commands take a `uint64_t *` (fi_endpoint(3)).
@@ -122,10 +112,7 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
                 }
                 Ok(0)
             }
-            c => Err(fail!(
-                ffi::FI_ENOSYS,
-                "fi_control command {c} is not supported on an endpoint"
-            )),
+            c => Err(fail!(ffi::FI_ENOSYS, "fi_control command {c} is not supported on an endpoint")),
         }
     })
 }
@@ -133,9 +120,12 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
 unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
     guard_ssize("fi_cancel", || {
         // SAFETY: our fid.
-        unsafe { borrow::<Ep>(f) }?;
-        // Nothing is ever queued before the data path exists.
-        Err(crate::boundary::Error::quiet(ffi::FI_ENOENT))
+        let ep = unsafe { borrow::<Ep>(f) }?;
+        if !ep.is_started() {
+            // Nothing can be posted before fi_enable.
+            return Err(crate::boundary::Error::quiet(ffi::FI_ENOENT));
+        }
+        ep.with_engine(|e| e.cancel(_context as usize)).map(|_| 0)
     })
 }
 
@@ -145,10 +135,7 @@ unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
 /// `optval` is NULL or valid for `optlen` bytes.
 unsafe fn opt_usize(optval: *const c_void, optlen: usize) -> crate::boundary::Result<usize> {
     if optval.is_null() || optlen != size_of::<usize>() {
-        return Err(fail!(
-            ffi::FI_EINVAL,
-            "option value must be a size_t (optlen {optlen})"
-        ));
+        return Err(fail!(ffi::FI_EINVAL, "option value must be a size_t (optlen {optlen})"));
     }
     // SAFETY: checked size, caller's contract.
     Ok(unsafe { std::ptr::read_unaligned(optval as *const usize) })
@@ -158,11 +145,7 @@ unsafe fn opt_usize(optval: *const c_void, optlen: usize) -> crate::boundary::Re
 ///
 /// # Safety
 /// `optlen` is valid; `optval` is NULL or valid for `*optlen` bytes.
-pub unsafe fn put_usize(
-    optval: *mut c_void,
-    optlen: *mut usize,
-    v: usize,
-) -> crate::boundary::Result<i32> {
+pub unsafe fn put_usize(optval: *mut c_void, optlen: *mut usize, v: usize) -> crate::boundary::Result<i32> {
     if optlen.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "fi_getopt: NULL optlen"));
     }
@@ -170,10 +153,7 @@ pub unsafe fn put_usize(
     unsafe {
         if optval.is_null() || *optlen < size_of::<usize>() {
             *optlen = size_of::<usize>();
-            return Err(fail!(
-                ffi::FI_ETOOSMALL,
-                "fi_getopt: option needs a size_t buffer"
-            ));
+            return Err(fail!(ffi::FI_ETOOSMALL, "fi_getopt: option needs a size_t buffer"));
         }
         std::ptr::write_unaligned(optval as *mut usize, v);
         *optlen = size_of::<usize>();
@@ -181,54 +161,31 @@ pub unsafe fn put_usize(
     Ok(0)
 }
 
-unsafe extern "C" fn getopt(
-    f: *mut ffi::fid,
-    level: i32,
-    name: i32,
-    optval: *mut c_void,
-    optlen: *mut usize,
-) -> i32 {
+unsafe extern "C" fn getopt(f: *mut ffi::fid, level: i32, name: i32, optval: *mut c_void, optlen: *mut usize) -> i32 {
     guard_int("fi_getopt", || {
         // SAFETY: our fid.
         let ep = unsafe { borrow::<Ep>(f) }?;
         if level as u32 != ffi::FI_OPT_ENDPOINT {
-            return Err(fail!(
-                ffi::FI_ENOPROTOOPT,
-                "fi_getopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"
-            ));
+            return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_getopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"));
         }
         let v = match name as u32 {
             ffi::FI_OPT_MIN_MULTI_RECV => ep.min_multi_recv(),
             ffi::FI_OPT_CM_DATA_SIZE => attrs::CM_DATA_SIZE,
             ffi::FI_OPT_TX_SIZE => ep.info.tx.size,
             ffi::FI_OPT_RX_SIZE => ep.info.rx.size,
-            n => {
-                return Err(fail!(
-                    ffi::FI_ENOPROTOOPT,
-                    "fi_getopt: option {n} is not supported by oxmr"
-                ))
-            }
+            n => return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_getopt: option {n} is not supported by oxmr")),
         };
         // SAFETY: C contract of fi_getopt.
         unsafe { put_usize(optval, optlen, v) }
     })
 }
 
-unsafe extern "C" fn setopt(
-    f: *mut ffi::fid,
-    level: i32,
-    name: i32,
-    optval: *const c_void,
-    optlen: usize,
-) -> i32 {
+unsafe extern "C" fn setopt(f: *mut ffi::fid, level: i32, name: i32, optval: *const c_void, optlen: usize) -> i32 {
     guard_int("fi_setopt", || {
         // SAFETY: our fid.
         let ep = unsafe { borrow::<Ep>(f) }?;
         if level as u32 != ffi::FI_OPT_ENDPOINT {
-            return Err(fail!(
-                ffi::FI_ENOPROTOOPT,
-                "fi_setopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"
-            ));
+            return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_setopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"));
         }
         match name as u32 {
             ffi::FI_OPT_MIN_MULTI_RECV => {
@@ -237,13 +194,8 @@ unsafe extern "C" fn setopt(
                 ep.set_min_multi_recv(v)?;
                 Ok(0)
             }
-            ffi::FI_OPT_CM_DATA_SIZE => {
-                Err(fail!(ffi::FI_EINVAL, "FI_OPT_CM_DATA_SIZE is read-only"))
-            }
-            n => Err(fail!(
-                ffi::FI_ENOPROTOOPT,
-                "fi_setopt: option {n} is not supported by oxmr"
-            )),
+            ffi::FI_OPT_CM_DATA_SIZE => Err(fail!(ffi::FI_EINVAL, "FI_OPT_CM_DATA_SIZE is read-only")),
+            n => Err(fail!(ffi::FI_ENOPROTOOPT, "fi_setopt: option {n} is not supported by oxmr")),
         }
     })
 }
@@ -285,21 +237,13 @@ pub unsafe fn put_name(
 ///
 /// # Safety
 /// `p` is NULL or valid for `len` bytes.
-pub unsafe fn get_name(
-    p: *const c_void,
-    len: usize,
-) -> crate::boundary::Result<std::net::SocketAddr> {
+pub unsafe fn get_name(p: *const c_void, len: usize) -> crate::boundary::Result<std::net::SocketAddr> {
     if p.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "NULL address"));
     }
     // SAFETY: caller's contract.
     let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
-    addr::parse(bytes).ok_or_else(|| {
-        fail!(
-            ffi::FI_EINVAL,
-            "address is not a sockaddr_in/sockaddr_in6 of {len} bytes"
-        )
-    })
+    addr::parse(bytes).ok_or_else(|| fail!(ffi::FI_EINVAL, "address is not a sockaddr_in/sockaddr_in6 of {len} bytes"))
 }
 
 unsafe extern "C" fn setname(f: *mut ffi::fid, a: *mut c_void, len: usize) -> i32 {
@@ -315,12 +259,7 @@ unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut u
     guard_int("fi_getname", || {
         // SAFETY: our fid.
         let ep = unsafe { borrow::<Ep>(f) }?;
-        let name = ep.name().ok_or_else(|| {
-            fail!(
-                ffi::FI_EADDRNOTAVAIL,
-                "fi_getname: endpoint has no address yet"
-            )
-        })?;
+        let name = ep.name().ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "fi_getname: endpoint has no address yet"))?;
         // SAFETY: C contract of fi_getname.
         unsafe { put_name(&name, out, addrlen) }
     })
@@ -336,10 +275,7 @@ unsafe extern "C" fn getpeer(ep: *mut ffi::fid_ep, _a: *mut c_void, _addrlen: *m
                 "fi_getpeer: endpoint is not connected (MSG connections are not implemented yet)"
             ))
         } else {
-            Err(fail!(
-                ffi::FI_ENOSYS,
-                "fi_getpeer applies to connected (FI_EP_MSG) endpoints"
-            ))
+            Err(fail!(ffi::FI_ENOSYS, "fi_getpeer applies to connected (FI_EP_MSG) endpoints"))
         }
     })
 }

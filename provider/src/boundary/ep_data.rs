@@ -1,22 +1,187 @@
-//! Data-transfer slots of an endpoint: message, tagged, RMA, atomic and
-//! collective operations. The data path is not implemented yet, so each
-//! slot logs and returns -FI_ENOSYS (never a silent success); the README's
-//! Status section says so. The tables are complete so that no slot is NULL.
+//! Data-transfer slots of an endpoint. Message, tagged and RMA operations
+//! decode their C arguments and hand them to the endpoint's engine
+//! (`protocol::engine`); atomics and collectives are not implemented yet and
+//! return -FI_ENOSYS (never a silent success). No slot is NULL.
+//!
+//! Flags: the plain calls use the endpoint's default op_flags; the `*msg`
+//! calls use exactly the flags they are given (fi_msg(3)).
 
 use std::ffi::c_void;
 
 use ffi::{fi_addr_t, fid_ep, iovec};
 use oxmr_ffi as ffi;
 
-crate::enosys!(msg_recv, "fi_recv", (ep: *mut fid_ep, buf: *mut c_void, len: usize, desc: *mut c_void, src_addr: fi_addr_t, context: *mut c_void) -> isize);
-crate::enosys!(msg_recvv, "fi_recvv", (ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, src_addr: fi_addr_t, context: *mut c_void) -> isize);
-crate::enosys!(msg_recvmsg, "fi_recvmsg", (ep: *mut fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize);
-crate::enosys!(msg_send, "fi_send", (ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, dest_addr: fi_addr_t, context: *mut c_void) -> isize);
-crate::enosys!(msg_sendv, "fi_sendv", (ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, dest_addr: fi_addr_t, context: *mut c_void) -> isize);
-crate::enosys!(msg_sendmsg, "fi_sendmsg", (ep: *mut fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize);
-crate::enosys!(msg_inject, "fi_inject", (ep: *mut fid_ep, buf: *const c_void, len: usize, dest_addr: fi_addr_t) -> isize);
-crate::enosys!(msg_senddata, "fi_senddata", (ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, data: u64, dest_addr: fi_addr_t, context: *mut c_void) -> isize);
-crate::enosys!(msg_injectdata, "fi_injectdata", (ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest_addr: fi_addr_t) -> isize);
+use super::fid::borrow;
+use super::guard_ssize;
+use crate::boundary::Result;
+use crate::fail;
+use crate::info::attrs;
+use crate::objects::ep::Ep;
+use crate::protocol::engine::{RmaOp, TxOp};
+
+/// # Safety
+/// `iov` is NULL or holds `count` iovecs.
+unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Vec<(usize, usize)>> {
+    if count > attrs::IOV_LIMIT {
+        return Err(fail!(ffi::FI_EINVAL, "{count} iovs; oxmr takes at most {} (iov_limit)", attrs::IOV_LIMIT));
+    }
+    if count > 0 && iov.is_null() {
+        return Err(fail!(ffi::FI_EINVAL, "NULL iov array with count {count}"));
+    }
+    // SAFETY: `count` iovecs per the caller's contract.
+    Ok((0..count).map(|i| unsafe { ((*iov.add(i)).iov_base as usize, (*iov.add(i)).iov_len) }).collect())
+}
+
+fn one(buf: *const c_void, len: usize) -> Result<Vec<(usize, usize)>> {
+    if buf.is_null() && len > 0 {
+        return Err(fail!(ffi::FI_EINVAL, "NULL buffer with length {len}"));
+    }
+    Ok(vec![(buf as usize, len)])
+}
+
+/// # Safety
+/// `ep` is an endpoint fid from the application.
+unsafe fn with_ep(name: &'static str, ep: *mut fid_ep, f: impl FnOnce(&Ep) -> Result<()>) -> isize {
+    guard_ssize(name, || {
+        // SAFETY: caller's contract.
+        let ep = unsafe { borrow::<Ep>(ep.cast()) }?;
+        f(ep).map(|_| 0)
+    })
+}
+
+unsafe fn send_common(name: &'static str, ep: *mut fid_ep, o: Result<TxOp>) -> isize {
+    // SAFETY: forwarded contract.
+    unsafe { with_ep(name, ep, |ep| ep.with_engine(|e| e.send(o?))) }
+}
+
+unsafe fn recv_common(
+    name: &'static str,
+    ep: *mut fid_ep,
+    ctx: *mut c_void,
+    v: Result<Vec<(usize, usize)>>,
+    src: fi_addr_t,
+    tag: Option<(u64, u64)>,
+    flags: Option<u64>,
+) -> isize {
+    // SAFETY: forwarded contract.
+    unsafe { with_ep(name, ep, |ep| ep.with_engine(|e| e.recv(ctx as usize, v?, src, tag, flags))) }
+}
+
+unsafe fn rma_common(name: &'static str, ep: *mut fid_ep, o: Result<RmaOp>) -> isize {
+    // SAFETY: forwarded contract.
+    unsafe { with_ep(name, ep, |ep| ep.with_engine(|e| e.rma(o?))) }
+}
+
+fn tx(
+    ctx: *mut c_void,
+    iovs: Result<Vec<(usize, usize)>>,
+    dest: u64,
+    tag: Option<u64>,
+    data: Option<u64>,
+    flags: Option<u64>,
+) -> Result<TxOp> {
+    Ok(TxOp { ctx: ctx as usize, iovs: iovs?, dest, tag, data, flags })
+}
+
+const INJECT: u64 = ffi::FI_INJECT as u64;
+
+// ---- FI_MSG ----
+
+unsafe extern "C" fn msg_recv(
+    ep: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_recv.
+    unsafe { recv_common("fi_recv", ep, ctx, one(buf, len), src, None, None) }
+}
+
+unsafe extern "C" fn msg_recvv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_recvv.
+    unsafe { recv_common("fi_recvv", ep, ctx, iovs(iov, count), src, None, None) }
+}
+
+unsafe extern "C" fn msg_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
+    // SAFETY: C contract of fi_recvmsg.
+    let Some(m) = (unsafe { msg.as_ref() }) else { return -(ffi::FI_EINVAL as isize) };
+    // SAFETY: as above.
+    unsafe { recv_common("fi_recvmsg", ep, m.context, iovs(m.msg_iov, m.iov_count), m.addr, None, Some(flags)) }
+}
+
+unsafe extern "C" fn msg_send(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_send.
+    unsafe { send_common("fi_send", ep, tx(ctx, one(buf, len), dest, None, None, None)) }
+}
+
+unsafe extern "C" fn msg_sendv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_sendv.
+    unsafe { send_common("fi_sendv", ep, tx(ctx, iovs(iov, count), dest, None, None, None)) }
+}
+
+unsafe extern "C" fn msg_sendmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
+    // SAFETY: C contract of fi_sendmsg.
+    let Some(m) = (unsafe { msg.as_ref() }) else { return -(ffi::FI_EINVAL as isize) };
+    let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+    // SAFETY: as above.
+    unsafe {
+        send_common("fi_sendmsg", ep, tx(m.context, iovs(m.msg_iov, m.iov_count), m.addr, None, data, Some(flags)))
+    }
+}
+
+unsafe extern "C" fn msg_inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t) -> isize {
+    // SAFETY: C contract of fi_inject.
+    unsafe { send_common("fi_inject", ep, tx(std::ptr::null_mut(), one(buf, len), dest, None, None, Some(INJECT))) }
+}
+
+unsafe extern "C" fn msg_senddata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_senddata.
+    unsafe { send_common("fi_senddata", ep, tx(ctx, one(buf, len), dest, None, Some(data), None)) }
+}
+
+unsafe extern "C" fn msg_injectdata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi_addr_t,
+) -> isize {
+    // SAFETY: C contract of fi_injectdata.
+    unsafe {
+        send_common("fi_injectdata", ep, tx(std::ptr::null_mut(), one(buf, len), dest, None, Some(data), Some(INJECT)))
+    }
+}
 
 pub static MSG_OPS: ffi::fi_ops_msg = ffi::fi_ops_msg {
     size: size_of::<ffi::fi_ops_msg>(),
@@ -31,38 +196,144 @@ pub static MSG_OPS: ffi::fi_ops_msg = ffi::fi_ops_msg {
     injectdata: Some(msg_injectdata),
 };
 
-crate::enosys!(rma_read, "fi_rma_read", (ep: *mut fid_ep, buf: *mut c_void, len: usize, desc: *mut c_void, src_addr: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize);
-crate::enosys!(rma_readv, "fi_rma_readv", (ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, src_addr: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize);
-crate::enosys!(rma_readmsg, "fi_rma_readmsg", (ep: *mut fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize);
-crate::enosys!(rma_write, "fi_rma_write", (ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, dest_addr: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize);
-crate::enosys!(rma_writev, "fi_rma_writev", (ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, dest_addr: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize);
-crate::enosys!(rma_writemsg, "fi_rma_writemsg", (ep: *mut fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize);
-crate::enosys!(rma_inject, "fi_rma_inject", (ep: *mut fid_ep, buf: *const c_void, len: usize, dest_addr: fi_addr_t, addr: u64, key: u64) -> isize);
-crate::enosys!(rma_writedata, "fi_rma_writedata", (ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, data: u64, dest_addr: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize);
-crate::enosys!(rma_injectdata, "fi_rma_injectdata", (ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest_addr: fi_addr_t, addr: u64, key: u64) -> isize);
+// ---- FI_TAGGED ----
 
-pub static RMA_OPS: ffi::fi_ops_rma = ffi::fi_ops_rma {
-    size: size_of::<ffi::fi_ops_rma>(),
-    read: Some(rma_read),
-    readv: Some(rma_readv),
-    readmsg: Some(rma_readmsg),
-    write: Some(rma_write),
-    writev: Some(rma_writev),
-    writemsg: Some(rma_writemsg),
-    inject: Some(rma_inject),
-    writedata: Some(rma_writedata),
-    injectdata: Some(rma_injectdata),
-};
+unsafe extern "C" fn tagged_recv(
+    ep: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_trecv.
+    unsafe { recv_common("fi_trecv", ep, ctx, one(buf, len), src, Some((tag, ignore)), None) }
+}
 
-crate::enosys!(tagged_recv, "fi_trecv", (ep: *mut fid_ep, buf: *mut c_void, len: usize, desc: *mut c_void, src_addr: fi_addr_t, tag: u64, ignore: u64, context: *mut c_void) -> isize);
-crate::enosys!(tagged_recvv, "fi_trecvv", (ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, src_addr: fi_addr_t, tag: u64, ignore: u64, context: *mut c_void) -> isize);
-crate::enosys!(tagged_recvmsg, "fi_trecvmsg", (ep: *mut fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize);
-crate::enosys!(tagged_send, "fi_tsend", (ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, dest_addr: fi_addr_t, tag: u64, context: *mut c_void) -> isize);
-crate::enosys!(tagged_sendv, "fi_tsendv", (ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, dest_addr: fi_addr_t, tag: u64, context: *mut c_void) -> isize);
-crate::enosys!(tagged_sendmsg, "fi_tsendmsg", (ep: *mut fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize);
-crate::enosys!(tagged_inject, "fi_tinject", (ep: *mut fid_ep, buf: *const c_void, len: usize, dest_addr: fi_addr_t, tag: u64) -> isize);
-crate::enosys!(tagged_senddata, "fi_tsenddata", (ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, data: u64, dest_addr: fi_addr_t, tag: u64, context: *mut c_void) -> isize);
-crate::enosys!(tagged_injectdata, "fi_tinjectdata", (ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest_addr: fi_addr_t, tag: u64) -> isize);
+unsafe extern "C" fn tagged_recvv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_trecvv.
+    unsafe { recv_common("fi_trecvv", ep, ctx, iovs(iov, count), src, Some((tag, ignore)), None) }
+}
+
+unsafe extern "C" fn tagged_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
+    // SAFETY: C contract of fi_trecvmsg.
+    let Some(m) = (unsafe { msg.as_ref() }) else { return -(ffi::FI_EINVAL as isize) };
+    if flags & (ffi::FI_PEEK as u64 | ffi::FI_CLAIM as u64 | ffi::FI_DISCARD as u64) != 0 {
+        return with_unsupported("fi_trecvmsg", "FI_PEEK/FI_CLAIM/FI_DISCARD are not implemented yet");
+    }
+    // SAFETY: as above.
+    unsafe {
+        recv_common(
+            "fi_trecvmsg",
+            ep,
+            m.context,
+            iovs(m.msg_iov, m.iov_count),
+            m.addr,
+            Some((m.tag, m.ignore)),
+            Some(flags),
+        )
+    }
+}
+
+fn with_unsupported(name: &'static str, why: &'static str) -> isize {
+    guard_ssize(name, || Err(fail!(ffi::FI_ENOSYS, "{name}: {why}")))
+}
+
+unsafe extern "C" fn tagged_send(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_tsend.
+    unsafe { send_common("fi_tsend", ep, tx(ctx, one(buf, len), dest, Some(tag), None, None)) }
+}
+
+unsafe extern "C" fn tagged_sendv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_tsendv.
+    unsafe { send_common("fi_tsendv", ep, tx(ctx, iovs(iov, count), dest, Some(tag), None, None)) }
+}
+
+unsafe extern "C" fn tagged_sendmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
+    // SAFETY: C contract of fi_tsendmsg.
+    let Some(m) = (unsafe { msg.as_ref() }) else { return -(ffi::FI_EINVAL as isize) };
+    let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+    // SAFETY: as above.
+    unsafe {
+        send_common(
+            "fi_tsendmsg",
+            ep,
+            tx(m.context, iovs(m.msg_iov, m.iov_count), m.addr, Some(m.tag), data, Some(flags)),
+        )
+    }
+}
+
+unsafe extern "C" fn tagged_inject(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+    tag: u64,
+) -> isize {
+    // SAFETY: C contract of fi_tinject.
+    unsafe {
+        send_common("fi_tinject", ep, tx(std::ptr::null_mut(), one(buf, len), dest, Some(tag), None, Some(INJECT)))
+    }
+}
+
+unsafe extern "C" fn tagged_senddata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_tsenddata.
+    unsafe { send_common("fi_tsenddata", ep, tx(ctx, one(buf, len), dest, Some(tag), Some(data), None)) }
+}
+
+unsafe extern "C" fn tagged_injectdata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi_addr_t,
+    tag: u64,
+) -> isize {
+    // SAFETY: C contract of fi_tinjectdata.
+    unsafe {
+        send_common(
+            "fi_tinjectdata",
+            ep,
+            tx(std::ptr::null_mut(), one(buf, len), dest, Some(tag), Some(data), Some(INJECT)),
+        )
+    }
+}
 
 pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {
     size: size_of::<ffi::fi_ops_tagged>(),
@@ -77,6 +348,180 @@ pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {
     injectdata: Some(tagged_injectdata),
 };
 
+// ---- FI_RMA ----
+
+#[allow(clippy::too_many_arguments)]
+fn rma(
+    ctx: *mut c_void,
+    v: Result<Vec<(usize, usize)>>,
+    dest: u64,
+    addr: u64,
+    key: u64,
+    data: Option<u64>,
+    flags: Option<u64>,
+    read: bool,
+) -> Result<RmaOp> {
+    Ok(RmaOp { ctx: ctx as usize, iovs: v?, dest, addr, key, data, flags, read })
+}
+
+unsafe fn rma_msg(msg: *const ffi::fi_msg_rma, flags: u64, read: bool) -> Result<RmaOp> {
+    // SAFETY: C contract of fi_readmsg/fi_writemsg.
+    let m = unsafe { msg.as_ref() }.ok_or_else(|| fail!(ffi::FI_EINVAL, "NULL fi_msg_rma"))?;
+    if m.rma_iov_count != 1 || m.rma_iov.is_null() {
+        return Err(fail!(ffi::FI_EINVAL, "rma_iov_count {}: oxmr takes exactly 1 (rma_iov_limit)", m.rma_iov_count));
+    }
+    // SAFETY: one fi_rma_iov, checked non-NULL.
+    let r = unsafe { &*m.rma_iov };
+    // SAFETY: the message's iov array.
+    let v = unsafe { iovs(m.msg_iov, m.iov_count) }?;
+    if v.iter().map(|x| x.1).sum::<usize>() != r.len {
+        return Err(fail!(ffi::FI_EINVAL, "local iovs and rma_iov lengths differ"));
+    }
+    let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+    Ok(RmaOp {
+        ctx: m.context as usize,
+        iovs: v,
+        dest: m.addr,
+        addr: r.addr,
+        key: r.key,
+        data,
+        flags: Some(flags),
+        read,
+    })
+}
+
+unsafe extern "C" fn rma_read(
+    ep: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: fi_addr_t,
+    addr: u64,
+    key: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_read.
+    unsafe { rma_common("fi_read", ep, rma(ctx, one(buf, len), src, addr, key, None, None, true)) }
+}
+
+unsafe extern "C" fn rma_readv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: fi_addr_t,
+    addr: u64,
+    key: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_readv.
+    unsafe { rma_common("fi_readv", ep, rma(ctx, iovs(iov, count), src, addr, key, None, None, true)) }
+}
+
+unsafe extern "C" fn rma_readmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize {
+    // SAFETY: C contract of fi_readmsg.
+    unsafe { rma_common("fi_readmsg", ep, rma_msg(msg, flags, true)) }
+}
+
+unsafe extern "C" fn rma_write(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_write.
+    unsafe { rma_common("fi_write", ep, rma(ctx, one(buf, len), dest, addr, key, None, None, false)) }
+}
+
+unsafe extern "C" fn rma_writev(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_writev.
+    unsafe { rma_common("fi_writev", ep, rma(ctx, iovs(iov, count), dest, addr, key, None, None, false)) }
+}
+
+unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize {
+    // SAFETY: C contract of fi_writemsg.
+    unsafe { rma_common("fi_writemsg", ep, rma_msg(msg, flags, false)) }
+}
+
+unsafe extern "C" fn rma_inject(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    // SAFETY: C contract of fi_inject_write.
+    unsafe {
+        rma_common(
+            "fi_inject_write",
+            ep,
+            rma(std::ptr::null_mut(), one(buf, len), dest, addr, key, None, Some(INJECT), false),
+        )
+    }
+}
+
+unsafe extern "C" fn rma_writedata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: C contract of fi_writedata.
+    unsafe { rma_common("fi_writedata", ep, rma(ctx, one(buf, len), dest, addr, key, Some(data), None, false)) }
+}
+
+unsafe extern "C" fn rma_injectdata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    // SAFETY: C contract of fi_inject_writedata.
+    unsafe {
+        rma_common(
+            "fi_inject_writedata",
+            ep,
+            rma(std::ptr::null_mut(), one(buf, len), dest, addr, key, Some(data), Some(INJECT), false),
+        )
+    }
+}
+
+pub static RMA_OPS: ffi::fi_ops_rma = ffi::fi_ops_rma {
+    size: size_of::<ffi::fi_ops_rma>(),
+    read: Some(rma_read),
+    readv: Some(rma_readv),
+    readmsg: Some(rma_readmsg),
+    write: Some(rma_write),
+    writev: Some(rma_writev),
+    writemsg: Some(rma_writemsg),
+    inject: Some(rma_inject),
+    writedata: Some(rma_writedata),
+    injectdata: Some(rma_injectdata),
+};
+
+// ---- not implemented yet: atomics and collectives ----
 crate::enosys!(atomic_write, "fi_atomic_write", (ep: *mut fid_ep, buf: *const c_void, count: usize, desc: *mut c_void, dest_addr: fi_addr_t, addr: u64, key: u64, datatype: ffi::fi_datatype, op: ffi::fi_op, context: *mut c_void) -> isize);
 crate::enosys!(atomic_writev, "fi_atomic_writev", (ep: *mut fid_ep, iov: *const ffi::fi_ioc, desc: *mut *mut c_void, count: usize, dest_addr: fi_addr_t, addr: u64, key: u64, datatype: ffi::fi_datatype, op: ffi::fi_op, context: *mut c_void) -> isize);
 crate::enosys!(atomic_writemsg, "fi_atomic_writemsg", (ep: *mut fid_ep, msg: *const ffi::fi_msg_atomic, flags: u64) -> isize);

@@ -33,17 +33,12 @@ crate::fid_object!(Eq, hdr, ffi::FI_CLASS_EQ, "event queue", EQ_FI_OPS);
 
 /// The C header of a new EQ.
 pub fn header(context: *mut c_void) -> Header<ffi::fid_eq> {
-    Header(ffi::fid_eq {
-        fid: fid_header::<Eq>(context),
-        ops: &EQ_OPS as *const _ as *mut _,
-    })
+    Header(ffi::fid_eq { fid: fid_header::<Eq>(context), ops: &EQ_OPS as *const _ as *mut _ })
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
     // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(eq)", || {
-        unsafe { fid::close::<Eq>(f, |_| Ok(())) }.map(|_| 0)
-    })
+    guard_int("fi_close(eq)", || unsafe { fid::close::<Eq>(f, |_| Ok(())) }.map(|_| 0))
 }
 
 unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -> i32 {
@@ -58,10 +53,7 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
 
 fn peek_of(flags: u64, call: &str) -> crate::boundary::Result<bool> {
     if flags & !(ffi::FI_PEEK as u64) != 0 {
-        return Err(fail!(
-            ffi::FI_EBADFLAGS,
-            "{call}: flags {flags:#x}; only FI_PEEK is accepted"
-        ));
+        return Err(fail!(ffi::FI_EBADFLAGS, "{call}: flags {flags:#x}; only FI_PEEK is accepted"));
     }
     Ok(flags & ffi::FI_PEEK as u64 != 0)
 }
@@ -96,17 +88,9 @@ unsafe fn read_common(
     Ok(n as isize)
 }
 
-unsafe extern "C" fn read(
-    eq: *mut ffi::fid_eq,
-    event: *mut u32,
-    buf: *mut c_void,
-    len: usize,
-    flags: u64,
-) -> isize {
+unsafe extern "C" fn read(eq: *mut ffi::fid_eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64) -> isize {
     // SAFETY: C contract of fi_eq_read.
-    guard_ssize("fi_eq_read", || unsafe {
-        read_common(eq, event, buf, len, flags, None)
-    })
+    guard_ssize("fi_eq_read", || unsafe { read_common(eq, event, buf, len, flags, None) })
 }
 
 unsafe extern "C" fn sread(
@@ -118,16 +102,10 @@ unsafe extern "C" fn sread(
     flags: u64,
 ) -> isize {
     // SAFETY: C contract of fi_eq_sread.
-    guard_ssize("fi_eq_sread", || unsafe {
-        read_common(eq, event, buf, len, flags, Some(timeout))
-    })
+    guard_ssize("fi_eq_sread", || unsafe { read_common(eq, event, buf, len, flags, Some(timeout)) })
 }
 
-unsafe extern "C" fn readerr(
-    eq: *mut ffi::fid_eq,
-    buf: *mut ffi::fi_eq_err_entry,
-    flags: u64,
-) -> isize {
+unsafe extern "C" fn readerr(eq: *mut ffi::fid_eq, buf: *mut ffi::fi_eq_err_entry, flags: u64) -> isize {
     guard_ssize("fi_eq_readerr", || {
         // SAFETY: our fid.
         let eq = unsafe { borrow::<Eq>(eq.cast()) }?;
@@ -150,27 +128,15 @@ unsafe extern "C" fn readerr(
     })
 }
 
-unsafe extern "C" fn write(
-    eq: *mut ffi::fid_eq,
-    event: u32,
-    buf: *const c_void,
-    len: usize,
-    flags: u64,
-) -> isize {
+unsafe extern "C" fn write(eq: *mut ffi::fid_eq, event: u32, buf: *const c_void, len: usize, flags: u64) -> isize {
     guard_ssize("fi_eq_write", || {
         // SAFETY: our fid.
         let eq = unsafe { borrow::<Eq>(eq.cast()) }?;
         if flags != 0 {
-            return Err(fail!(
-                ffi::FI_EBADFLAGS,
-                "fi_eq_write: flags {flags:#x}; pass 0"
-            ));
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_eq_write: flags {flags:#x}; pass 0"));
         }
         if buf.is_null() && len > 0 {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_eq_write: NULL buffer with length {len}"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_eq_write: NULL buffer with length {len}"));
         }
         let bytes: &[u8] = if len == 0 {
             &[]
@@ -191,7 +157,5 @@ unsafe extern "C" fn strerror(
 ) -> *const c_char {
     let _ = eq;
     // SAFETY: C contract of fi_eq_strerror.
-    guard("fi_eq_strerror", || unsafe {
-        strerror_common(prov_errno, buf, len)
-    })
+    guard("fi_eq_strerror", || unsafe { strerror_common(prov_errno, buf, len) })
 }

@@ -34,18 +34,12 @@ crate::fid_object!(Fabric, hdr, ffi::FI_CLASS_FABRIC, "fabric", FABRIC_FI_OPS);
 
 /// The C header of a new fabric.
 pub fn header(context: *mut c_void, api_version: u32) -> Header<ffi::fid_fabric> {
-    Header(ffi::fid_fabric {
-        fid: fid_header::<Fabric>(context),
-        ops: &FABRIC_OPS as *const _ as *mut _,
-        api_version,
-    })
+    Header(ffi::fid_fabric { fid: fid_header::<Fabric>(context), ops: &FABRIC_OPS as *const _ as *mut _, api_version })
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
     // SAFETY: libfabric passes the fid it got from us.
-    guard_int("fi_close(fabric)", || {
-        unsafe { fid::close::<Fabric>(f, |_| Ok(())) }.map(|_| 0)
-    })
+    guard_int("fi_close(fabric)", || unsafe { fid::close::<Fabric>(f, |_| Ok(())) }.map(|_| 0))
 }
 
 unsafe extern "C" fn domain(
@@ -58,14 +52,9 @@ unsafe extern "C" fn domain(
         // SAFETY: fids and infos come from the application per the API.
         let f = unsafe { fid::retain::<Fabric>(fabric.cast()) }?;
         // SAFETY: as above.
-        let i = unsafe { info::info_from(info_) }
-            .ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_domain: NULL info"))?;
+        let i = unsafe { info::info_from(info_) }.ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_domain: NULL info"))?;
         // SAFETY: out pointer from the application.
-        unsafe {
-            hand_out(out, "domain", || {
-                Ok(Arc::new(Domain::new(super::domain::header(context), f, i)?))
-            })
-        }
+        unsafe { hand_out(out, "domain", || Ok(Arc::new(Domain::new(super::domain::header(context), f, i)?))) }
     })
 }
 
@@ -78,10 +67,7 @@ unsafe extern "C" fn domain2(
 ) -> i32 {
     if flags != 0 {
         return guard_int("fi_domain2", || {
-            Err(fail!(
-                ffi::FI_ENOSYS,
-                "fi_domain2 flags {flags:#x} (peer domains) are not supported"
-            ))
+            Err(fail!(ffi::FI_ENOSYS, "fi_domain2 flags {flags:#x} (peer domains) are not supported"))
         });
     }
     // SAFETY: same contract as fi_domain.
@@ -98,14 +84,9 @@ unsafe extern "C" fn passive_ep(
         // SAFETY: application-provided fid and info.
         let f = unsafe { fid::retain::<Fabric>(fabric.cast()) }?;
         // SAFETY: as above.
-        let i = unsafe { info::info_from(info_) }
-            .ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_passive_ep: NULL info"))?;
+        let i = unsafe { info::info_from(info_) }.ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_passive_ep: NULL info"))?;
         // SAFETY: out pointer from the application.
-        unsafe {
-            hand_out(out, "pep", || {
-                Ok(Arc::new(Pep::new(super::pep::header(context), f, i)?))
-            })
-        }
+        unsafe { hand_out(out, "pep", || Ok(Arc::new(Pep::new(super::pep::header(context), f, i)?))) }
     })
 }
 
@@ -124,21 +105,13 @@ unsafe extern "C" fn eq_open(
             return Err(fail!(ffi::FI_ENOSYS, "wait sets are not supported by oxmr"));
         }
         // SAFETY: out pointer from the application.
-        unsafe {
-            hand_out(out, "eq", || {
-                Ok(Arc::new(Eq::new(super::eq::header(context), f, a)?))
-            })
-        }
+        unsafe { hand_out(out, "eq", || Ok(Arc::new(Eq::new(super::eq::header(context), f, a)?))) }
     })
 }
 
 crate::enosys!(wait_open, "fi_wait_open", (fabric: *mut ffi::fid_fabric, attr: *mut ffi::fi_wait_attr, waitset: *mut *mut ffi::fid_wait) -> i32);
 
-unsafe extern "C" fn trywait(
-    fabric: *mut ffi::fid_fabric,
-    fids: *mut *mut ffi::fid,
-    count: i32,
-) -> i32 {
+unsafe extern "C" fn trywait(fabric: *mut ffi::fid_fabric, fids: *mut *mut ffi::fid, count: i32) -> i32 {
     guard_int("fi_trywait", || {
         // SAFETY: application-provided fabric fid.
         unsafe { borrow::<Fabric>(fabric.cast()) }?;
@@ -157,10 +130,7 @@ unsafe extern "C" fn trywait(
                 } else if fid::is::<crate::objects::cntr::Cntr>(f) {
                     // Counters wake on every change; nothing to clear.
                 } else {
-                    return Err(fail!(
-                        ffi::FI_EINVAL,
-                        "fi_trywait: fid {i} is not an oxmr CQ, EQ or counter"
-                    ));
+                    return Err(fail!(ffi::FI_EINVAL, "fi_trywait: fid {i} is not an oxmr CQ, EQ or counter"));
                 }
             }
         }

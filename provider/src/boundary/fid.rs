@@ -65,11 +65,7 @@ macro_rules! fid_object {
 
 /// Build the `struct fid` that starts every header.
 pub fn fid_header<T: FidObject>(context: *mut std::ffi::c_void) -> ffi::fid {
-    ffi::fid {
-        fclass: T::CLASS as usize,
-        context,
-        ops: T::fi_ops() as *mut ffi::fi_ops,
-    }
+    ffi::fid { fclass: T::CLASS as usize, context, ops: T::fi_ops() as *mut ffi::fi_ops }
 }
 
 /// Hand an object to C: one strong count moves to C, released by [`close`].
@@ -144,10 +140,7 @@ pub unsafe fn retain<T: FidObject>(fid: *const ffi::fid) -> Result<Arc<T>> {
 ///
 /// # Safety
 /// As for [`borrow`]; after `Ok`, the fid is dangling.
-pub unsafe fn close<T: FidObject>(
-    fid: *mut ffi::fid,
-    before_free: impl FnOnce(&T) -> Result<()>,
-) -> Result<()> {
+pub unsafe fn close<T: FidObject>(fid: *mut ffi::fid, before_free: impl FnOnce(&T) -> Result<()>) -> Result<()> {
     // SAFETY: forwarded contract.
     let obj: &T = unsafe { borrow(fid) }?;
     let ptr = obj as *const T;

@@ -100,9 +100,7 @@ mod tests {
 
     #[test]
     fn errors_become_negative_codes() {
-        let r = guard_int("test_err", || {
-            Err(super::super::Error::quiet(oxmr_ffi::FI_EINVAL))
-        });
+        let r = guard_int("test_err", || Err(super::super::Error::quiet(oxmr_ffi::FI_EINVAL)));
         assert_eq!(r, -22);
         assert_eq!(guard_int("test_ok", || Ok(7)), 7);
     }

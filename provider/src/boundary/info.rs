@@ -159,11 +159,7 @@ pub unsafe fn info_from(i: *const ffi::fi_info) -> Option<Info> {
     // SAFETY: forwarded contract.
     let h = unsafe { hints_from(i) }?;
     let ep_type = h.ep.as_ref().map_or(ffi::FI_EP_RDM, |e| e.type_);
-    let t = crate::info::attrs::template(if ep_type == ffi::FI_EP_UNSPEC {
-        ffi::FI_EP_RDM
-    } else {
-        ep_type
-    });
+    let t = crate::info::attrs::template(if ep_type == ffi::FI_EP_UNSPEC { ffi::FI_EP_RDM } else { ep_type });
     Some(Info {
         caps: if h.caps == 0 { t.caps } else { h.caps },
         mode: h.mode,

@@ -29,9 +29,7 @@ crate::fid_object!(Mr, hdr, ffi::FI_CLASS_MR, "memory region", MR_FI_OPS);
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
     // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(mr)", || {
-        unsafe { fid::close::<Mr>(f, |_| Ok(())) }.map(|_| 0)
-    })
+    guard_int("fi_close(mr)", || unsafe { fid::close::<Mr>(f, |_| Ok(())) }.map(|_| 0))
 }
 
 unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
@@ -42,12 +40,7 @@ unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> 
             match class_of(bfid) {
                 Some(ffi::FI_CLASS_EP) => mr.bind_ep(&fid::retain::<Ep>(bfid)?, flags)?,
                 Some(ffi::FI_CLASS_CNTR) => mr.bind_cntr(&fid::retain::<Cntr>(bfid)?, flags)?,
-                _ => {
-                    return Err(fail!(
-                        ffi::FI_EINVAL,
-                        "fi_mr_bind: bind an MR to an endpoint or a counter"
-                    ))
-                }
+                _ => return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: bind an MR to an endpoint or a counter")),
             }
         }
         Ok(0)
@@ -61,10 +54,7 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, _arg: *mut c_void) 
         match command as u32 {
             ffi::FI_ENABLE => mr.enable().map(|_| 0),
             ffi::FI_REFRESH => mr.refresh().map(|_| 0),
-            c => Err(fail!(
-                ffi::FI_ENOSYS,
-                "fi_control command {c} is not supported on an MR"
-            )),
+            c => Err(fail!(ffi::FI_ENOSYS, "fi_control command {c} is not supported on an MR")),
         }
     })
 }
@@ -88,11 +78,7 @@ unsafe fn reg_common(
     let key = region.key;
     let mr = Arc::new_cyclic(|me| {
         // The descriptor (fi_mr_desc) is the MR's own address.
-        let hdr = Header(ffi::fid_mr {
-            fid: fid_header::<Mr>(context),
-            mem_desc: me.as_ptr() as *mut c_void,
-            key,
-        });
+        let hdr = Header(ffi::fid_mr { fid: fid_header::<Mr>(context), mem_desc: me.as_ptr() as *mut c_void, key });
         Mr::new(hdr, d, region)
     });
     // SAFETY: `out` checked non-NULL above.
@@ -102,23 +88,15 @@ unsafe fn reg_common(
 
 /// # Safety
 /// `iov` is NULL or holds `count` iovecs.
-unsafe fn iovs_of(
-    iov: *const ffi::iovec,
-    count: usize,
-) -> crate::boundary::Result<Vec<(usize, usize)>> {
+unsafe fn iovs_of(iov: *const ffi::iovec, count: usize) -> crate::boundary::Result<Vec<(usize, usize)>> {
     if count > 0 && iov.is_null() {
-        return Err(fail!(
-            ffi::FI_EINVAL,
-            "fi_mr_regv: NULL iov array with count {count}"
-        ));
+        return Err(fail!(ffi::FI_EINVAL, "fi_mr_regv: NULL iov array with count {count}"));
     }
     if count > 1024 {
         return Err(fail!(ffi::FI_EINVAL, "fi_mr_regv: {count} iovs"));
     }
     // SAFETY: `count` iovecs per the caller's contract.
-    Ok((0..count)
-        .map(|i| unsafe { ((*iov.add(i)).iov_base as usize, (*iov.add(i)).iov_len) })
-        .collect())
+    Ok((0..count).map(|i| unsafe { ((*iov.add(i)).iov_base as usize, (*iov.add(i)).iov_len) }).collect())
 }
 
 pub unsafe extern "C" fn reg(
@@ -160,14 +138,7 @@ pub unsafe extern "C" fn regv(
     guard_int("fi_mr_regv", || {
         // SAFETY: C contract of fi_mr_regv.
         let iovs = unsafe { iovs_of(iov, count) }?;
-        let req = Request {
-            iovs,
-            access,
-            offset,
-            requested_key,
-            flags,
-            iface: ffi::FI_HMEM_SYSTEM,
-        };
+        let req = Request { iovs, access, offset, requested_key, flags, iface: ffi::FI_HMEM_SYSTEM };
         // SAFETY: as above.
         unsafe { reg_common(domain, req, out, context) }
     })
@@ -183,21 +154,12 @@ pub unsafe extern "C" fn regattr(
         // SAFETY: C contract of fi_mr_regattr.
         let a = unsafe { super::attr(attr, "fi_mr_attr") }?;
         if a.auth_key_size > 0 {
-            return Err(fail!(
-                ffi::FI_ENOSYS,
-                "fi_mr_regattr: authorization keys are not supported"
-            ));
+            return Err(fail!(ffi::FI_ENOSYS, "fi_mr_regattr: authorization keys are not supported"));
         }
         // SAFETY: as above.
         let iovs = unsafe { iovs_of(a.mr_iov, a.iov_count) }?;
-        let req = Request {
-            iovs,
-            access: a.access,
-            offset: a.offset,
-            requested_key: a.requested_key,
-            flags,
-            iface: a.iface,
-        };
+        let req =
+            Request { iovs, access: a.access, offset: a.offset, requested_key: a.requested_key, flags, iface: a.iface };
         // SAFETY: as above.
         unsafe { reg_common(domain, req, out, a.context) }
     })
@@ -288,10 +250,7 @@ unsafe fn put_sized<T>(out: *mut T, v: &T) -> crate::boundary::Result<i32> {
     // SAFETY: every extension struct starts with its size (caller's contract).
     let caller = unsafe { *(out as *const usize) };
     if caller < size_of::<usize>() {
-        return Err(fail!(
-            ffi::FI_EINVAL,
-            "oxmr_mr_ops: set the struct's size field to sizeof(the struct) first"
-        ));
+        return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops: set the struct's size field to sizeof(the struct) first"));
     }
     let n = caller.min(size_of::<T>());
     // SAFETY: the caller owns `caller` >= n bytes at `out`; `v` is a T.

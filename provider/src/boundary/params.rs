@@ -100,13 +100,7 @@ fn get_str(name: &CStr) -> Option<String> {
     let mut v: *mut c_char = std::ptr::null_mut();
     // SAFETY: a string parameter writes a `char *` (owned by libfabric's
     // environment copy) into `v`; we copy it out at once.
-    let r = unsafe {
-        ffi::fi_param_get(
-            provider_ptr(),
-            name.as_ptr(),
-            (&mut v as *mut *mut c_char).cast::<c_void>(),
-        )
-    };
+    let r = unsafe { ffi::fi_param_get(provider_ptr(), name.as_ptr(), (&mut v as *mut *mut c_char).cast::<c_void>()) };
     if r != 0 || v.is_null() {
         return None;
     }
@@ -117,26 +111,14 @@ fn get_str(name: &CStr) -> Option<String> {
 fn get_size(name: &CStr) -> Option<usize> {
     let mut v: usize = 0;
     // SAFETY: a size_t parameter writes one size_t into `v`.
-    let r = unsafe {
-        ffi::fi_param_get(
-            provider_ptr(),
-            name.as_ptr(),
-            (&mut v as *mut usize).cast::<c_void>(),
-        )
-    };
+    let r = unsafe { ffi::fi_param_get(provider_ptr(), name.as_ptr(), (&mut v as *mut usize).cast::<c_void>()) };
     (r == 0).then_some(v)
 }
 
 fn get_bool(name: &CStr) -> Option<bool> {
     let mut v: i32 = 0;
     // SAFETY: a bool parameter writes one int into `v`.
-    let r = unsafe {
-        ffi::fi_param_get(
-            provider_ptr(),
-            name.as_ptr(),
-            (&mut v as *mut i32).cast::<c_void>(),
-        )
-    };
+    let r = unsafe { ffi::fi_param_get(provider_ptr(), name.as_ptr(), (&mut v as *mut i32).cast::<c_void>()) };
     (r == 0).then_some(v != 0)
 }
 
@@ -146,26 +128,15 @@ pub fn define_and_load() {
         // SAFETY: static NUL-terminated strings; "%s" consumes the one
         // vararg, so help text is never interpreted as a format.
         unsafe {
-            ffi::fi_param_define(
-                provider_ptr(),
-                p.name.as_ptr(),
-                p.kind,
-                c"%s".as_ptr(),
-                p.help.as_ptr(),
-            );
+            ffi::fi_param_define(provider_ptr(), p.name.as_ptr(), p.kind, c"%s".as_ptr(), p.help.as_ptr());
         }
     }
-    let ifaces = get_str(c"iface").map(|s| {
-        s.split(',')
-            .map(|x| x.trim().to_string())
-            .filter(|x| !x.is_empty())
-            .collect()
+    let ifaces =
+        get_str(c"iface").map(|s| s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect());
+    let pin_mode = crate::mr::pin::PinMode::parse(get_str(c"mr_pin").as_deref()).unwrap_or_else(|why| {
+        tracing::warn!("{why}; using uring");
+        crate::mr::pin::PinMode::Uring
     });
-    let pin_mode =
-        crate::mr::pin::PinMode::parse(get_str(c"mr_pin").as_deref()).unwrap_or_else(|why| {
-            tracing::warn!("{why}; using uring");
-            crate::mr::pin::PinMode::Uring
-        });
     let max_pinned = get_size(c"mr_max_pinned").map(|v| v as u64);
     let d = crate::mr::CacheConfig::default();
     let monitor = match get_str(c"mr_cache_monitor").as_deref().map(str::trim) {
@@ -184,10 +155,5 @@ pub fn define_and_load() {
         max_count: get_size(c"mr_cache_max_count").unwrap_or(d.max_count),
         record_pfn: get_bool(c"mr_record_pfn").unwrap_or(d.record_pfn),
     };
-    let _ = CONFIG.set(Config {
-        ifaces,
-        pin_mode,
-        max_pinned,
-        cache,
-    });
+    let _ = CONFIG.set(Config { ifaces, pin_mode, max_pinned, cache });
 }

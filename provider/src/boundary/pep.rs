@@ -58,9 +58,7 @@ pub fn header(context: *mut c_void) -> Header<ffi::fid_pep> {
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
     // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(pep)", || {
-        unsafe { fid::close::<Pep>(f, |_| Ok(())) }.map(|_| 0)
-    })
+    guard_int("fi_close(pep)", || unsafe { fid::close::<Pep>(f, |_| Ok(())) }.map(|_| 0))
 }
 
 unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
@@ -79,41 +77,23 @@ unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
     })
 }
 
-unsafe extern "C" fn getopt(
-    f: *mut ffi::fid,
-    level: i32,
-    name: i32,
-    optval: *mut c_void,
-    optlen: *mut usize,
-) -> i32 {
+unsafe extern "C" fn getopt(f: *mut ffi::fid, level: i32, name: i32, optval: *mut c_void, optlen: *mut usize) -> i32 {
     guard_int("fi_getopt(pep)", || {
         // SAFETY: our fid.
         unsafe { borrow::<Pep>(f) }?;
         if level as u32 != ffi::FI_OPT_ENDPOINT || name as u32 != ffi::FI_OPT_CM_DATA_SIZE {
-            return Err(fail!(
-                ffi::FI_ENOPROTOOPT,
-                "fi_getopt on a passive endpoint: only FI_OPT_CM_DATA_SIZE"
-            ));
+            return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_getopt on a passive endpoint: only FI_OPT_CM_DATA_SIZE"));
         }
         // SAFETY: C contract of fi_getopt.
         unsafe { put_usize(optval, optlen, attrs::CM_DATA_SIZE) }
     })
 }
 
-unsafe extern "C" fn setopt(
-    f: *mut ffi::fid,
-    level: i32,
-    name: i32,
-    _optval: *const c_void,
-    _optlen: usize,
-) -> i32 {
+unsafe extern "C" fn setopt(f: *mut ffi::fid, level: i32, name: i32, _optval: *const c_void, _optlen: usize) -> i32 {
     guard_int("fi_setopt(pep)", || {
         // SAFETY: our fid.
         unsafe { borrow::<Pep>(f) }?;
-        Err(fail!(
-            ffi::FI_ENOPROTOOPT,
-            "fi_setopt on a passive endpoint: level {level} option {name} not supported"
-        ))
+        Err(fail!(ffi::FI_ENOPROTOOPT, "fi_setopt on a passive endpoint: level {level} option {name} not supported"))
     })
 }
 
@@ -130,9 +110,7 @@ unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut u
     guard_int("fi_getname(pep)", || {
         // SAFETY: our fid.
         let pep = unsafe { borrow::<Pep>(f) }?;
-        let name = pep
-            .name()
-            .ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "passive endpoint has no address"))?;
+        let name = pep.name().ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "passive endpoint has no address"))?;
         // SAFETY: C contract of fi_getname.
         unsafe { put_name(&name, out, addrlen) }
     })

@@ -23,9 +23,7 @@ unsafe impl Sync for ProviderCell {}
 static PROVIDER: ProviderCell = ProviderCell(UnsafeCell::new(ffi::fi_provider {
     version: crate::info::attrs::PROVIDER_VERSION,
     fi_version: ffi::FI_HEADER_VERSION,
-    context: ffi::fi_context {
-        internal: [std::ptr::null_mut(); 4],
-    },
+    context: ffi::fi_context { internal: [std::ptr::null_mut(); 4] },
     name: NAME.as_ptr(),
     getinfo: Some(oxmr_getinfo),
     fabric: Some(oxmr_fabric),
@@ -84,13 +82,7 @@ unsafe extern "C" fn oxmr_getinfo(
 ) -> i32 {
     guard_int("fi_getinfo", || {
         // SAFETY: libfabric passes NULL or valid strings and hints.
-        let (node, service, hints) = unsafe {
-            (
-                info::opt_str(node),
-                info::opt_str(service),
-                info::hints_from(hints),
-            )
-        };
+        let (node, service, hints) = unsafe { (info::opt_str(node), info::opt_str(service), info::hints_from(hints)) };
         let ifaces = addr::local_ifaces(params::config().ifaces.as_deref());
         let req = getinfo::Request {
             version,
@@ -102,10 +94,7 @@ unsafe extern "C" fn oxmr_getinfo(
         let list = getinfo::getinfo(&req, &ifaces)?;
         let c = info::list_to_c(&list);
         if c.is_null() {
-            return Err(crate::fail!(
-                ffi::FI_ENOMEM,
-                "fi_getinfo: out of memory building the answer"
-            ));
+            return Err(crate::fail!(ffi::FI_ENOMEM, "fi_getinfo: out of memory building the answer"));
         }
         // SAFETY: libfabric passes a valid out pointer.
         unsafe { write_out(out, c, "info") }?;

@@ -34,12 +34,7 @@ pub fn parse(bytes: &[u8]) -> Option<SocketAddr> {
             let flow = u32::from_be_bytes(bytes[4..8].try_into().ok()?);
             let ip: [u8; 16] = bytes[8..24].try_into().ok()?;
             let scope = u32::from_ne_bytes(bytes[24..28].try_into().ok()?);
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(ip),
-                port,
-                flow,
-                scope,
-            )))
+            Some(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, flow, scope)))
         }
         _ => None,
     }
@@ -108,19 +103,11 @@ impl Iface {
     pub fn subnet(&self) -> String {
         match self.ip {
             IpAddr::V4(ip) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - self.prefix.min(32))
-                };
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix.min(32)) };
                 format!("{}/{}", Ipv4Addr::from(u32::from(ip) & mask), self.prefix)
             }
             IpAddr::V6(ip) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - self.prefix.min(128))
-                };
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix.min(128)) };
                 format!("{}/{}", Ipv6Addr::from(u128::from(ip) & mask), self.prefix)
             }
         }
@@ -172,52 +159,28 @@ mod tests {
             assert_eq!(parse(&b), Some(a));
         }
         assert_eq!(parse(&[0u8; 16]), None, "AF_UNSPEC is not an address");
-        assert_eq!(
-            parse(&encode(&"[::1]:1".parse().unwrap())[..16]),
-            None,
-            "short IPv6"
-        );
+        assert_eq!(parse(&encode(&"[::1]:1".parse().unwrap())[..16]), None, "short IPv6");
     }
 
     #[test]
     fn straddr_forms() {
-        assert_eq!(
-            to_string(&"10.1.2.3:9228".parse().unwrap()),
-            "fi_sockaddr_in://10.1.2.3:9228"
-        );
-        assert_eq!(
-            to_string(&"[fe80::1]:7".parse().unwrap()),
-            "fi_sockaddr_in6://[fe80::1]:7"
-        );
+        assert_eq!(to_string(&"10.1.2.3:9228".parse().unwrap()), "fi_sockaddr_in://10.1.2.3:9228");
+        assert_eq!(to_string(&"[fe80::1]:7".parse().unwrap()), "fi_sockaddr_in6://[fe80::1]:7");
     }
 
     #[test]
     fn subnets() {
-        let i = Iface {
-            name: "lo".into(),
-            ip: "127.0.0.1".parse().unwrap(),
-            prefix: 8,
-        };
+        let i = Iface { name: "lo".into(), ip: "127.0.0.1".parse().unwrap(), prefix: 8 };
         assert_eq!(i.subnet(), "127.0.0.0/8");
-        let i = Iface {
-            name: "x".into(),
-            ip: "2001:db8::5".parse().unwrap(),
-            prefix: 64,
-        };
+        let i = Iface { name: "x".into(), ip: "2001:db8::5".parse().unwrap(), prefix: 64 };
         assert_eq!(i.subnet(), "2001:db8::/64");
     }
 
     #[test]
     fn loopback_is_listed_last_and_routes_to_itself() {
         let l = local_ifaces(None);
-        assert!(
-            l.iter().any(|i| i.name == "lo"),
-            "lo must be up on any Linux host: {l:?}"
-        );
+        assert!(l.iter().any(|i| i.name == "lo"), "lo must be up on any Linux host: {l:?}");
         assert!(l.last().unwrap().ip.is_loopback());
-        assert_eq!(
-            route_source(&"127.0.0.1:9".parse().unwrap()),
-            Some("127.0.0.1".parse().unwrap())
-        );
+        assert_eq!(route_source(&"127.0.0.1:9".parse().unwrap()), Some("127.0.0.1".parse().unwrap()));
     }
 }

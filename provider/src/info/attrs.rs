@@ -128,8 +128,7 @@ pub const MR_MODES: i32 = (ffi::FI_MR_LOCAL
     | ffi::FI_MR_MMU_NOTIFY) as i32;
 
 /// The three bits FI_MR_BASIC stands for.
-pub const MR_BASIC_MAP: i32 =
-    (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_PROV_KEY) as i32;
+pub const MR_BASIC_MAP: i32 = (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_PROV_KEY) as i32;
 
 /// `FI_TAG_GENERIC` from fi_endpoint(3): any 64-bit tag.
 pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
@@ -140,6 +139,8 @@ pub const INJECT_SIZE: usize = 4096;
 pub const QUEUE_SIZE: usize = 1024;
 /// Largest iov count per operation.
 pub const IOV_LIMIT: usize = 4;
+/// Largest rma_iov count per RMA operation.
+pub const RMA_IOV_LIMIT: usize = 1;
 /// Largest iov count per registration.
 pub const MR_IOV_LIMIT: usize = 8;
 /// Bytes of remote CQ data.
@@ -165,19 +166,12 @@ pub const PROVIDER_VERSION: u32 = {
         }
         v
     }
-    ffi::fi_version_of(
-        parse(env!("CARGO_PKG_VERSION_MAJOR")),
-        parse(env!("CARGO_PKG_VERSION_MINOR")),
-    )
+    ffi::fi_version_of(parse(env!("CARGO_PKG_VERSION_MAJOR")), parse(env!("CARGO_PKG_VERSION_MINOR")))
 };
 
 /// The info oxmr offers for an endpoint type, before hints and addresses.
 pub fn template(ep_type: u32) -> Info {
-    let caps = if ep_type == ffi::FI_EP_MSG {
-        MSG_CAPS
-    } else {
-        RDM_CAPS
-    };
+    let caps = if ep_type == ffi::FI_EP_MSG { MSG_CAPS } else { RDM_CAPS };
     Info {
         caps,
         mode: 0,
@@ -193,7 +187,7 @@ pub fn template(ep_type: u32) -> Info {
             inject_size: INJECT_SIZE,
             size: QUEUE_SIZE,
             iov_limit: IOV_LIMIT,
-            rma_iov_limit: IOV_LIMIT,
+            rma_iov_limit: RMA_IOV_LIMIT,
             tclass: 0,
         },
         rx: RxAttr {
@@ -215,11 +209,7 @@ pub fn template(ep_type: u32) -> Info {
             max_order_raw_size: 0,
             max_order_war_size: 0,
             max_order_waw_size: 0,
-            mem_tag_format: if ep_type == ffi::FI_EP_RDM {
-                MEM_TAG_FORMAT
-            } else {
-                0
-            },
+            mem_tag_format: if ep_type == ffi::FI_EP_RDM { MEM_TAG_FORMAT } else { 0 },
             tx_ctx_cnt: 1,
             rx_ctx_cnt: 1,
             auth_key_size: 0,

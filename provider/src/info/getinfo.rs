@@ -61,20 +61,11 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
         ffi::FI_EP_UNSPEC => &[ffi::FI_EP_RDM, ffi::FI_EP_MSG],
         ffi::FI_EP_RDM => &[ffi::FI_EP_RDM],
         ffi::FI_EP_MSG => &[ffi::FI_EP_MSG],
-        t => {
-            return Err(nodata(format!(
-                "ep_type {t} asked; oxmr offers FI_EP_RDM and FI_EP_MSG"
-            )))
-        }
+        t => return Err(nodata(format!("ep_type {t} asked; oxmr offers FI_EP_RDM and FI_EP_MSG"))),
     };
     let format = hints.addr_format;
-    if !matches!(
-        format,
-        ffi::FI_FORMAT_UNSPEC | ffi::FI_SOCKADDR | ffi::FI_SOCKADDR_IN | ffi::FI_SOCKADDR_IN6
-    ) {
-        return Err(nodata(format!(
-            "addr_format {format} asked; oxmr uses FI_SOCKADDR_IN and FI_SOCKADDR_IN6"
-        )));
+    if !matches!(format, ffi::FI_FORMAT_UNSPEC | ffi::FI_SOCKADDR | ffi::FI_SOCKADDR_IN | ffi::FI_SOCKADDR_IN6) {
+        return Err(nodata(format!("addr_format {format} asked; oxmr uses FI_SOCKADDR_IN and FI_SOCKADDR_IN6")));
     }
     if hints.bad_src || hints.bad_dest {
         return Err(nodata(
@@ -89,10 +80,7 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
     let numeric = req.flags & ffi::FI_NUMERICHOST as u64 != 0;
     let port = match req.service {
         None => 0,
-        Some(s) => s
-            .trim()
-            .parse::<u16>()
-            .map_err(|_| nodata(format!("service \"{s}\" is not a port number")))?,
+        Some(s) => s.trim().parse::<u16>().map_err(|_| nodata(format!("service \"{s}\" is not a port number")))?,
     };
     let (source, dest) = if req.flags & ffi::FI_SOURCE as u64 != 0 {
         if req.node.is_none() && req.service.is_none() {
@@ -125,25 +113,20 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
 
     let candidates: Vec<(&Iface, SocketAddr)> = match source {
         Source::Addr(a) => {
-            let iface = ifaces.iter().find(|i| i.ip == a.ip()).ok_or_else(|| {
-                nodata(format!(
-                    "source {} is not an address of an offered local interface",
-                    a.ip()
-                ))
-            })?;
+            let iface = ifaces
+                .iter()
+                .find(|i| i.ip == a.ip())
+                .ok_or_else(|| nodata(format!("source {} is not an address of an offered local interface", a.ip())))?;
             vec![(iface, a)]
         }
-        Source::AnyIface(port) => ifaces
-            .iter()
-            .map(|i| (i, SocketAddr::new(i.ip, port)))
-            .collect(),
+        Source::AnyIface(port) => ifaces.iter().map(|i| (i, SocketAddr::new(i.ip, port))).collect(),
         Source::Route => {
             let d = dest.expect("Route is only chosen with a destination");
-            let ip = addr::route_source(&d)
-                .ok_or_else(|| nodata(format!("no route from this host to {d}")))?;
-            let iface = ifaces.iter().find(|i| i.ip == ip).ok_or_else(|| {
-                nodata(format!("{d} is reached through {ip}, which is not offered"))
-            })?;
+            let ip = addr::route_source(&d).ok_or_else(|| nodata(format!("no route from this host to {d}")))?;
+            let iface = ifaces
+                .iter()
+                .find(|i| i.ip == ip)
+                .ok_or_else(|| nodata(format!("{d} is reached through {ip}, which is not offered")))?;
             vec![(iface, SocketAddr::new(ip, 0))]
         }
     };
@@ -175,9 +158,7 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
         }
     }
     if out.is_empty() {
-        return Err(nodata(first_refusal.unwrap_or_else(|| {
-            "no local interface fits the address hints".into()
-        })));
+        return Err(nodata(first_refusal.unwrap_or_else(|| "no local interface fits the address hints".into())));
     }
     Ok(out)
 }
@@ -194,16 +175,12 @@ fn resolve(node: &str, port: u16, numeric: bool, format: u32) -> Result<SocketAd
     if let Ok(ip) = node.parse::<IpAddr>() {
         let a = SocketAddr::new(ip, port);
         if !addr::fits_format(&a, format) {
-            return Err(nodata(format!(
-                "{node} does not fit the asked addr_format {format}"
-            )));
+            return Err(nodata(format!("{node} does not fit the asked addr_format {format}")));
         }
         return Ok(a);
     }
     if numeric {
-        return Err(nodata(format!(
-            "FI_NUMERICHOST given but \"{node}\" is not a numeric address"
-        )));
+        return Err(nodata(format!("FI_NUMERICHOST given but \"{node}\" is not a numeric address")));
     }
     let all: Vec<SocketAddr> = (node, port)
         .to_socket_addrs()
@@ -214,11 +191,7 @@ fn resolve(node: &str, port: u16, numeric: bool, format: u32) -> Result<SocketAd
         .find(|a| a.is_ipv4())
         .or(all.first())
         .copied()
-        .ok_or_else(|| {
-            nodata(format!(
-                "node \"{node}\" has no address of the asked format"
-            ))
-        })
+        .ok_or_else(|| nodata(format!("node \"{node}\" has no address of the asked format")))
 }
 
 fn exceeds(asked: usize, ours: usize) -> bool {
@@ -266,22 +239,14 @@ macro_rules! refuse_if {
 /// Apply hints to one offered info: the adjusted answer, or why not.
 pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info, String> {
     let offered = info.caps;
-    refuse_if!(
-        h.caps & !offered != 0,
-        "caps {:#x} are not offered for this endpoint type",
-        h.caps & !offered
-    );
+    refuse_if!(h.caps & !offered != 0, "caps {:#x} are not offered for this endpoint type", h.caps & !offered);
     if h.caps != 0 {
         info.caps = (h.caps & PRIMARY_CAPS) | (offered & SECONDARY_CAPS);
     }
 
     if let Some(f) = &h.fabric {
         if let Some(n) = &f.name {
-            refuse_if!(
-                Some(n) != info.fabric.name.as_ref(),
-                "fabric name \"{n}\" is not {:?}",
-                info.fabric.name
-            );
+            refuse_if!(Some(n) != info.fabric.name.as_ref(), "fabric name \"{n}\" is not {:?}", info.fabric.name);
         }
     }
 
@@ -291,23 +256,20 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             "protocol {} asked; oxmr speaks its own protocol (FI_PROTO_UNSPEC)",
             e.protocol
         );
-        refuse_if!(
-            e.protocol_version > info.ep.protocol_version,
-            "protocol_version {} too new",
-            e.protocol_version
-        );
-        refuse_if!(
-            exceeds(e.max_msg_size, info.ep.max_msg_size),
-            "max_msg_size {} too large",
-            e.max_msg_size
-        );
+        refuse_if!(e.protocol_version > info.ep.protocol_version, "protocol_version {} too new", e.protocol_version);
+        refuse_if!(exceeds(e.max_msg_size, info.ep.max_msg_size), "max_msg_size {} too large", e.max_msg_size);
         refuse_if!(
             exceeds(e.max_order_raw_size, info.ep.max_order_raw_size)
                 || exceeds(e.max_order_war_size, info.ep.max_order_war_size)
                 || exceeds(e.max_order_waw_size, info.ep.max_order_waw_size),
             "RMA ordering sizes asked beyond oxmr's (it orders send-after-send only)"
         );
-        refuse_if!(e.tx_ctx_cnt > 1 || e.rx_ctx_cnt > 1, "scalable or shared contexts asked (tx_ctx_cnt {}, rx_ctx_cnt {}); oxmr has one context per endpoint", e.tx_ctx_cnt as isize, e.rx_ctx_cnt as isize);
+        refuse_if!(
+            e.tx_ctx_cnt > 1 || e.rx_ctx_cnt > 1,
+            "scalable or shared contexts asked (tx_ctx_cnt {}, rx_ctx_cnt {}); oxmr has one context per endpoint",
+            e.tx_ctx_cnt as isize,
+            e.rx_ctx_cnt as isize
+        );
         refuse_if!(e.auth_key_size > 0, "authorization keys are not supported");
         if e.mem_tag_format != 0 && info.ep.type_ == ffi::FI_EP_RDM {
             info.ep.mem_tag_format = e.mem_tag_format;
@@ -317,11 +279,7 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
     let tx_default = info.caps & attrs::TX_CAPS;
     info.tx.caps = tx_default;
     if let Some(t) = &h.tx {
-        refuse_if!(
-            t.caps & !offered != 0,
-            "tx caps {:#x} not offered",
-            t.caps & !offered
-        );
+        refuse_if!(t.caps & !offered != 0, "tx caps {:#x} not offered", t.caps & !offered);
         refuse_if!(
             t.op_flags & !attrs::TX_OP_FLAGS != 0,
             "tx op_flags {:#x} not supported",
@@ -332,29 +290,15 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             "tx msg_order {:#x} not guaranteed (oxmr: FI_ORDER_SAS)",
             t.msg_order
         );
-        refuse_if!(
-            t.comp_order & !info.tx.comp_order != 0,
-            "tx comp_order {:#x} not guaranteed",
-            t.comp_order
-        );
+        refuse_if!(t.comp_order & !info.tx.comp_order != 0, "tx comp_order {:#x} not guaranteed", t.comp_order);
         refuse_if!(
             exceeds(t.inject_size, info.tx.inject_size),
             "inject_size {} above {}",
             t.inject_size,
             info.tx.inject_size
         );
-        refuse_if!(
-            exceeds(t.size, info.tx.size),
-            "tx size {} above {}",
-            t.size,
-            info.tx.size
-        );
-        refuse_if!(
-            exceeds(t.iov_limit, info.tx.iov_limit),
-            "tx iov_limit {} above {}",
-            t.iov_limit,
-            info.tx.iov_limit
-        );
+        refuse_if!(exceeds(t.size, info.tx.size), "tx size {} above {}", t.size, info.tx.size);
+        refuse_if!(exceeds(t.iov_limit, info.tx.iov_limit), "tx iov_limit {} above {}", t.iov_limit, info.tx.iov_limit);
         refuse_if!(
             exceeds(t.rma_iov_limit, info.tx.rma_iov_limit),
             "rma_iov_limit {} above {}",
@@ -373,11 +317,7 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
     let rx_default = info.caps & attrs::RX_CAPS;
     info.rx.caps = rx_default;
     if let Some(r) = &h.rx {
-        refuse_if!(
-            r.caps & !offered != 0,
-            "rx caps {:#x} not offered",
-            r.caps & !offered
-        );
+        refuse_if!(r.caps & !offered != 0, "rx caps {:#x} not offered", r.caps & !offered);
         refuse_if!(
             r.op_flags & !attrs::RX_OP_FLAGS != 0,
             "rx op_flags {:#x} not supported",
@@ -388,23 +328,9 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             "rx msg_order {:#x} not guaranteed (oxmr: FI_ORDER_SAS)",
             r.msg_order
         );
-        refuse_if!(
-            r.comp_order & !info.rx.comp_order != 0,
-            "rx comp_order {:#x} not guaranteed",
-            r.comp_order
-        );
-        refuse_if!(
-            exceeds(r.size, info.rx.size),
-            "rx size {} above {}",
-            r.size,
-            info.rx.size
-        );
-        refuse_if!(
-            exceeds(r.iov_limit, info.rx.iov_limit),
-            "rx iov_limit {} above {}",
-            r.iov_limit,
-            info.rx.iov_limit
-        );
+        refuse_if!(r.comp_order & !info.rx.comp_order != 0, "rx comp_order {:#x} not guaranteed", r.comp_order);
+        refuse_if!(exceeds(r.size, info.rx.size), "rx size {} above {}", r.size, info.rx.size);
+        refuse_if!(exceeds(r.iov_limit, info.rx.iov_limit), "rx iov_limit {} above {}", r.iov_limit, info.rx.iov_limit);
         if r.caps != 0 {
             info.rx.caps = (r.caps & PRIMARY_CAPS) | (rx_default & SECONDARY_CAPS);
         }
@@ -419,50 +345,24 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
     if let Some(d) = d {
         let o = &info.domain;
         if let Some(n) = &d.name {
-            refuse_if!(
-                Some(n) != o.name.as_ref(),
-                "domain name \"{n}\" is not {:?}",
-                o.name
-            );
+            refuse_if!(Some(n) != o.name.as_ref(), "domain name \"{n}\" is not {:?}", o.name);
         }
-        refuse_if!(
-            d.threading > ffi::FI_THREAD_ENDPOINT + 1,
-            "unknown threading {}",
-            d.threading
-        );
+        refuse_if!(d.threading > ffi::FI_THREAD_ENDPOINT + 1, "unknown threading {}", d.threading);
         for (what, p) in [("control", d.control_progress), ("data", d.data_progress)] {
             refuse_if!(
                 p == ffi::FI_PROGRESS_AUTO,
                 "FI_PROGRESS_AUTO {what} progress asked; oxmr progresses when the application reads CQs, counters and EQs (FI_PROGRESS_MANUAL)"
             );
-            refuse_if!(
-                p > ffi::FI_PROGRESS_MANUAL + 1,
-                "unknown {what} progress {p}"
-            );
+            refuse_if!(p > ffi::FI_PROGRESS_MANUAL + 1, "unknown {what} progress {p}");
         }
+        refuse_if!(d.resource_mgmt > ffi::FI_RM_ENABLED, "unknown resource_mgmt {}", d.resource_mgmt);
         refuse_if!(
-            d.resource_mgmt > ffi::FI_RM_ENABLED,
-            "unknown resource_mgmt {}",
-            d.resource_mgmt
-        );
-        refuse_if!(
-            !matches!(
-                d.av_type,
-                ffi::FI_AV_UNSPEC | ffi::FI_AV_MAP | ffi::FI_AV_TABLE
-            ),
+            !matches!(d.av_type, ffi::FI_AV_UNSPEC | ffi::FI_AV_MAP | ffi::FI_AV_TABLE),
             "av_type {} not supported",
             d.av_type
         );
-        refuse_if!(
-            exceeds(d.mr_key_size, o.mr_key_size),
-            "mr_key_size {} above 8",
-            d.mr_key_size
-        );
-        refuse_if!(
-            exceeds(d.cq_data_size, o.cq_data_size),
-            "cq_data_size {} above 8",
-            d.cq_data_size
-        );
+        refuse_if!(exceeds(d.mr_key_size, o.mr_key_size), "mr_key_size {} above 8", d.mr_key_size);
+        refuse_if!(exceeds(d.cq_data_size, o.cq_data_size), "cq_data_size {} above 8", d.cq_data_size);
         for (what, asked, ours) in [
             ("cq_cnt", d.cq_cnt, o.cq_cnt),
             ("ep_cnt", d.ep_cnt, o.ep_cnt),
@@ -476,10 +376,7 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             ("mr_iov_limit", d.mr_iov_limit, o.mr_iov_limit),
             ("mr_cnt", d.mr_cnt, o.mr_cnt),
         ] {
-            refuse_if!(
-                exceeds(asked, ours),
-                "domain {what} {asked} above oxmr's {ours}"
-            );
+            refuse_if!(exceeds(asked, ours), "domain {what} {asked} above oxmr's {ours}");
         }
         refuse_if!(
             d.caps & !attrs::DOMAIN_CAPS & !offered != 0,
@@ -512,29 +409,11 @@ mod tests {
     const V: u32 = ffi::FI_HEADER_VERSION;
 
     fn lo() -> Vec<Iface> {
-        vec![Iface {
-            name: "lo".into(),
-            ip: "127.0.0.1".parse().unwrap(),
-            prefix: 8,
-        }]
+        vec![Iface { name: "lo".into(), ip: "127.0.0.1".parse().unwrap(), prefix: 8 }]
     }
 
-    fn ask(
-        node: Option<&str>,
-        service: Option<&str>,
-        flags: u64,
-        hints: Option<&Hints>,
-    ) -> Result<Vec<Info>> {
-        getinfo(
-            &Request {
-                version: V,
-                node,
-                service,
-                flags,
-                hints,
-            },
-            &lo(),
-        )
+    fn ask(node: Option<&str>, service: Option<&str>, flags: u64, hints: Option<&Hints>) -> Result<Vec<Info>> {
+        getinfo(&Request { version: V, node, service, flags, hints }, &lo())
     }
 
     #[test]
@@ -550,29 +429,13 @@ mod tests {
 
     #[test]
     fn caps_outside_offer_are_refused() {
-        let h = Hints {
-            caps: ffi::FI_ATOMIC as u64,
-            ..Default::default()
-        };
-        assert_eq!(
-            ask(None, None, 0, Some(&h)).unwrap_err().code(),
-            ffi::FI_ENODATA
-        );
-        let h = Hints {
-            caps: ffi::FI_TAGGED as u64,
-            ..Default::default()
-        };
+        let h = Hints { caps: ffi::FI_ATOMIC as u64, ..Default::default() };
+        assert_eq!(ask(None, None, 0, Some(&h)).unwrap_err().code(), ffi::FI_ENODATA);
+        let h = Hints { caps: ffi::FI_TAGGED as u64, ..Default::default() };
         let l = ask(None, None, 0, Some(&h)).unwrap();
-        assert!(
-            l.iter().all(|i| i.ep.type_ == ffi::FI_EP_RDM),
-            "MSG has no FI_TAGGED"
-        );
+        assert!(l.iter().all(|i| i.ep.type_ == ffi::FI_EP_RDM), "MSG has no FI_TAGGED");
         assert_eq!(l[0].caps & PRIMARY_CAPS, ffi::FI_TAGGED as u64);
-        assert_ne!(
-            l[0].caps & ffi::FI_SOURCE as u64,
-            0,
-            "secondary caps are added"
-        );
+        assert_ne!(l[0].caps & ffi::FI_SOURCE as u64, 0, "secondary caps are added");
     }
 
     #[test]
@@ -580,58 +443,26 @@ mod tests {
         let l = ask(Some("127.0.0.1"), Some("9228"), ffi::FI_SOURCE as u64, None).unwrap();
         assert_eq!(l[0].src, Some("127.0.0.1:9228".parse().unwrap()));
         assert_eq!(l[0].dest, None);
-        assert_eq!(
-            ask(None, None, ffi::FI_SOURCE as u64, None)
-                .unwrap_err()
-                .code(),
-            ffi::FI_EINVAL
-        );
+        assert_eq!(ask(None, None, ffi::FI_SOURCE as u64, None).unwrap_err().code(), ffi::FI_EINVAL);
         let l = ask(Some("127.0.0.1"), Some("9228"), 0, None).unwrap();
         assert_eq!(l[0].dest, Some("127.0.0.1:9228".parse().unwrap()));
-        assert_eq!(
-            l[0].src.unwrap().ip(),
-            "127.0.0.1".parse::<IpAddr>().unwrap()
-        );
+        assert_eq!(l[0].src.unwrap().ip(), "127.0.0.1".parse::<IpAddr>().unwrap());
         let e = ask(Some("g00n13s.invalid"), Some("9228"), 0, None).unwrap_err();
         assert_eq!(e.code(), ffi::FI_ENODATA);
         let e = ask(Some("localhost"), None, ffi::FI_NUMERICHOST as u64, None).unwrap_err();
         assert_eq!(e.code(), ffi::FI_ENODATA);
-        let e = ask(
-            Some("10.255.255.254"),
-            Some("1"),
-            ffi::FI_SOURCE as u64,
-            None,
-        )
-        .unwrap_err();
+        let e = ask(Some("10.255.255.254"), Some("1"), ffi::FI_SOURCE as u64, None).unwrap_err();
         assert_eq!(e.code(), ffi::FI_ENODATA, "not a local address");
     }
 
     #[test]
     fn formats() {
-        let h = Hints {
-            addr_format: ffi::FI_SOCKADDR_IB,
-            ..Default::default()
-        };
-        assert_eq!(
-            ask(None, None, 0, Some(&h)).unwrap_err().code(),
-            ffi::FI_ENODATA
-        );
-        let h = Hints {
-            addr_format: ffi::FI_SOCKADDR_IN6,
-            ..Default::default()
-        };
-        assert!(
-            ask(None, None, 0, Some(&h)).is_err(),
-            "lo() has no IPv6 address"
-        );
-        let h = Hints {
-            addr_format: ffi::FI_SOCKADDR,
-            ..Default::default()
-        };
-        assert_eq!(
-            ask(None, None, 0, Some(&h)).unwrap()[0].addr_format,
-            ffi::FI_SOCKADDR_IN
-        );
+        let h = Hints { addr_format: ffi::FI_SOCKADDR_IB, ..Default::default() };
+        assert_eq!(ask(None, None, 0, Some(&h)).unwrap_err().code(), ffi::FI_ENODATA);
+        let h = Hints { addr_format: ffi::FI_SOCKADDR_IN6, ..Default::default() };
+        assert!(ask(None, None, 0, Some(&h)).is_err(), "lo() has no IPv6 address");
+        let h = Hints { addr_format: ffi::FI_SOCKADDR, ..Default::default() };
+        assert_eq!(ask(None, None, 0, Some(&h)).unwrap()[0].addr_format, ffi::FI_SOCKADDR_IN);
     }
 
     #[test]
@@ -639,57 +470,26 @@ mod tests {
         let all = MR_MODES | ffi::FI_MR_RAW as i32 | ffi::FI_MR_HMEM as i32;
         assert_eq!(mr_mode_for(Some(all), V).unwrap(), MR_MODES);
         assert_eq!(mr_mode_for(Some(0), V).unwrap(), 0);
-        assert_eq!(
-            mr_mode_for(Some(ffi::FI_MR_BASIC as i32), V).unwrap(),
-            ffi::FI_MR_BASIC as i32
-        );
-        assert_eq!(
-            mr_mode_for(Some(ffi::FI_MR_SCALABLE as i32), V).unwrap(),
-            ffi::FI_MR_SCALABLE as i32
-        );
+        assert_eq!(mr_mode_for(Some(ffi::FI_MR_BASIC as i32), V).unwrap(), ffi::FI_MR_BASIC as i32);
+        assert_eq!(mr_mode_for(Some(ffi::FI_MR_SCALABLE as i32), V).unwrap(), ffi::FI_MR_SCALABLE as i32);
         assert!(mr_mode_for(Some(3), V).is_err());
-        assert_eq!(
-            mr_mode_for(None, ffi::fi_version_of(1, 4)).unwrap(),
-            ffi::FI_MR_BASIC as i32
-        );
+        assert_eq!(mr_mode_for(None, ffi::fi_version_of(1, 4)).unwrap(), ffi::FI_MR_BASIC as i32);
         assert_eq!(effective_mr_mode(ffi::FI_MR_BASIC as i32), MR_BASIC_MAP);
     }
 
     #[test]
     fn limits_and_progress() {
-        let mut h = Hints {
-            tx: Some(TxAttr {
-                size: 4096,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let mut h = Hints { tx: Some(TxAttr { size: 4096, ..Default::default() }), ..Default::default() };
         assert!(ask(None, None, 0, Some(&h)).is_err());
-        h.tx = Some(TxAttr {
-            size: 64,
-            op_flags: ffi::FI_DELIVERY_COMPLETE as u64,
-            ..Default::default()
-        });
+        h.tx = Some(TxAttr { size: 64, op_flags: ffi::FI_DELIVERY_COMPLETE as u64, ..Default::default() });
         let l = ask(None, None, 0, Some(&h)).unwrap();
         assert_eq!(l[0].tx.size, 64);
         assert_eq!(l[0].tx.op_flags, ffi::FI_DELIVERY_COMPLETE as u64);
-        h.domain = Some(DomainAttr {
-            data_progress: ffi::FI_PROGRESS_AUTO,
-            ..Default::default()
-        });
+        h.domain = Some(DomainAttr { data_progress: ffi::FI_PROGRESS_AUTO, ..Default::default() });
         assert!(ask(None, None, 0, Some(&h)).is_err());
-        h.domain = Some(DomainAttr {
-            threading: ffi::FI_THREAD_DOMAIN,
-            ..Default::default()
-        });
-        assert_eq!(
-            ask(None, None, 0, Some(&h)).unwrap()[0].domain.threading,
-            ffi::FI_THREAD_DOMAIN
-        );
-        h.ep = Some(EpAttr {
-            type_: ffi::FI_EP_DGRAM,
-            ..Default::default()
-        });
+        h.domain = Some(DomainAttr { threading: ffi::FI_THREAD_DOMAIN, ..Default::default() });
+        assert_eq!(ask(None, None, 0, Some(&h)).unwrap()[0].domain.threading, ffi::FI_THREAD_DOMAIN);
+        h.ep = Some(EpAttr { type_: ffi::FI_EP_DGRAM, ..Default::default() });
         assert!(ask(None, None, 0, Some(&h)).is_err());
     }
 }

@@ -45,10 +45,7 @@ pub fn default_cap(variable: Option<u64>) -> (Option<u64>, CapSource) {
     if let Some(v) = variable {
         return (Some(v), CapSource::Variable);
     }
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes one rlimit.
     let ok = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } == 0;
     if !ok || rl.rlim_cur == libc::RLIM_INFINITY || has_cap_ipc_lock() {
@@ -78,11 +75,7 @@ pub fn charged(addr: usize, len: usize) -> u64 {
 
 impl Account {
     pub fn new(cap: Option<u64>, source: CapSource) -> Self {
-        Account {
-            pinned: AtomicU64::new(0),
-            cap,
-            source,
-        }
+        Account { pinned: AtomicU64::new(0), cap, source }
     }
 
     /// Bytes this domain holds pinned.

@@ -153,11 +153,7 @@ impl Cache {
     /// touched [a, a+len).
     fn sync(&self, s: &mut State, watch: Option<(u64, usize, usize)>) -> bool {
         let mut hit = false;
-        let mut buf = [Invalidation {
-            start: 0,
-            end: 0,
-            cause: Cause::Unmap,
-        }; 64];
+        let mut buf = [Invalidation { start: 0, end: 0, cause: Cause::Unmap }; 64];
         loop {
             let from = s.seq;
             let (next, n) = self.monitor.since(from, &mut buf);
@@ -180,9 +176,7 @@ impl Cache {
     fn invalidate(&self, s: &mut State, inv: &Invalidation) {
         if inv.cause == Cause::Remove {
             let now = Instant::now();
-            while s.removes.front().is_some_and(|r| now - r.2 > REMOVE_GRACE)
-                || s.removes.len() >= 256
-            {
+            while s.removes.front().is_some_and(|r| now - r.2 > REMOVE_GRACE) || s.removes.len() >= 256 {
                 s.removes.pop_front();
             }
             s.removes.push_back((inv.start, inv.end, now));
@@ -270,10 +264,7 @@ impl Cache {
                 self.sync(&mut s, None);
                 if let Some(entry) = self.lookup(&mut s, a, l, access) {
                     self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Pin::Cached(CacheRef {
-                        cache: self.clone(),
-                        entry,
-                    }));
+                    return Ok(Pin::Cached(CacheRef { cache: self.clone(), entry }));
                 }
             }
             // Subscribe before pinning.
@@ -305,10 +296,7 @@ impl Cache {
             // to be dropped. Such a registration is served, but not cached;
             // the grace is far longer than the read-to-zap gap.
             let now = Instant::now();
-            let raced = s
-                .removes
-                .iter()
-                .any(|r| now - r.2 <= REMOVE_GRACE && (a as u64) < r.1 && r.0 < (a + l) as u64);
+            let raced = s.removes.iter().any(|r| now - r.2 <= REMOVE_GRACE && (a as u64) < r.1 && r.0 < (a + l) as u64);
             if raced {
                 drop(s);
                 self.stats.uncached.fetch_add(1, Ordering::Relaxed);
@@ -319,36 +307,15 @@ impl Cache {
             let tick = s.tick;
             let id = s.next_id;
             s.next_id += 1;
-            let pfn0 = if self.record_pfn {
-                super::pagemap_pfn(a)
-            } else {
-                0
-            };
-            let entry = Arc::new(Entry {
-                id,
-                start: a,
-                len: l,
-                access,
-                pin,
-                pfn0,
-            });
-            s.index.insert(
-                (a, id),
-                Slot {
-                    entry: entry.clone(),
-                    users: 1,
-                    last_use: tick,
-                },
-            );
+            let pfn0 = if self.record_pfn { super::pagemap_pfn(a) } else { 0 };
+            let entry = Arc::new(Entry { id, start: a, len: l, access, pin, pfn0 });
+            s.index.insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick });
             s.bytes += l as u64;
             s.longest = s.longest.max(l);
             let victims = self.evict(&mut s, false);
             drop(s);
             drop(victims);
-            return Ok(Pin::Cached(CacheRef {
-                cache: self.clone(),
-                entry,
-            }));
+            return Ok(Pin::Cached(CacheRef { cache: self.clone(), entry }));
         }
         self.stats.uncached.fetch_add(1, Ordering::Relaxed);
         pinner.pin(&[(a, l)], access)
@@ -396,29 +363,15 @@ mod tests {
 
     fn domain() -> MrDomain {
         let pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
-        let cc = CacheConfig {
-            enable: true,
-            record_pfn: true,
-            ..CacheConfig::default()
-        };
+        let cc = CacheConfig { enable: true, record_pfn: true, ..CacheConfig::default() };
         let mr_mode = (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32;
         MrDomain::new(mr_mode, pinner, cc)
     }
 
     fn map(at: usize, len: usize, fill: u8) -> usize {
-        let flags =
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if at != 0 { libc::MAP_FIXED } else { 0 };
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if at != 0 { libc::MAP_FIXED } else { 0 };
         // SAFETY: anonymous mapping (MAP_FIXED only over our own mapping).
-        let p = unsafe {
-            libc::mmap(
-                at as *mut _,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                -1,
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(at as *mut _, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
         assert_ne!(p, libc::MAP_FAILED);
         // SAFETY: just mapped, writable.
         unsafe { std::ptr::write_bytes(p as *mut u8, fill, len) };

@@ -95,12 +95,7 @@ impl Mapping {
                     .filter(|(f, _)| self.has_flag(f))
                     .map(|&(_, name)| name)
                     .collect();
-                format!(
-                    "device/PFN-mapped memory ({}) {:#x}-{:#x}",
-                    flags.join("|"),
-                    self.start,
-                    self.end
-                )
+                format!("device/PFN-mapped memory ({}) {:#x}-{:#x}", flags.join("|"), self.start, self.end)
             }
             Kind::Secret => "secret memory (memfd_secret)".to_owned(),
             Kind::File(p) => format!("file-backed memory ({p})"),
@@ -192,21 +187,13 @@ fn scan(path: &str, addr: usize, len: usize, with_flags: bool) -> io::Result<Vec
             // An smaps attribute line ("Rss:", "VmFlags:", ...).
             if keeping && with_flags && first == "VmFlags:" {
                 if let Some(m) = out.last_mut() {
-                    m.vm_flags = line
-                        .split_ascii_whitespace()
-                        .skip(1)
-                        .map(str::to_owned)
-                        .collect();
+                    m.vm_flags = line.split_ascii_whitespace().skip(1).map(str::to_owned).collect();
                 }
             }
             continue;
         }
-        let m = parse_header(&line).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{path}: unexpected line {line:?}"),
-            )
-        })?;
+        let m = parse_header(&line)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: unexpected line {line:?}")))?;
         if m.start >= end {
             break;
         }
@@ -274,10 +261,7 @@ mod tests {
             if p == libc::MAP_FAILED {
                 return Err(io::Error::last_os_error());
             }
-            Ok(Region {
-                addr: p as usize,
-                len,
-            })
+            Ok(Region { addr: p as usize, len })
         }
 
         fn anon(len: usize, prot: i32) -> Region {
@@ -337,19 +321,13 @@ mod tests {
         let rc = unsafe { libc::munmap((r.addr + ps) as *mut libc::c_void, ps) };
         assert_eq!(rc, 0, "{}", io::Error::last_os_error());
         let maps = mappings_in(r.addr, r.len).unwrap();
-        assert_eq!(
-            first_gap(&maps, r.addr, r.len),
-            Some((r.addr + ps, r.addr + 2 * ps))
-        );
+        assert_eq!(first_gap(&maps, r.addr, r.len), Some((r.addr + ps, r.addr + 2 * ps)));
         // Each half on its own is fully mapped.
         assert_eq!(first_gap(&maps, r.addr, ps), None);
         let tail = mappings_in(r.addr + 2 * ps, ps).unwrap();
         assert_eq!(first_gap(&tail, r.addr + 2 * ps, ps), None);
         // Starting inside the hole, the gap starts at the start.
-        assert_eq!(
-            first_gap(&maps, r.addr + ps + 1, 2 * ps),
-            Some((r.addr + ps + 1, r.addr + 2 * ps))
-        );
+        assert_eq!(first_gap(&maps, r.addr + ps + 1, 2 * ps), Some((r.addr + ps + 1, r.addr + 2 * ps)));
     }
 
     #[test]
@@ -357,10 +335,7 @@ mod tests {
         assert!(mappings_in(usize::MAX - 10, 100).unwrap().is_empty());
         assert!(smaps_in(usize::MAX - 10, 100).unwrap().is_empty());
         assert!(mappings_in(0x1000, 0).unwrap().is_empty());
-        assert_eq!(
-            first_gap(&[], usize::MAX - 10, 100),
-            Some((usize::MAX - 10, usize::MAX))
-        );
+        assert_eq!(first_gap(&[], usize::MAX - 10, 100), Some((usize::MAX - 10, usize::MAX)));
         assert_eq!(first_gap(&[], 0x1000, 0), None);
         assert_eq!(first_gap(&[], 0x1000, 0x10), Some((0x1000, 0x1010)));
     }
@@ -407,12 +382,8 @@ mod tests {
         assert_eq!(m.path, "");
         assert_eq!(m.kind(), Kind::Anonymous);
 
-        let vdso =
-            "7ffd1cbd9000-7ffd1cbdb000 r-xp 00000000 00:00 0                          [vdso]";
-        assert_eq!(
-            parse_header(vdso).unwrap().kind(),
-            Kind::Special("[vdso]".into())
-        );
+        let vdso = "7ffd1cbd9000-7ffd1cbdb000 r-xp 00000000 00:00 0                          [vdso]";
+        assert_eq!(parse_header(vdso).unwrap().kind(), Kind::Special("[vdso]".into()));
         assert!(parse_header("Rss:                   4 kB").is_none());
     }
 
@@ -456,14 +427,7 @@ mod tests {
         // SAFETY: `attr` is a valid, fully initialised perf_event_attr of
         // the size it declares; pid 0 / cpu -1 is this process on any CPU.
         let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
-                0,
-                -1,
-                -1,
-                PERF_FLAG_FD_CLOEXEC,
-            )
+            libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC)
         };
         if fd < 0 {
             let e = io::Error::last_os_error();
@@ -476,26 +440,14 @@ mod tests {
         // SAFETY: perf_event_open returned a new fd that we own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         // One control page plus 2^1 data pages.
-        let r = Region::map(
-            3 * ps,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-        )
-        .unwrap();
+        let r = Region::map(3 * ps, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd()).unwrap();
 
         let smaps = smaps_in(r.addr, r.len).unwrap();
         let m = covering(&smaps, r.addr, r.len);
         assert!(m.vm_flags.iter().any(|f| f == "pf"), "{m:?}");
         assert!(m.vm_flags.iter().any(|f| f == "io"), "{m:?}");
         assert_eq!(m.kind(), Kind::DevicePfn);
-        assert_eq!(
-            m.describe(),
-            format!(
-                "device/PFN-mapped memory (VM_PFNMAP|VM_IO) {:#x}-{:#x}",
-                m.start, m.end
-            )
-        );
+        assert_eq!(m.describe(), format!("device/PFN-mapped memory (VM_PFNMAP|VM_IO) {:#x}-{:#x}", m.start, m.end));
 
         // Without VmFlags only the name is known.
         let maps = mappings_in(r.addr, r.len).unwrap();
@@ -521,13 +473,7 @@ mod tests {
         // SAFETY: plain syscall on our own fd.
         let rc = unsafe { libc::ftruncate(fd.as_raw_fd(), (2 * ps) as libc::off_t) };
         assert_eq!(rc, 0, "{}", io::Error::last_os_error());
-        let r = Region::map(
-            2 * ps,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-        )
-        .unwrap();
+        let r = Region::map(2 * ps, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd()).unwrap();
         // SAFETY: the first byte of our own writable mapping.
         unsafe { *(r.addr as *mut u8) = 1 };
 

@@ -50,9 +50,7 @@ pub fn global() -> &'static MlockTable {
 
 impl MlockTable {
     pub const fn new() -> Self {
-        MlockTable {
-            held: Mutex::new(BTreeMap::new()),
-        }
+        MlockTable { held: Mutex::new(BTreeMap::new()) }
     }
 
     /// Lock [addr, addr+len) rounded out to whole pages. Only the parts this
@@ -117,10 +115,7 @@ impl MlockTable {
             return;
         }
         let Some((start, end)) = page_range(addr, len) else {
-            debug_assert!(
-                false,
-                "unlock of {addr:#x}+{len:#x}: past the address space"
-            );
+            debug_assert!(false, "unlock of {addr:#x}+{len:#x}: past the address space");
             return;
         };
         let mut held = self.held();
@@ -134,10 +129,7 @@ impl MlockTable {
             cursor = e;
         }
         if cursor < end {
-            debug_assert!(
-                false,
-                "unlock of {start:#x}-{end:#x}: {cursor:#x} is not locked"
-            );
+            debug_assert!(false, "unlock of {start:#x}-{end:#x}: {cursor:#x} is not locked");
             return;
         }
 
@@ -198,19 +190,9 @@ fn page_range(addr: usize, len: usize) -> Option<(usize, usize)> {
 }
 
 /// The intervals that overlap [start, end), in order, as (start, end, count).
-fn overlapping(
-    held: &Intervals,
-    start: usize,
-    end: usize,
-) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
-    let before = held
-        .range(..start)
-        .next_back()
-        .filter(|(_, &(e, _))| e > start);
-    before
-        .into_iter()
-        .chain(held.range(start..end))
-        .map(|(&s, &(e, c))| (s, e, c))
+fn overlapping(held: &Intervals, start: usize, end: usize) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
+    let before = held.range(..start).next_back().filter(|(_, &(e, _))| e > start);
+    before.into_iter().chain(held.range(start..end)).map(|(&s, &(e, c))| (s, e, c))
 }
 
 /// Make `at` an interval boundary if an interval straddles it.
@@ -286,24 +268,13 @@ mod tests {
             // SAFETY: a fresh mapping at an address the kernel chooses
             // touches no existing memory.
             let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    total,
-                    libc::PROT_NONE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
+                libc::mmap(std::ptr::null_mut(), total, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
             };
             assert_ne!(p, libc::MAP_FAILED, "{}", io::Error::last_os_error());
             let base = p as usize;
             // SAFETY: the inner pages of the mapping just made.
             let rc = unsafe {
-                libc::mprotect(
-                    (base + ps) as *mut libc::c_void,
-                    pages * ps,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                )
+                libc::mprotect((base + ps) as *mut libc::c_void, pages * ps, libc::PROT_READ | libc::PROT_WRITE)
             };
             assert_eq!(rc, 0, "{}", io::Error::last_os_error());
             // Make every page resident: smaps' Locked: counts resident pages
@@ -313,11 +284,7 @@ mod tests {
                 // SAFETY: a byte of a read-write page of this mapping.
                 unsafe { *((base + (i + 1) * ps) as *mut u8) = 1 };
             }
-            Region {
-                base,
-                total,
-                addr: base + ps,
-            }
+            Region { base, total, addr: base + ps }
         }
 
         fn page(&self, i: usize) -> usize {
@@ -356,11 +323,7 @@ mod tests {
     /// sum of their smaps `Locked:` lines (mlock splits VMAs, so there may
     /// be several).
     fn locked_kb(addr: usize, len: usize) -> u64 {
-        vmas()
-            .iter()
-            .filter(|&&(s, e, _)| s < addr + len && e > addr)
-            .map(|&(_, _, kb)| kb)
-            .sum()
+        vmas().iter().filter(|&&(s, e, _)| s < addr + len && e > addr).map(|&(_, _, kb)| kb).sum()
     }
 
     fn kb(pages: usize) -> u64 {
@@ -492,9 +455,7 @@ mod tests {
         let mut live: Vec<(usize, usize)> = Vec::new();
         let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
         let mut next = |n: usize| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (seed >> 33) as usize % n
         };
         for _ in 0..200 {
@@ -519,11 +480,7 @@ mod tests {
             for (i, &c) in counts.iter().enumerate() {
                 let p = r.page(i);
                 let &(_, _, locked) = vmas.iter().find(|v| v.0 <= p && p < v.1).unwrap();
-                assert_eq!(
-                    locked > 0,
-                    c > 0,
-                    "page {i}: count {c}, VMA Locked: {locked} kB"
-                );
+                assert_eq!(locked > 0, c > 0, "page {i}: count {c}, VMA Locked: {locked} kB");
             }
         }
         for (first, n) in live {

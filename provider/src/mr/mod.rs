@@ -133,11 +133,8 @@ const REG_FLAGS: u64 = ffi::FI_RMA_EVENT as u64;
 
 impl MrDomain {
     pub fn new(mr_mode: i32, pinner: Pinner, cc: CacheConfig) -> Self {
-        let cache = if cc.enable && cc.monitor {
-            cache::Cache::new(cc.max_bytes, cc.max_count, cc.record_pfn)
-        } else {
-            None
-        };
+        let cache =
+            if cc.enable && cc.monitor { cache::Cache::new(cc.max_bytes, cc.max_count, cc.record_pfn) } else { None };
         MrDomain {
             registry: Registry::new(),
             pinner,
@@ -174,14 +171,14 @@ impl MrDomain {
             ));
         }
         if req.flags & !REG_FLAGS != 0 {
-            return Err(fail!(
-                ffi::FI_EBADFLAGS,
-                "fi_mr_reg: flags {:#x} not supported",
-                req.flags & !REG_FLAGS
-            ));
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_mr_reg: flags {:#x} not supported", req.flags & !REG_FLAGS));
         }
         if req.iface != ffi::FI_HMEM_SYSTEM {
-            return Err(fail!(ffi::FI_ENOSYS, "fi_mr_regattr: iface {} is not supported yet; oxmr registers FI_HMEM_SYSTEM memory", req.iface));
+            return Err(fail!(
+                ffi::FI_ENOSYS,
+                "fi_mr_regattr: iface {} is not supported yet; oxmr registers FI_HMEM_SYSTEM memory",
+                req.iface
+            ));
         }
         if req.iovs.is_empty() || req.iovs.len() > attrs::MR_IOV_LIMIT {
             return Err(fail!(
@@ -194,50 +191,34 @@ impl MrDomain {
         let mut len = 0usize;
         for &(a, l) in &req.iovs {
             if l > 0 && a == 0 {
-                return Err(fail!(
-                    ffi::FI_EINVAL,
-                    "fi_mr_reg: NULL buffer with length {l}"
-                ));
+                return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: NULL buffer with length {l}"));
             }
             if a.checked_add(l).is_none() {
-                return Err(fail!(
-                    ffi::FI_EINVAL,
-                    "fi_mr_reg: buffer {a:#x} + {l} wraps around the address space"
-                ));
+                return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: buffer {a:#x} + {l} wraps around the address space"));
             }
-            len = len
-                .checked_add(l)
-                .ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_mr_regv: total length overflows"))?;
+            len = len.checked_add(l).ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_mr_regv: total length overflows"))?;
         }
         let key = if self.mode(ffi::FI_MR_PROV_KEY) {
             self.registry.new_key()
         } else {
             if req.requested_key == ffi::FI_KEY_NOTAVAIL {
-                return Err(fail!(
-                    ffi::FI_EKEYREJECTED,
-                    "fi_mr_reg: FI_KEY_NOTAVAIL cannot be a key"
-                ));
+                return Err(fail!(ffi::FI_EKEYREJECTED, "fi_mr_reg: FI_KEY_NOTAVAIL cannot be a key"));
             }
             if self.registry.contains(req.requested_key) {
-                return Err(fail!(ffi::FI_ENOKEY, "fi_mr_reg: key {:#x} is already in use in this domain; close that MR or request another key", req.requested_key));
+                return Err(fail!(
+                    ffi::FI_ENOKEY,
+                    "fi_mr_reg: key {:#x} is already in use in this domain; close that MR or request another key",
+                    req.requested_key
+                ));
             }
             req.requested_key
         };
-        let iova = if self.mode(ffi::FI_MR_VIRT_ADDR) {
-            req.iovs[0].0 as u64
-        } else {
-            req.offset
-        };
+        let iova = if self.mode(ffi::FI_MR_VIRT_ADDR) { req.iovs[0].0 as u64 } else { req.offset };
         if iova.checked_add(len as u64).is_none() {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_mr_reg: offset {iova:#x} + length {len} overflows"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: offset {iova:#x} + length {len} overflows"));
         }
         let pin = match (&self.cache, req.iovs.as_slice()) {
-            (Some(c), &[(a, l)]) if self.cache_explicit && l > 0 => {
-                c.get(&self.pinner, a, l, req.access)?
-            }
+            (Some(c), &[(a, l)]) if self.cache_explicit && l > 0 => c.get(&self.pinner, a, l, req.access)?,
             _ => {
                 if let Some(c) = &self.cache {
                     c.stats.uncached.fetch_add(1, Ordering::Relaxed);
@@ -260,12 +241,9 @@ impl MrDomain {
             pin: std::sync::Mutex::new(pin),
             pfn0,
         });
-        self.registry.insert(region.clone()).map_err(|_| {
-            fail!(
-                ffi::FI_ENOKEY,
-                "fi_mr_reg: key {key:#x} was taken by a concurrent registration"
-            )
-        })?;
+        self.registry
+            .insert(region.clone())
+            .map_err(|_| fail!(ffi::FI_ENOKEY, "fi_mr_reg: key {key:#x} was taken by a concurrent registration"))?;
         Ok(region)
     }
 

@@ -29,9 +29,7 @@ impl PinMode {
             None | Some("") | Some("uring") => Ok(PinMode::Uring),
             Some("mlock") => Ok(PinMode::Mlock),
             Some("none") => Ok(PinMode::None),
-            Some(other) => Err(format!(
-                "FI_OXMR_MR_PIN={other} is not one of uring, mlock, none"
-            )),
+            Some(other) => Err(format!("FI_OXMR_MR_PIN={other} is not one of uring, mlock, none")),
         }
     }
 }
@@ -104,12 +102,7 @@ impl Drop for Pin {
     fn drop(&mut self) {
         match self {
             Pin::None | Pin::Cached(_) => {}
-            Pin::Uring {
-                table,
-                slots,
-                bytes,
-                acct,
-            } => {
+            Pin::Uring { table, slots, bytes, acct } => {
                 // A forked child shares the parent's ring (inherited fd):
                 // emptying its slots would unpin the parent's pages.
                 if table.owned_here() {
@@ -165,12 +158,8 @@ pub fn refuse_unholdable(iovs: &[(usize, usize)]) -> Result<()> {
         if l == 0 {
             continue;
         }
-        let m = maps::smaps_in(a, l)
-            .map_err(|e| fail!(ffi::FI_EIO, "cannot read /proc/self/smaps: {e}"))?;
-        if let Some(x) = m
-            .iter()
-            .find(|x| matches!(x.kind(), Kind::DevicePfn | Kind::Secret))
-        {
+        let m = maps::smaps_in(a, l).map_err(|e| fail!(ffi::FI_EIO, "cannot read /proc/self/smaps: {e}"))?;
+        if let Some(x) = m.iter().find(|x| matches!(x.kind(), Kind::DevicePfn | Kind::Secret)) {
             return Err(fail!(
                 ffi::FI_EFAULT,
                 "fi_mr_reg: the kernel cannot pin {a:#x}+{l}: it is {} (not pinnable; the physical-address fallback will cover device memory)",
@@ -187,8 +176,7 @@ pub fn validate(iovs: &[(usize, usize)], access: u64) -> Result<()> {
         if l == 0 {
             continue;
         }
-        let m = maps::mappings_in(a, l)
-            .map_err(|e| fail!(ffi::FI_EIO, "cannot read /proc/self/maps: {e}"))?;
+        let m = maps::mappings_in(a, l).map_err(|e| fail!(ffi::FI_EIO, "cannot read /proc/self/maps: {e}"))?;
         if let Some((s, e)) = maps::first_gap(&m, a, l) {
             return Err(fail!(
                 ffi::FI_EFAULT,
@@ -237,11 +225,7 @@ impl Pinner {
             },
             m => (m, None),
         };
-        Pinner {
-            mode,
-            uring,
-            acct: Arc::new(acct),
-        }
+        Pinner { mode, uring, acct: Arc::new(acct) }
     }
 
     /// The mode in force.
@@ -264,14 +248,7 @@ impl Pinner {
         if let (PinMode::Uring, Some(t)) = (self.mode, &self.uring) {
             self.acct.reserve(bytes)?;
             match t.pin(iovs) {
-                Ok(slots) => {
-                    return Ok(Pin::Uring {
-                        table: t.clone(),
-                        slots,
-                        bytes,
-                        acct: self.acct.clone(),
-                    })
-                }
+                Ok(slots) => return Ok(Pin::Uring { table: t.clone(), slots, bytes, acct: self.acct.clone() }),
                 Err(e) => {
                     self.acct.release(bytes);
                     match e.raw_os_error() {
@@ -288,7 +265,11 @@ impl Pinner {
                         Some(libc::EOPNOTSUPP) => validate(iovs, access)?,
                         Some(libc::ENOMEM) => return Err(self.kernel_enomem(bytes)),
                         Some(libc::ENOSPC) => {
-                            return Err(fail!(ffi::FI_ENOSPC, "fi_mr_reg: the domain's {} io_uring buffer slots are all in use; close registrations", super::uring::TABLE_SLOTS))
+                            return Err(fail!(
+                                ffi::FI_ENOSPC,
+                                "fi_mr_reg: the domain's {} io_uring buffer slots are all in use; close registrations",
+                                super::uring::TABLE_SLOTS
+                            ))
                         }
                         _ => return Err(fail!(ffi::FI_EIO, "fi_mr_reg: io_uring buffer registration failed: {e}")),
                     }
@@ -306,25 +287,16 @@ impl Pinner {
                 }
                 self.acct.release(bytes);
                 return Err(match e.raw_os_error() {
-                    Some(libc::ENOMEM) | Some(libc::EAGAIN) | Some(libc::EPERM) => {
-                        self.kernel_enomem(bytes)
-                    }
+                    Some(libc::ENOMEM) | Some(libc::EAGAIN) | Some(libc::EPERM) => self.kernel_enomem(bytes),
                     _ => self.unpinnable(iovs),
                 });
             }
         }
-        Ok(Pin::Mlock {
-            iovs: iovs.to_vec(),
-            bytes,
-            acct: self.acct.clone(),
-        })
+        Ok(Pin::Mlock { iovs: iovs.to_vec(), bytes, acct: self.acct.clone() })
     }
 
     fn kernel_enomem(&self, bytes: u64) -> crate::boundary::Error {
-        let mut rl = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
+        let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: getrlimit writes one rlimit.
         unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
         fail!(
@@ -335,10 +307,6 @@ impl Pinner {
     }
 
     fn unpinnable(&self, iovs: &[(usize, usize)]) -> crate::boundary::Error {
-        fail!(
-            ffi::FI_EFAULT,
-            "fi_mr_reg: the kernel cannot pin this memory: {}",
-            explain_unpinnable(iovs)
-        )
+        fail!(ffi::FI_EFAULT, "fi_mr_reg: the kernel cannot pin this memory: {}", explain_unpinnable(iovs))
     }
 }

@@ -23,13 +23,9 @@ use oxmr_ffi as ffi;
 use super::pin::Pin;
 
 /// Access bits a registration may carry.
-pub const ACCESS_BITS: u64 = (ffi::FI_SEND
-    | ffi::FI_RECV
-    | ffi::FI_READ
-    | ffi::FI_WRITE
-    | ffi::FI_REMOTE_READ
-    | ffi::FI_REMOTE_WRITE) as u64
-    | ffi::FI_COLLECTIVE as u64;
+pub const ACCESS_BITS: u64 =
+    (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64
+        | ffi::FI_COLLECTIVE as u64;
 
 /// A registered region.
 pub struct Region {
@@ -134,10 +130,7 @@ impl Default for Registry {
 impl Registry {
     pub fn new() -> Self {
         let shards = (0..SHARDS).map(|_| Shard::default()).collect();
-        Registry {
-            shards,
-            counter: AtomicU32::new(random_u32() >> 8),
-        }
+        Registry { shards, counter: AtomicU32::new(random_u32() >> 8) }
     }
 
     fn shard(&self, key: u64) -> &RwLock<Map> {
@@ -149,8 +142,7 @@ impl Registry {
     /// A fresh provider key (never FI_KEY_NOTAVAIL).
     pub fn new_key(&self) -> u64 {
         loop {
-            let k =
-                (random_u32() as u64) << 32 | self.counter.fetch_add(1, Ordering::Relaxed) as u64;
+            let k = (random_u32() as u64) << 32 | self.counter.fetch_add(1, Ordering::Relaxed) as u64;
             if k != ffi::FI_KEY_NOTAVAIL {
                 return k;
             }
@@ -159,10 +151,7 @@ impl Registry {
 
     /// Whether a key is taken.
     pub fn contains(&self, key: u64) -> bool {
-        self.shard(key)
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&key)
+        self.shard(key).read().unwrap_or_else(|p| p.into_inner()).contains_key(&key)
     }
 
     /// Add a region under its key; `Err(())` if the key is taken.
@@ -178,18 +167,12 @@ impl Registry {
 
     /// Remove a key: from now on it never validates.
     pub fn remove(&self, key: u64) -> Option<Arc<Region>> {
-        self.shard(key)
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key)
+        self.shard(key).write().unwrap_or_else(|p| p.into_inner()).remove(&key)
     }
 
     /// Live registrations.
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.0.read().unwrap_or_else(|p| p.into_inner()).len())
-            .sum()
+        self.shards.iter().map(|s| s.0.read().unwrap_or_else(|p| p.into_inner()).len()).sum()
     }
 
     /// Whether there are none.
@@ -199,13 +182,7 @@ impl Registry {
 
     /// The remote-access check: may a peer presenting `key` access `len`
     /// bytes at `addr` with `access` (FI_REMOTE_READ / FI_REMOTE_WRITE)?
-    pub fn check(
-        &self,
-        key: u64,
-        addr: u64,
-        len: u64,
-        access: u64,
-    ) -> Result<Granted, AccessError> {
+    pub fn check(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<Granted, AccessError> {
         let region = {
             let m = self.shard(key).read().unwrap_or_else(|p| p.into_inner());
             m.get(&key).cloned().ok_or(AccessError::UnknownKey)?
@@ -214,10 +191,7 @@ impl Registry {
             return Err(AccessError::NotEnabled);
         }
         let end = addr.checked_add(len).ok_or(AccessError::Overflow)?;
-        let region_end = region
-            .iova
-            .checked_add(region.len as u64)
-            .ok_or(AccessError::Overflow)?;
+        let region_end = region.iova.checked_add(region.len as u64).ok_or(AccessError::Overflow)?;
         if addr < region.iova || end > region_end {
             return Err(AccessError::OutOfBounds);
         }
@@ -250,41 +224,18 @@ pub(crate) mod tests {
     fn every_refusal_is_precise() {
         let r = Registry::new();
         let k = r.new_key();
-        r.insert(region(k, 0x1000, 0x100, ffi::FI_REMOTE_READ as u64))
-            .unwrap();
+        r.insert(region(k, 0x1000, 0x100, ffi::FI_REMOTE_READ as u64)).unwrap();
         let rr = ffi::FI_REMOTE_READ as u64;
         let rw = ffi::FI_REMOTE_WRITE as u64;
         assert_eq!(r.check(k, 0x1010, 0x10, rr).unwrap().offset, 0x10);
         assert!(r.check(k, 0x1000, 0x100, rr).is_ok(), "the whole region");
-        assert_eq!(
-            r.check(k ^ 1, 0x1000, 1, rr).err(),
-            Some(AccessError::UnknownKey)
-        );
-        assert_eq!(
-            r.check(k, 0xfff, 1, rr).err(),
-            Some(AccessError::OutOfBounds),
-            "one byte before"
-        );
-        assert_eq!(
-            r.check(k, 0x10ff, 2, rr).err(),
-            Some(AccessError::OutOfBounds),
-            "one byte past"
-        );
-        assert_eq!(
-            r.check(k, u64::MAX, 2, rr).err(),
-            Some(AccessError::Overflow)
-        );
-        assert_eq!(
-            r.check(k, 0x1000, 1, rw).err(),
-            Some(AccessError::Denied),
-            "read-only region"
-        );
+        assert_eq!(r.check(k ^ 1, 0x1000, 1, rr).err(), Some(AccessError::UnknownKey));
+        assert_eq!(r.check(k, 0xfff, 1, rr).err(), Some(AccessError::OutOfBounds), "one byte before");
+        assert_eq!(r.check(k, 0x10ff, 2, rr).err(), Some(AccessError::OutOfBounds), "one byte past");
+        assert_eq!(r.check(k, u64::MAX, 2, rr).err(), Some(AccessError::Overflow));
+        assert_eq!(r.check(k, 0x1000, 1, rw).err(), Some(AccessError::Denied), "read-only region");
         r.remove(k);
-        assert_eq!(
-            r.check(k, 0x1000, 1, rr).err(),
-            Some(AccessError::UnknownKey),
-            "closed key"
-        );
+        assert_eq!(r.check(k, 0x1000, 1, rr).err(), Some(AccessError::UnknownKey), "closed key");
     }
 
     #[test]
@@ -296,11 +247,7 @@ pub(crate) mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), ka.len());
-        assert_ne!(
-            ka[0] >> 32,
-            ka[1] >> 32,
-            "random high halves differ (p = 2^-32 of a false failure)"
-        );
+        assert_ne!(ka[0] >> 32, ka[1] >> 32, "random high halves differ (p = 2^-32 of a false failure)");
         assert_ne!(ka[0], b.new_key());
     }
 

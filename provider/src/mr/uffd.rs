@@ -135,12 +135,8 @@ impl Monitor {
 
     fn start() -> io::Result<&'static Monitor> {
         // SAFETY: plain syscall; on success a new fd we own.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_userfaultfd,
-                libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY,
-            )
-        };
+        let fd =
+            unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -148,33 +144,18 @@ impl Monitor {
         let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         let mut api = UffdioApi {
             api: UFFD_API,
-            features: UFFD_FEATURE_EVENT_UNMAP
-                | UFFD_FEATURE_EVENT_REMOVE
-                | UFFD_FEATURE_EVENT_REMAP,
+            features: UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP,
             ioctls: 0,
         };
-        ioctl(
-            fd.as_raw_fd(),
-            UFFDIO_API,
-            (&mut api as *mut UffdioApi).cast(),
-        )?;
-        let empty = Invalidation {
-            start: 0,
-            end: 0,
-            cause: Cause::Unmap,
-        };
+        ioctl(fd.as_raw_fd(), UFFDIO_API, (&mut api as *mut UffdioApi).cast())?;
+        let empty = Invalidation { start: 0, end: 0, cause: Cause::Unmap };
         let m: &'static Monitor = Box::leak(Box::new(Monitor {
             fd,
-            log: Mutex::new(Log {
-                ring: [empty; LOG_SLOTS],
-                head: 0,
-            }),
+            log: Mutex::new(Log { ring: [empty; LOG_SLOTS], head: 0 }),
             reading: AtomicU32::new(0),
             events: AtomicU64::new(0),
         }));
-        std::thread::Builder::new()
-            .name("oxmr-uffd".into())
-            .spawn(move || m.run())?;
+        std::thread::Builder::new().name("oxmr-uffd".into()).spawn(move || m.run())?;
         Ok(m)
     }
 
@@ -186,19 +167,9 @@ impl Monitor {
         let page = 4096u64;
         let start = addr as u64 & !(page - 1);
         let end = (addr as u64 + len as u64).div_ceil(page) * page;
-        let mut reg = UffdioRegister {
-            range: UffdioRange {
-                start,
-                len: end - start,
-            },
-            mode: UFFDIO_REGISTER_MODE_WP,
-            ioctls: 0,
-        };
-        ioctl(
-            self.fd.as_raw_fd(),
-            UFFDIO_REGISTER,
-            (&mut reg as *mut UffdioRegister).cast(),
-        )
+        let mut reg =
+            UffdioRegister { range: UffdioRange { start, len: end - start }, mode: UFFDIO_REGISTER_MODE_WP, ioctls: 0 };
+        ioctl(self.fd.as_raw_fd(), UFFDIO_REGISTER, (&mut reg as *mut UffdioRegister).cast())
     }
 
     /// Sequence number of the next event.
@@ -221,11 +192,7 @@ impl Monitor {
         }
         let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         if log.head.saturating_sub(from) > LOG_SLOTS as u64 {
-            out[0] = Invalidation {
-                start: 0,
-                end: u64::MAX,
-                cause: Cause::Overflow,
-            };
+            out[0] = Invalidation { start: 0, end: u64::MAX, cause: Cause::Overflow };
             return (log.head, 1);
         }
         let n = ((log.head - from) as usize).min(out.len());
@@ -246,26 +213,10 @@ impl Monitor {
 
     fn run(&self) {
         let fd = self.fd.as_raw_fd();
-        let mut msgs = [UffdMsg {
-            event: 0,
-            _r1: 0,
-            _r2: 0,
-            _r3: 0,
-            a: 0,
-            b: 0,
-            c: 0,
-        }; 64];
-        let mut inv = [Invalidation {
-            start: 0,
-            end: 0,
-            cause: Cause::Unmap,
-        }; 64];
+        let mut msgs = [UffdMsg { event: 0, _r1: 0, _r2: 0, _r3: 0, a: 0, b: 0, c: 0 }; 64];
+        let mut inv = [Invalidation { start: 0, end: 0, cause: Cause::Unmap }; 64];
         loop {
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
+            let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
             // SAFETY: one valid pollfd. EINTR and spurious wakeups loop.
             unsafe { libc::poll(&mut pfd, 1, -1) };
             self.reading.store(1, Ordering::SeqCst);
@@ -282,10 +233,7 @@ impl Monitor {
                         UFFD_EVENT_PAGEFAULT => {
                             // Never expected (no page is write-protected);
                             // wake the faulting thread rather than hang it.
-                            let mut range = UffdioRange {
-                                start: m.b & !4095,
-                                len: 4096,
-                            };
+                            let mut range = UffdioRange { start: m.b & !4095, len: 4096 };
                             let _ = ioctl(fd, UFFDIO_WAKE, (&mut range as *mut UffdioRange).cast());
                             continue;
                         }

@@ -92,13 +92,7 @@ impl UringTable {
         }
         // SAFETY: `fd` is a new fd owned by nobody else.
         let ring = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        let reg = RsrcRegister {
-            nr: TABLE_SLOTS,
-            flags: IORING_RSRC_REGISTER_SPARSE,
-            resv2: 0,
-            data: 0,
-            tags: 0,
-        };
+        let reg = RsrcRegister { nr: TABLE_SLOTS, flags: IORING_RSRC_REGISTER_SPARSE, resv2: 0, data: 0, tags: 0 };
         register(
             ring.as_raw_fd(),
             IORING_REGISTER_BUFFERS2,
@@ -106,26 +100,13 @@ impl UringTable {
             size_of::<RsrcRegister>() as u32,
         )?;
         let free = (0..TABLE_SLOTS).rev().collect();
-        Ok(UringTable {
-            ring,
-            free: Mutex::new(free),
-            pid: std::process::id(),
-        })
+        Ok(UringTable { ring, free: Mutex::new(free), pid: std::process::id() })
     }
 
     fn update(&self, slot: u32, base: usize, len: usize) -> io::Result<()> {
-        let iov = libc::iovec {
-            iov_base: base as *mut libc::c_void,
-            iov_len: len,
-        };
-        let up = RsrcUpdate2 {
-            offset: slot,
-            resv: 0,
-            data: &iov as *const libc::iovec as u64,
-            tags: 0,
-            nr: 1,
-            resv2: 0,
-        };
+        let iov = libc::iovec { iov_base: base as *mut libc::c_void, iov_len: len };
+        let up =
+            RsrcUpdate2 { offset: slot, resv: 0, data: &iov as *const libc::iovec as u64, tags: 0, nr: 1, resv2: 0 };
         register(
             self.ring.as_raw_fd(),
             IORING_REGISTER_BUFFERS_UPDATE,
@@ -141,8 +122,7 @@ impl UringTable {
             .iter()
             .filter(|(_, len)| *len > 0)
             .flat_map(|&(base, len)| {
-                (0..len.div_ceil(SLOT_MAX))
-                    .map(move |i| (base + i * SLOT_MAX, (len - i * SLOT_MAX).min(SLOT_MAX)))
+                (0..len.div_ceil(SLOT_MAX)).map(move |i| (base + i * SLOT_MAX, (len - i * SLOT_MAX).min(SLOT_MAX)))
             })
             .collect();
         let slots = {
@@ -167,17 +147,16 @@ impl UringTable {
     pub fn unpin(&self, slots: &[u32]) {
         for &s in slots {
             if let Err(e) = self.update(s, 0, 0) {
-                tracing::warn!("emptying io_uring buffer slot {s} failed: {e}; its pages stay pinned until the domain closes");
+                tracing::warn!(
+                    "emptying io_uring buffer slot {s} failed: {e}; its pages stay pinned until the domain closes"
+                );
             }
         }
         self.release(slots);
     }
 
     fn release(&self, slots: &[u32]) {
-        self.free
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(slots);
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(slots);
     }
 
     /// Whether this process created the ring (false in a forked child,
@@ -197,9 +176,7 @@ pub fn vm_pinned_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmPin:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            s.lines().find(|l| l.starts_with("VmPin:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         })
         .map_or(0, |kb| kb * 1024)
 }
@@ -236,11 +213,7 @@ mod tests {
         let before = vm_pinned_bytes();
         let slots = t.pin(&[(a, len)]).unwrap();
         assert_eq!(slots.len(), 1);
-        assert_eq!(
-            vm_pinned_bytes() - before,
-            len as u64,
-            "the kernel counts the pin (VmPin)"
-        );
+        assert_eq!(vm_pinned_bytes() - before, len as u64, "the kernel counts the pin (VmPin)");
         assert_eq!(t.used(), 1);
         t.unpin(&slots);
         assert_eq!(vm_pinned_bytes(), before);
@@ -262,10 +235,7 @@ mod tests {
         let before = vm_pinned_bytes();
         let e = t.pin(&[(a, 4096), (a + 4096, 4096)]).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
-        assert_eq!(
-            t.pin(&[(a + 8192, 4096)]).unwrap_err().raw_os_error(),
-            Some(libc::EFAULT)
-        );
+        assert_eq!(t.pin(&[(a + 8192, 4096)]).unwrap_err().raw_os_error(), Some(libc::EFAULT));
         assert_eq!(t.used(), 0, "no slot left behind");
         assert_eq!(vm_pinned_bytes(), before, "no page left pinned");
         // SAFETY: our mapping.

@@ -27,6 +27,8 @@ use crate::fail;
 struct Table {
     slots: Vec<Option<SocketAddr>>,
     free: Vec<usize>,
+    /// Address -> fi_addr, for reporting the source of received messages.
+    rev: std::collections::HashMap<SocketAddr, u64>,
 }
 
 /// An address vector.
@@ -52,23 +54,14 @@ pub struct Inserted {
 
 impl Av {
     /// Build from `fi_av_attr` fields.
-    pub fn new(
-        hdr: Header<ffi::fid_av>,
-        domain: Arc<Domain>,
-        attr: &ffi::fi_av_attr,
-    ) -> Result<Self> {
+    pub fn new(hdr: Header<ffi::fid_av>, domain: Arc<Domain>, attr: &ffi::fi_av_attr) -> Result<Self> {
         let av_type = match attr.type_ {
             ffi::FI_AV_UNSPEC => match domain.av_type {
                 ffi::FI_AV_MAP => ffi::FI_AV_MAP,
                 _ => ffi::FI_AV_TABLE,
             },
             t @ (ffi::FI_AV_MAP | ffi::FI_AV_TABLE) => t,
-            t => {
-                return Err(fail!(
-                    ffi::FI_EINVAL,
-                    "unknown av type {t}; use FI_AV_MAP or FI_AV_TABLE"
-                ))
-            }
+            t => return Err(fail!(ffi::FI_EINVAL, "unknown av type {t}; use FI_AV_MAP or FI_AV_TABLE")),
         };
         if domain.av_type != ffi::FI_AV_UNSPEC && domain.av_type != av_type {
             return Err(fail!(
@@ -84,9 +77,7 @@ impl Av {
                 attr.rx_ctx_bits
             ));
         }
-        if !attr.name.is_null()
-            || attr.flags & (ffi::FI_READ as u64 | ffi::FI_SYMMETRIC as u64) != 0
-        {
+        if !attr.name.is_null() || attr.flags & (ffi::FI_READ as u64 | ffi::FI_SYMMETRIC as u64) != 0 {
             return Err(fail!(
                 ffi::FI_ENOSYS,
                 "named/shared AVs (name, FI_READ, FI_SYMMETRIC) are not supported by oxmr"
@@ -94,25 +85,12 @@ impl Av {
         }
         let known = ffi::FI_EVENT as u64;
         if attr.flags & !known != 0 {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "unsupported fi_av_attr flags {:#x}",
-                attr.flags & !known
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "unsupported fi_av_attr flags {:#x}", attr.flags & !known));
         }
-        let table = Table {
-            slots: Vec::with_capacity(attr.count.min(1 << 16)),
-            free: Vec::new(),
-        };
+        let table =
+            Table { slots: Vec::with_capacity(attr.count.min(1 << 16)), free: Vec::new(), rev: Default::default() };
         let events = attr.flags & ffi::FI_EVENT as u64 != 0;
-        Ok(Av {
-            hdr,
-            domain,
-            av_type,
-            events,
-            eq: Mutex::new(None),
-            table: RwLock::new(table),
-        })
+        Ok(Av { hdr, domain, av_type, events, eq: Mutex::new(None), table: RwLock::new(table) })
     }
 
     /// Bind an EQ: inserts become asynchronous.
@@ -130,24 +108,18 @@ impl Av {
     }
 
     /// Insert parsed addresses (`None`: not a valid address).
-    pub fn insert(
-        &self,
-        addrs: &[Option<SocketAddr>],
-        flags: u64,
-        context: usize,
-    ) -> Result<Inserted> {
+    pub fn insert(&self, addrs: &[Option<SocketAddr>], flags: u64, context: usize) -> Result<Inserted> {
         let known = ffi::FI_MORE as u64 | ffi::FI_SYNC_ERR as u64;
         if flags & !known != 0 {
-            return Err(fail!(
-                ffi::FI_EBADFLAGS,
-                "fi_av_insert flags {:#x} not supported",
-                flags & !known
-            ));
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_av_insert flags {:#x} not supported", flags & !known));
         }
         let eq = if self.events {
             let eq = self.eq.lock().unwrap_or_else(|p| p.into_inner()).clone();
             if eq.is_none() {
-                return Err(fail!(ffi::FI_ENOEQ, "fi_av_insert: this AV was opened with FI_EVENT; bind an EQ (fi_av_bind) before inserting"));
+                return Err(fail!(
+                    ffi::FI_ENOEQ,
+                    "fi_av_insert: this AV was opened with FI_EVENT; bind an EQ (fi_av_bind) before inserting"
+                ));
             }
             if flags & ffi::FI_SYNC_ERR as u64 != 0 {
                 return Err(fail!(
@@ -176,6 +148,7 @@ impl Av {
                             t.slots.len() - 1
                         }
                     };
+                    t.rev.insert(*a, idx as u64);
                     Ok(idx as u64)
                 }
             })
@@ -201,36 +174,28 @@ impl Av {
                 }
             }
             let done = (results.len() - bad) as u64;
-            eq.post(
-                ffi::FI_AV_COMPLETE,
-                eq_entry_bytes(self.fid_addr(), context, done),
-            );
+            eq.post(ffi::FI_AV_COMPLETE, eq_entry_bytes(self.fid_addr(), context, done));
         }
-        Ok(Inserted {
-            results,
-            asynchronous: eq.is_some(),
-        })
+        Ok(Inserted { results, asynchronous: eq.is_some() })
     }
 
     /// Remove entries; all-or-nothing.
     pub fn remove(&self, fi_addrs: &[u64], flags: u64) -> Result<()> {
         if flags != 0 {
-            return Err(fail!(
-                ffi::FI_EBADFLAGS,
-                "fi_av_remove flags {flags:#x}: pass 0"
-            ));
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_av_remove flags {flags:#x}: pass 0"));
         }
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         for &a in fi_addrs {
             if t.slots.get(a as usize).is_none_or(|s| s.is_none()) {
-                return Err(fail!(
-                    ffi::FI_EINVAL,
-                    "fi_av_remove: fi_addr {a} is not in this AV; nothing was removed"
-                ));
+                return Err(fail!(ffi::FI_EINVAL, "fi_av_remove: fi_addr {a} is not in this AV; nothing was removed"));
             }
         }
         for &a in fi_addrs {
-            t.slots[a as usize] = None;
+            if let Some(old) = t.slots[a as usize].take() {
+                if t.rev.get(&old) == Some(&a) {
+                    t.rev.remove(&old);
+                }
+            }
             if self.av_type == ffi::FI_AV_MAP {
                 t.free.push(a as usize);
             }
@@ -243,19 +208,13 @@ impl Av {
         let t = self.table.read().unwrap_or_else(|p| p.into_inner());
         match t.slots.get(fi_addr as usize) {
             Some(Some(a)) => Ok(*a),
-            _ => Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_av_lookup: fi_addr {fi_addr:#x} is not in this AV"
-            )),
+            _ => Err(fail!(ffi::FI_EINVAL, "fi_av_lookup: fi_addr {fi_addr:#x} is not in this AV")),
         }
     }
 
     /// The fi_addr of an address, if inserted (for FI_SOURCE reporting).
     pub fn reverse(&self, addr: &SocketAddr) -> Option<u64> {
         let t = self.table.read().unwrap_or_else(|p| p.into_inner());
-        t.slots
-            .iter()
-            .position(|s| s.as_ref() == Some(addr))
-            .map(|i| i as u64)
+        t.slots.iter().position(|s| s.as_ref() == Some(addr)).map(|i| i as u64)
     }
 }

@@ -19,28 +19,18 @@ pub struct Cntr {
     value: AtomicU64,
     errors: AtomicU64,
     waiter: Waiter,
+    /// Endpoints whose progress reading this counter drives.
+    pub progress: super::progress::ProgressList,
 }
 
 impl Cntr {
     /// Build from `fi_cntr_attr` fields.
-    pub fn new(
-        hdr: Header<ffi::fid_cntr>,
-        domain: Arc<Domain>,
-        attr: &ffi::fi_cntr_attr,
-    ) -> Result<Self> {
+    pub fn new(hdr: Header<ffi::fid_cntr>, domain: Arc<Domain>, attr: &ffi::fi_cntr_attr) -> Result<Self> {
         if attr.events != ffi::FI_CNTR_EVENTS_COMP {
-            return Err(fail!(
-                ffi::FI_ENOSYS,
-                "counter events {} not supported; use FI_CNTR_EVENTS_COMP",
-                attr.events
-            ));
+            return Err(fail!(ffi::FI_ENOSYS, "counter events {} not supported; use FI_CNTR_EVENTS_COMP", attr.events));
         }
         if attr.flags != 0 {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_cntr_attr flags {:#x} not supported; pass 0",
-                attr.flags
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_cntr_attr flags {:#x} not supported; pass 0", attr.flags));
         }
         Ok(Cntr {
             hdr,
@@ -48,14 +38,19 @@ impl Cntr {
             value: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             waiter: Waiter::new(attr.wait_obj)?,
+            progress: Default::default(),
         })
     }
 
+    /// fi_cntr_read (drives manual progress first).
     pub fn read(&self) -> u64 {
+        self.progress.run();
         self.value.load(Ordering::Acquire)
     }
 
+    /// fi_cntr_readerr (drives manual progress first).
     pub fn readerr(&self) -> u64 {
+        self.progress.run();
         self.errors.load(Ordering::Acquire)
     }
 
@@ -83,9 +78,7 @@ impl Cntr {
     /// count changes (-FI_EAVAIL), or the timeout passes (-FI_ETIMEDOUT).
     pub fn wait(&self, threshold: u64, timeout_ms: i32) -> Result<()> {
         let errs = self.readerr();
-        let ok = self.waiter.block_until(deadline(timeout_ms), || {
-            self.read() >= threshold || self.readerr() != errs
-        });
+        let ok = self.waiter.block_until(deadline(timeout_ms), || self.read() >= threshold || self.readerr() != errs);
         if self.read() >= threshold {
             Ok(())
         } else if ok {

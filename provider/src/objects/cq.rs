@@ -71,10 +71,7 @@ impl CqFormat {
             ffi::FI_CQ_FORMAT_MSG => Ok(CqFormat::Msg),
             ffi::FI_CQ_FORMAT_DATA => Ok(CqFormat::Data),
             ffi::FI_CQ_FORMAT_TAGGED => Ok(CqFormat::Tagged),
-            other => Err(fail!(
-                ffi::FI_EINVAL,
-                "unknown CQ format {other}; use FI_CQ_FORMAT_CONTEXT/MSG/DATA/TAGGED"
-            )),
+            other => Err(fail!(ffi::FI_EINVAL, "unknown CQ format {other}; use FI_CQ_FORMAT_CONTEXT/MSG/DATA/TAGGED")),
         }
     }
 
@@ -104,6 +101,8 @@ pub struct Cq {
     /// Successes queued plus slots reserved by posted operations.
     used: AtomicUsize,
     signaled: AtomicBool,
+    /// Endpoints whose progress a read of this CQ drives.
+    pub progress: super::progress::ProgressList,
 }
 
 /// A reserved completion slot; gives the slot back if dropped unused.
@@ -130,34 +129,15 @@ impl Drop for Credit {
 
 impl Cq {
     /// Build a CQ from `fi_cq_attr` fields.
-    pub fn new(
-        hdr: Header<ffi::fid_cq>,
-        domain: Arc<Domain>,
-        attr: &ffi::fi_cq_attr,
-    ) -> Result<Self> {
+    pub fn new(hdr: Header<ffi::fid_cq>, domain: Arc<Domain>, attr: &ffi::fi_cq_attr) -> Result<Self> {
         let format = CqFormat::from_c(attr.format)?;
         if attr.flags & !(ffi::FI_AFFINITY as u64) != 0 {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "unsupported fi_cq_attr flags {:#x}",
-                attr.flags
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "unsupported fi_cq_attr flags {:#x}", attr.flags));
         }
-        if !matches!(
-            attr.wait_cond,
-            ffi::FI_CQ_COND_NONE | ffi::FI_CQ_COND_THRESHOLD
-        ) {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "unknown fi_cq_attr wait_cond {}",
-                attr.wait_cond
-            ));
+        if !matches!(attr.wait_cond, ffi::FI_CQ_COND_NONE | ffi::FI_CQ_COND_THRESHOLD) {
+            return Err(fail!(ffi::FI_EINVAL, "unknown fi_cq_attr wait_cond {}", attr.wait_cond));
         }
-        let size = if attr.size == 0 {
-            DEFAULT_SIZE
-        } else {
-            attr.size
-        };
+        let size = if attr.size == 0 { DEFAULT_SIZE } else { attr.size };
         Ok(Cq {
             hdr,
             domain,
@@ -167,6 +147,7 @@ impl Cq {
             queue: Mutex::new(VecDeque::new()),
             used: AtomicUsize::new(0),
             signaled: AtomicBool::new(false),
+            progress: Default::default(),
         })
     }
 
@@ -177,19 +158,18 @@ impl Cq {
             if cur >= self.size {
                 return Err(Error::quiet(ffi::FI_EAGAIN));
             }
-            match self
-                .used
-                .compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    return Ok(Credit {
-                        cq: self.clone(),
-                        used: false,
-                    })
-                }
+            match self.used.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(Credit { cq: self.clone(), used: false }),
                 Err(c) => cur = c,
             }
         }
+    }
+
+    /// Queue a completion nobody reserved a slot for (remote CQ data at an
+    /// RMA target): never refused, counted like the others.
+    pub fn push_unsolicited(&self, e: CqEntry) {
+        self.used.fetch_add(1, Ordering::AcqRel);
+        self.push(Slot::Ok(e));
     }
 
     /// Queue an error completion (never refused).
@@ -198,18 +178,15 @@ impl Cq {
     }
 
     fn push(&self, s: Slot) {
-        self.queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(s);
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(s);
         self.waiter.notify();
     }
 
     /// Pop up to `count` successes, handing each to `out(index, entry)`.
     /// -FI_EAGAIN when empty, -FI_EAVAIL when an error is at the head.
     pub fn read(&self, count: usize, mut out: impl FnMut(usize, &CqEntry)) -> Result<usize> {
-        // Data progress for the endpoints bound here runs at this point once
-        // the wires exist (manual progress).
+        // Manual progress: the endpoints bound here move data now.
+        self.progress.run();
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let mut n = 0;
         while n < count {
@@ -248,9 +225,7 @@ impl Cq {
         let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         match q.front() {
             Some(Slot::Err(_)) => true,
-            Some(Slot::Ok(_)) => {
-                q.len() >= threshold || q.iter().any(|s| matches!(s, Slot::Err(_)))
-            }
+            Some(Slot::Ok(_)) => q.len() >= threshold || q.iter().any(|s| matches!(s, Slot::Err(_))),
             None => false,
         }
     }
@@ -268,6 +243,7 @@ impl Cq {
         let deadline = deadline(timeout_ms);
         let mut signaled = false;
         self.waiter.block_until(deadline, || {
+            self.progress.run();
             if self.signaled.swap(false, Ordering::AcqRel) {
                 signaled = true;
                 return true;
@@ -309,28 +285,14 @@ pub(crate) mod tests {
 
     pub(crate) fn domain() -> Arc<Domain> {
         let null = std::ptr::null_mut();
-        let fabric = Arc::new(Fabric {
-            hdr: crate::boundary::fabric::header(null, 0),
-            name: "t".into(),
-        });
+        let fabric = Arc::new(Fabric { hdr: crate::boundary::fabric::header(null, 0), name: "t".into() });
         let info = crate::info::attrs::template(ffi::FI_EP_RDM);
         Arc::new(Domain::new(crate::boundary::domain::header(null), fabric, info).unwrap())
     }
 
     fn cq(size: usize) -> Arc<Cq> {
-        let attr = ffi::fi_cq_attr {
-            size,
-            format: ffi::FI_CQ_FORMAT_TAGGED,
-            ..Default::default()
-        };
-        Arc::new(
-            Cq::new(
-                crate::boundary::cq::header(std::ptr::null_mut()),
-                domain(),
-                &attr,
-            )
-            .unwrap(),
-        )
+        let attr = ffi::fi_cq_attr { size, format: ffi::FI_CQ_FORMAT_TAGGED, ..Default::default() };
+        Arc::new(Cq::new(crate::boundary::cq::header(std::ptr::null_mut()), domain(), &attr).unwrap())
     }
 
     #[test]
@@ -338,28 +300,15 @@ pub(crate) mod tests {
         let cq = cq(2);
         let a = cq.reserve().unwrap();
         let b = cq.reserve().unwrap();
-        assert_eq!(
-            cq.reserve().err().map(Error::code),
-            Some(ffi::FI_EAGAIN),
-            "full: posting must wait"
-        );
-        a.complete(CqEntry {
-            op_context: 1,
-            ..Default::default()
-        });
+        assert_eq!(cq.reserve().err().map(Error::code), Some(ffi::FI_EAGAIN), "full: posting must wait");
+        a.complete(CqEntry { op_context: 1, ..Default::default() });
         drop(b); // an operation that failed to post gives its slot back
         let c = cq.reserve().unwrap();
-        c.complete(CqEntry {
-            op_context: 2,
-            ..Default::default()
-        });
+        c.complete(CqEntry { op_context: 2, ..Default::default() });
         let mut got = vec![];
         assert_eq!(cq.read(8, |_, e| got.push(e.op_context)).unwrap(), 2);
         assert_eq!(got, vec![1, 2]);
-        assert_eq!(
-            cq.read(8, |_, _| ()).err().map(Error::code),
-            Some(ffi::FI_EAGAIN)
-        );
+        assert_eq!(cq.read(8, |_, _| ()).err().map(Error::code), Some(ffi::FI_EAGAIN));
         cq.reserve().unwrap();
         cq.reserve().unwrap();
     }
@@ -367,29 +316,12 @@ pub(crate) mod tests {
     #[test]
     fn errors_keep_their_place_in_order() {
         let cq = cq(8);
-        cq.reserve().unwrap().complete(CqEntry {
-            op_context: 1,
-            ..Default::default()
-        });
-        cq.push_error(CqError {
-            op_context: 2,
-            err: ffi::FI_ETRUNC as i32,
-            ..Default::default()
-        });
-        cq.reserve().unwrap().complete(CqEntry {
-            op_context: 3,
-            ..Default::default()
-        });
+        cq.reserve().unwrap().complete(CqEntry { op_context: 1, ..Default::default() });
+        cq.push_error(CqError { op_context: 2, err: ffi::FI_ETRUNC as i32, ..Default::default() });
+        cq.reserve().unwrap().complete(CqEntry { op_context: 3, ..Default::default() });
         let mut got = vec![];
-        assert_eq!(
-            cq.read(8, |_, e| got.push(e.op_context)).unwrap(),
-            1,
-            "stops before the error"
-        );
-        assert_eq!(
-            cq.read(8, |_, _| ()).err().map(Error::code),
-            Some(ffi::FI_EAVAIL)
-        );
+        assert_eq!(cq.read(8, |_, e| got.push(e.op_context)).unwrap(), 1, "stops before the error");
+        assert_eq!(cq.read(8, |_, _| ()).err().map(Error::code), Some(ffi::FI_EAVAIL));
         assert_eq!(cq.readerr().unwrap().op_context, 2);
         assert_eq!(cq.read(8, |_, e| got.push(e.op_context)).unwrap(), 1);
         assert_eq!(got, vec![1, 3]);
@@ -402,10 +334,7 @@ pub(crate) mod tests {
         let h = std::thread::spawn(move || {
             for i in 0..3 {
                 std::thread::sleep(std::time::Duration::from_millis(5));
-                cq2.reserve().unwrap().complete(CqEntry {
-                    op_context: i,
-                    ..Default::default()
-                });
+                cq2.reserve().unwrap().complete(CqEntry { op_context: i, ..Default::default() });
             }
         });
         // Waits for 3 entries (the threshold), not just the first.

@@ -2,8 +2,10 @@
 //!
 //! An RDM endpoint's name is the address of its TCP listener, bound when the
 //! endpoint is created (so fi_getname works before fi_enable, as fabtests
-//! expect) at the info's source address. Data transfer operations are not
-//! implemented yet and return -FI_ENOSYS (README, Status).
+//! expect) at the info's source address. Its shared-memory queue is created
+//! at the same time, under that name, so peers can send to it as soon as
+//! they know the name; fi_enable starts its engine (protocol::engine). MSG
+//! endpoints do not move data yet (-FI_ENOSYS).
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +21,8 @@ use crate::boundary::fid::Header;
 use crate::boundary::Result;
 use crate::fail;
 use crate::info::{attrs, Info};
+use crate::protocol::engine::{Bindings, Engine};
+use crate::shm::region::Region;
 
 /// Counter bindings, by the event they count.
 pub const CNTR_FLAGS: [u64; 6] = [
@@ -55,6 +59,10 @@ pub struct Ep {
     pub domain: Arc<Domain>,
     pub info: Info,
     state: Mutex<EpState>,
+    /// The shared-memory queue, until fi_enable hands it to the engine.
+    rx_region: Mutex<Option<Region>>,
+    /// The data engine (RDM, after fi_enable).
+    engine: Mutex<Option<Engine>>,
 }
 
 /// Default FI_OPT_MIN_MULTI_RECV (bytes left before a multi-recv buffer is released).
@@ -62,21 +70,15 @@ pub const DEFAULT_MIN_MULTI_RECV: usize = 64;
 
 fn listen(at: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
     let l = TcpListener::bind(at).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AddrInUse => fail!(
-            ffi::FI_EADDRINUSE,
-            "address {at} is already in use; pick another service/port"
-        ),
+        std::io::ErrorKind::AddrInUse => {
+            fail!(ffi::FI_EADDRINUSE, "address {at} is already in use; pick another service/port")
+        }
         std::io::ErrorKind::AddrNotAvailable => {
-            fail!(
-                ffi::FI_EADDRNOTAVAIL,
-                "address {at} is not an address of this host"
-            )
+            fail!(ffi::FI_EADDRNOTAVAIL, "address {at} is not an address of this host")
         }
         _ => fail!(ffi::FI_EIO, "cannot listen at {at}: {e}"),
     })?;
-    let name = l
-        .local_addr()
-        .map_err(|e| fail!(ffi::FI_EIO, "getsockname on {at}: {e}"))?;
+    let name = l.local_addr().map_err(|e| fail!(ffi::FI_EIO, "getsockname on {at}: {e}"))?;
     Ok((l, name))
 }
 
@@ -105,31 +107,16 @@ impl Ep {
         };
         let extra = info.caps & !(offered | attrs::SECONDARY_CAPS);
         if extra != 0 {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_endpoint: caps {extra:#x} are not supported for this endpoint type"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: caps {extra:#x} are not supported for this endpoint type"));
         }
         if info.ep.tx_ctx_cnt > 1 || info.ep.rx_ctx_cnt > 1 {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_endpoint: shared or multiple contexts are not supported"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: shared or multiple contexts are not supported"));
         }
         if info.tx.size > attrs::QUEUE_SIZE || info.rx.size > attrs::QUEUE_SIZE {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_endpoint: queue size above {}",
-                attrs::QUEUE_SIZE
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: queue size above {}", attrs::QUEUE_SIZE));
         }
-        if info.tx.op_flags & !attrs::TX_OP_FLAGS != 0
-            || info.rx.op_flags & !attrs::RX_OP_FLAGS != 0
-        {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_endpoint: unsupported default op_flags"
-            ));
+        if info.tx.op_flags & !attrs::TX_OP_FLAGS != 0 || info.rx.op_flags & !attrs::RX_OP_FLAGS != 0 {
+            return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: unsupported default op_flags"));
         }
         let mut state = EpState {
             min_multi_recv: DEFAULT_MIN_MULTI_RECV,
@@ -138,19 +125,22 @@ impl Ep {
             ..Default::default()
         };
         let src = source_of(&info, &domain);
+        let mut region = None;
         if info.ep.type_ == ffi::FI_EP_RDM {
             let (l, name) = listen(src)?;
             state.listener = Some(l);
             state.name = Some(name);
+            region = Some(Region::create(&name).map_err(|e| {
+                fail!(
+                    ffi::FI_EIO,
+                    "fi_endpoint: cannot create the shared-memory queue /dev/shm{}: {e}",
+                    crate::shm::region::path_for(&name)
+                )
+            })?);
         } else {
             state.name = Some(src);
         }
-        Ok(Ep {
-            hdr,
-            domain,
-            info,
-            state: Mutex::new(state),
-        })
+        Ok(Ep { hdr, domain, info, state: Mutex::new(state), rx_region: Mutex::new(region), engine: Mutex::new(None) })
     }
 
     /// Lock the endpoint's state.
@@ -171,36 +161,30 @@ impl Ep {
 
     fn same_domain(&self, d: &Arc<Domain>, what: &str) -> Result<()> {
         if !Arc::ptr_eq(d, &self.domain) {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_ep_bind: {what} belongs to another domain"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: {what} belongs to another domain"));
         }
         Ok(())
     }
 
     /// Bind a CQ for FI_TRANSMIT and/or FI_RECV (optionally selective).
     pub fn bind_cq(&self, cq: Arc<Cq>, flags: u64) -> Result<()> {
-        let known =
-            ffi::FI_TRANSMIT as u64 | ffi::FI_RECV as u64 | ffi::FI_SELECTIVE_COMPLETION as u64;
+        let known = ffi::FI_TRANSMIT as u64 | ffi::FI_RECV as u64 | ffi::FI_SELECTIVE_COMPLETION as u64;
         if flags & !known != 0 {
-            return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(cq) flags {:#x} unknown; use FI_TRANSMIT, FI_RECV, FI_SELECTIVE_COMPLETION", flags & !known));
+            return Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "fi_ep_bind(cq) flags {:#x} unknown; use FI_TRANSMIT, FI_RECV, FI_SELECTIVE_COMPLETION",
+                flags & !known
+            ));
         }
         let tx = flags & ffi::FI_TRANSMIT as u64 != 0;
         let rx = flags & ffi::FI_RECV as u64 != 0;
         if !tx && !rx {
-            return Err(fail!(
-                ffi::FI_EBADFLAGS,
-                "fi_ep_bind(cq) needs FI_TRANSMIT and/or FI_RECV"
-            ));
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(cq) needs FI_TRANSMIT and/or FI_RECV"));
         }
         self.same_domain(&cq.domain, "the CQ")?;
         let mut s = self.bindable("a CQ")?;
         if (tx && s.tx_cq.is_some()) || (rx && s.rx_cq.is_some()) {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_ep_bind: a CQ is already bound for that direction"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: a CQ is already bound for that direction"));
         }
         let selective = flags & ffi::FI_SELECTIVE_COMPLETION as u64 != 0;
         if tx {
@@ -220,10 +204,7 @@ impl Ep {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(av) takes no flags"));
         }
         if self.info.ep.type_ != ffi::FI_EP_RDM {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_ep_bind: an AV can only be bound to an FI_EP_RDM endpoint"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: an AV can only be bound to an FI_EP_RDM endpoint"));
         }
         self.same_domain(&av.domain, "the AV")?;
         let mut s = self.bindable("an AV")?;
@@ -240,10 +221,7 @@ impl Ep {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(eq) takes no flags"));
         }
         if !Arc::ptr_eq(&eq.fabric, &self.domain.fabric) {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_ep_bind: the EQ belongs to another fabric"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: the EQ belongs to another fabric"));
         }
         let mut s = self.bindable("an EQ")?;
         if s.eq.is_some() {
@@ -263,10 +241,7 @@ impl Ep {
         let mut s = self.bindable("a counter")?;
         for (i, f) in CNTR_FLAGS.iter().enumerate() {
             if flags & f != 0 && s.cntrs[i].is_some() {
-                return Err(fail!(
-                    ffi::FI_EINVAL,
-                    "fi_ep_bind: a counter is already bound for {f:#x}"
-                ));
+                return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: a counter is already bound for {f:#x}"));
             }
         }
         for (i, f) in CNTR_FLAGS.iter().enumerate() {
@@ -277,6 +252,67 @@ impl Ep {
         Ok(())
     }
 
+    /// Run the data engine (manual progress).
+    pub fn progress(&self) {
+        if let Some(e) = self.engine.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            e.progress();
+        }
+    }
+
+    /// Whether the data engine runs (RDM after fi_enable).
+    pub fn is_started(&self) -> bool {
+        self.engine.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// Run `f` on the engine; -FI_EOPBADSTATE before fi_enable.
+    pub fn with_engine<T>(&self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
+        let mut g = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        match g.as_mut() {
+            Some(e) => f(e),
+            None if self.info.ep.type_ == ffi::FI_EP_MSG => {
+                Err(fail!(ffi::FI_ENOSYS, "data transfer on FI_EP_MSG endpoints is not implemented yet; use FI_EP_RDM"))
+            }
+            None => Err(fail!(ffi::FI_EOPBADSTATE, "data operation before fi_enable")),
+        }
+    }
+
+    /// fi_enable, then start the engine and attach it to its CQs/counters.
+    pub fn enable_and_start(self: &Arc<Self>) -> Result<()> {
+        self.enable()?;
+        if self.info.ep.type_ != ffi::FI_EP_RDM {
+            return Ok(());
+        }
+        let mut eng = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        if eng.is_some() {
+            return Ok(());
+        }
+        let Some(region) = self.rx_region.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(());
+        };
+        let s = self.state();
+        let b = Bindings {
+            tx_cq: s.tx_cq.clone(),
+            rx_cq: s.rx_cq.clone(),
+            tx_selective: s.tx_selective,
+            rx_selective: s.rx_selective,
+            cntrs: s.cntrs.clone(),
+            av: s.av.clone(),
+            tx_op_flags: s.tx_op_flags,
+            rx_op_flags: s.rx_op_flags,
+            directed: self.info.caps & ffi::FI_DIRECTED_RECV as u64 != 0,
+        };
+        let name = s.name.expect("an RDM endpoint always has a name");
+        for cq in [&s.tx_cq, &s.rx_cq].into_iter().flatten() {
+            cq.progress.attach(Arc::downgrade(self));
+        }
+        for c in s.cntrs.iter().flatten() {
+            c.progress.attach(Arc::downgrade(self));
+        }
+        drop(s);
+        *eng = Some(Engine::new(region, name, self.domain.clone(), b));
+        Ok(())
+    }
+
     /// fi_enable: check that what the endpoint needs is bound.
     pub fn enable(&self) -> Result<()> {
         let mut s = self.state();
@@ -284,18 +320,14 @@ impl Ep {
             return Ok(());
         }
         let caps = self.info.caps;
-        let dirs = (ffi::FI_SEND
-            | ffi::FI_RECV
-            | ffi::FI_READ
-            | ffi::FI_WRITE
-            | ffi::FI_REMOTE_READ
-            | ffi::FI_REMOTE_WRITE) as u64;
+        let dirs =
+            (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE)
+                as u64;
         // No direction bit at all means every direction (fi_getinfo(3)).
         let implicit = caps & dirs == 0;
-        let initiates =
-            implicit || caps & (ffi::FI_SEND | ffi::FI_READ | ffi::FI_WRITE) as u64 != 0;
-        let receives = (implicit || caps & ffi::FI_RECV as u64 != 0)
-            && caps & (ffi::FI_MSG | ffi::FI_TAGGED) as u64 != 0;
+        let initiates = implicit || caps & (ffi::FI_SEND | ffi::FI_READ | ffi::FI_WRITE) as u64 != 0;
+        let receives =
+            (implicit || caps & ffi::FI_RECV as u64 != 0) && caps & (ffi::FI_MSG | ffi::FI_TAGGED) as u64 != 0;
         let tx_cntr = s.cntrs[0].is_some() || s.cntrs[2].is_some() || s.cntrs[3].is_some();
         if initiates && s.tx_cq.is_none() && !tx_cntr {
             return Err(fail!(
@@ -311,16 +343,10 @@ impl Ep {
         }
         match self.info.ep.type_ {
             ffi::FI_EP_RDM if s.av.is_none() => {
-                return Err(fail!(
-                    ffi::FI_ENOAV,
-                    "fi_enable: an FI_EP_RDM endpoint needs an AV bound first"
-                ))
+                return Err(fail!(ffi::FI_ENOAV, "fi_enable: an FI_EP_RDM endpoint needs an AV bound first"))
             }
             ffi::FI_EP_MSG if s.eq.is_none() => {
-                return Err(fail!(
-                    ffi::FI_ENOEQ,
-                    "fi_enable: an FI_EP_MSG endpoint needs an EQ bound first"
-                ))
+                return Err(fail!(ffi::FI_ENOEQ, "fi_enable: an FI_EP_MSG endpoint needs an EQ bound first"))
             }
             _ => {}
         }
@@ -332,10 +358,7 @@ impl Ep {
     pub fn set_name(&self, addr: SocketAddr) -> Result<()> {
         let mut s = self.state();
         if s.enabled {
-            return Err(fail!(
-                ffi::FI_EOPBADSTATE,
-                "fi_setname after fi_enable; set the name before enabling"
-            ));
+            return Err(fail!(ffi::FI_EOPBADSTATE, "fi_setname after fi_enable; set the name before enabling"));
         }
         if self.info.ep.type_ == ffi::FI_EP_RDM {
             let (l, name) = listen(addr)?;
@@ -378,17 +401,9 @@ impl Ep {
         match set {
             Some(flags) => {
                 let flags = flags & !dir;
-                let allowed = if tx {
-                    attrs::TX_OP_FLAGS
-                } else {
-                    attrs::RX_OP_FLAGS
-                };
+                let allowed = if tx { attrs::TX_OP_FLAGS } else { attrs::RX_OP_FLAGS };
                 if flags & !allowed != 0 {
-                    return Err(fail!(
-                        ffi::FI_EINVAL,
-                        "FI_SETOPSFLAG: flags {:#x} not supported",
-                        flags & !allowed
-                    ));
+                    return Err(fail!(ffi::FI_EINVAL, "FI_SETOPSFLAG: flags {:#x} not supported", flags & !allowed));
                 }
                 if tx {
                     s.tx_op_flags = flags;

@@ -62,27 +62,15 @@ pub fn eq_entry_bytes(fid: usize, context: usize, data: u64) -> Vec<u8> {
 
 impl Eq {
     /// Build from `fi_eq_attr` fields.
-    pub fn new(
-        hdr: Header<ffi::fid_eq>,
-        fabric: Arc<Fabric>,
-        attr: &ffi::fi_eq_attr,
-    ) -> Result<Self> {
+    pub fn new(hdr: Header<ffi::fid_eq>, fabric: Arc<Fabric>, attr: &ffi::fi_eq_attr) -> Result<Self> {
         let known = ffi::FI_WRITE as u64 | ffi::FI_AFFINITY as u64;
         if attr.flags & !known != 0 {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "unsupported fi_eq_attr flags {:#x}",
-                attr.flags & !known
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "unsupported fi_eq_attr flags {:#x}", attr.flags & !known));
         }
         Ok(Eq {
             hdr,
             fabric,
-            size: if attr.size == 0 {
-                DEFAULT_SIZE
-            } else {
-                attr.size
-            },
+            size: if attr.size == 0 { DEFAULT_SIZE } else { attr.size },
             waiter: Waiter::new(attr.wait_obj)?,
             q: Mutex::new(Queues::default()),
         })
@@ -98,10 +86,7 @@ impl Eq {
         if q.events.len() >= self.size {
             return Err(Error::quiet(ffi::FI_EAGAIN));
         }
-        q.events.push_back(Event {
-            event,
-            bytes: bytes.to_vec(),
-        });
+        q.events.push_back(Event { event, bytes: bytes.to_vec() });
         drop(q);
         self.waiter.notify();
         Ok(bytes.len())
@@ -163,8 +148,7 @@ impl Eq {
 
     /// Blocking read with a timeout in ms (negative: forever).
     pub fn sread(&self, buf: &mut [u8], timeout_ms: i32, peek: bool) -> Result<(u32, usize)> {
-        self.waiter
-            .block_until(deadline(timeout_ms), || self.ready());
+        self.waiter.block_until(deadline(timeout_ms), || self.ready());
         self.read(buf, peek)
     }
 
@@ -190,15 +174,8 @@ mod tests {
 
     fn eq(size: usize) -> Eq {
         let null = std::ptr::null_mut();
-        let fabric = Arc::new(Fabric {
-            hdr: crate::boundary::fabric::header(null, 0),
-            name: "t".into(),
-        });
-        let attr = ffi::fi_eq_attr {
-            size,
-            wait_obj: ffi::FI_WAIT_UNSPEC,
-            ..Default::default()
-        };
+        let fabric = Arc::new(Fabric { hdr: crate::boundary::fabric::header(null, 0), name: "t".into() });
+        let attr = ffi::fi_eq_attr { size, wait_obj: ffi::FI_WAIT_UNSPEC, ..Default::default() };
         Eq::new(crate::boundary::eq::header(null), fabric, &attr).unwrap()
     }
 
@@ -207,10 +184,7 @@ mod tests {
         let q = eq(2);
         assert_eq!(q.write(1, &[1; 24]).unwrap(), 24);
         assert_eq!(q.write(1, &[2; 24]).unwrap(), 24);
-        assert_eq!(
-            q.write(1, &[3; 24]).err().map(Error::code),
-            Some(ffi::FI_EAGAIN)
-        );
+        assert_eq!(q.write(1, &[3; 24]).err().map(Error::code), Some(ffi::FI_EAGAIN));
         q.post(ffi::FI_AV_COMPLETE, vec![4; 24]);
         let mut b = [0u8; 24];
         for want in [1u8, 2, 4] {
@@ -224,27 +198,14 @@ mod tests {
         let q = eq(8);
         q.write(7, &[9; 24]).unwrap();
         let mut small = [0u8; 8];
-        assert_eq!(
-            q.read(&mut small, false).err().map(Error::code),
-            Some(ffi::FI_ETOOSMALL)
-        );
-        q.post_error(EqError {
-            data: 5,
-            err: 22,
-            ..Default::default()
-        });
+        assert_eq!(q.read(&mut small, false).err().map(Error::code), Some(ffi::FI_ETOOSMALL));
+        q.post_error(EqError { data: 5, err: 22, ..Default::default() });
         let mut b = [0u8; 24];
-        assert_eq!(
-            q.read(&mut b, false).err().map(Error::code),
-            Some(ffi::FI_EAVAIL)
-        );
+        assert_eq!(q.read(&mut b, false).err().map(Error::code), Some(ffi::FI_EAVAIL));
         assert_eq!(q.readerr(true).unwrap().data, 5, "peek leaves it");
         assert_eq!(q.readerr(false).unwrap().data, 5);
         assert_eq!(q.read(&mut b, true).unwrap(), (7, 24));
         assert_eq!(q.read(&mut b, false).unwrap(), (7, 24));
-        assert_eq!(
-            q.sread(&mut b, 20, false).err().map(Error::code),
-            Some(ffi::FI_EAGAIN)
-        );
+        assert_eq!(q.sread(&mut b, 20, false).err().map(Error::code), Some(ffi::FI_EAGAIN));
     }
 }

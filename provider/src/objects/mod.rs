@@ -14,4 +14,5 @@ pub mod eq;
 pub mod fabric;
 pub mod mr;
 pub mod pep;
+pub mod progress;
 pub mod wait;

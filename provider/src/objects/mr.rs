@@ -44,12 +44,7 @@ impl Drop for Mr {
 
 impl Mr {
     pub fn new(hdr: Header<ffi::fid_mr>, domain: Arc<Domain>, region: Arc<Region>) -> Self {
-        Mr {
-            hdr,
-            domain,
-            region,
-            state: Mutex::new(MrState::default()),
-        }
+        Mr { hdr, domain, region, state: Mutex::new(MrState::default()) }
     }
 
     fn state(&self) -> MutexGuard<'_, MrState> {
@@ -59,23 +54,14 @@ impl Mr {
     /// fi_mr_bind to an endpoint (FI_MR_ENDPOINT).
     pub fn bind_ep(&self, ep: &Arc<Ep>, flags: u64) -> Result<()> {
         if flags != 0 {
-            return Err(fail!(
-                ffi::FI_EBADFLAGS,
-                "fi_mr_bind(ep): flags {flags:#x}; pass 0"
-            ));
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_mr_bind(ep): flags {flags:#x}; pass 0"));
         }
         if !Arc::ptr_eq(&ep.domain, &self.domain) {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_mr_bind: the endpoint belongs to another domain"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: the endpoint belongs to another domain"));
         }
         let mut s = self.state();
         if s.ep.is_some() {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_mr_bind: this MR is already bound to an endpoint"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: this MR is already bound to an endpoint"));
         }
         s.ep = Some(Arc::downgrade(ep));
         Ok(())
@@ -92,10 +78,7 @@ impl Mr {
         }
         let mut s = self.state();
         if s.cntr.is_some() {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_mr_bind: this MR already has a counter"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: this MR already has a counter"));
         }
         s.cntr = Some(Arc::downgrade(cntr));
         Ok(())
@@ -106,7 +89,10 @@ impl Mr {
         if self.domain.mr_mode & ffi::FI_MR_ENDPOINT as i32 != 0 {
             let bound = self.state().ep.as_ref().and_then(Weak::upgrade).is_some();
             if !bound {
-                return Err(fail!(ffi::FI_EINVAL, "fi_mr_enable: under FI_MR_ENDPOINT an MR must be bound to an endpoint (fi_mr_bind) first"));
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_mr_enable: under FI_MR_ENDPOINT an MR must be bound to an endpoint (fi_mr_bind) first"
+                ));
             }
         }
         self.region.enabled.store(true, Ordering::Release);
@@ -115,11 +101,7 @@ impl Mr {
 
     /// fi_mr_refresh (FI_MR_MMU_NOTIFY): pin the pages now mapped there.
     pub fn refresh(&self) -> Result<()> {
-        let new = self
-            .domain
-            .mr
-            .pinner
-            .pin(&self.region.iovs, self.region.access)?;
+        let new = self.domain.mr.pinner.pin(&self.region.iovs, self.region.access)?;
         *self.region.pin.lock().unwrap_or_else(|p| p.into_inner()) = new;
         Ok(())
     }

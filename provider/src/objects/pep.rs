@@ -34,11 +34,8 @@ pub struct Pep {
 }
 
 fn bind_at(at: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
-    let l = TcpListener::bind(at)
-        .map_err(|e| fail!(ffi::FI_EADDRINUSE, "fi_passive_ep: cannot bind {at}: {e}"))?;
-    let name = l
-        .local_addr()
-        .map_err(|e| fail!(ffi::FI_EIO, "getsockname: {e}"))?;
+    let l = TcpListener::bind(at).map_err(|e| fail!(ffi::FI_EADDRINUSE, "fi_passive_ep: cannot bind {at}: {e}"))?;
+    let name = l.local_addr().map_err(|e| fail!(ffi::FI_EIO, "getsockname: {e}"))?;
     Ok((l, name))
 }
 
@@ -46,26 +43,12 @@ impl Pep {
     /// Build the passive endpoint, bound at the info's source address.
     pub fn new(hdr: Header<ffi::fid_pep>, fabric: Arc<Fabric>, info: Info) -> Result<Self> {
         if info.ep.type_ != ffi::FI_EP_MSG {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_passive_ep needs an FI_EP_MSG info"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_passive_ep needs an FI_EP_MSG info"));
         }
-        let at = info
-            .src
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let at = info.src.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
         let (l, name) = bind_at(at)?;
-        let state = PepState {
-            eq: None,
-            listener: Some(l),
-            name: Some(name),
-        };
-        Ok(Pep {
-            hdr,
-            fabric,
-            info,
-            state: Mutex::new(state),
-        })
+        let state = PepState { eq: None, listener: Some(l), name: Some(name) };
+        Ok(Pep { hdr, fabric, info, state: Mutex::new(state) })
     }
 
     /// Lock the state.
@@ -79,10 +62,7 @@ impl Pep {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_pep_bind(eq) takes no flags"));
         }
         if !Arc::ptr_eq(&eq.fabric, &self.fabric) {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "fi_pep_bind: the EQ belongs to another fabric"
-            ));
+            return Err(fail!(ffi::FI_EINVAL, "fi_pep_bind: the EQ belongs to another fabric"));
         }
         let mut s = self.state();
         if s.eq.is_some() {

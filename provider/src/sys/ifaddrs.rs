@@ -21,9 +21,7 @@ pub fn ifaddrs() -> Vec<Iface> {
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
         // SAFETY: ifa_addr is non-NULL and starts with sa_family.
         let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
         let (ip, prefix) = match family {
@@ -45,9 +43,7 @@ pub fn ifaddrs() -> Vec<Iface> {
                     let m = (ifa.ifa_netmask as *const libc::sockaddr_in6).as_ref();
                     (a.sin6_addr.s6_addr, m.map(|m| m.sin6_addr.s6_addr))
                 };
-                let prefix = m
-                    .map(|m| m.iter().map(|b| b.count_ones()).sum::<u32>())
-                    .unwrap_or(128) as u8;
+                let prefix = m.map(|m| m.iter().map(|b| b.count_ones()).sum::<u32>()).unwrap_or(128) as u8;
                 (IpAddr::V6(Ipv6Addr::from(a)), prefix)
             }
             _ => continue,

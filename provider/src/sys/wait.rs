@@ -30,12 +30,7 @@ impl WaitFd {
     /// Create the pair.
     pub fn new() -> io::Result<Self> {
         // SAFETY: plain syscalls; on success each returns a new fd we own.
-        let event = unsafe {
-            OwnedFd::from_raw_fd(cvt(libc::eventfd(
-                0,
-                libc::EFD_CLOEXEC | libc::EFD_NONBLOCK,
-            ))?)
-        };
+        let event = unsafe { OwnedFd::from_raw_fd(cvt(libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))?) };
         // SAFETY: as above.
         let epoll = unsafe { OwnedFd::from_raw_fd(cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?) };
         let w = WaitFd { epoll, event };
@@ -45,10 +40,7 @@ impl WaitFd {
 
     /// Add an fd whose readability should wake waiters.
     pub fn watch(&self, fd: RawFd) -> io::Result<()> {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
-        };
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
         // SAFETY: both fds are open; `ev` is a valid epoll_event.
         cvt(unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
         Ok(())
@@ -86,17 +78,11 @@ impl WaitFd {
                         0
                     } else {
                         // Round up so a 1 µs remainder still sleeps.
-                        (left + Duration::from_micros(999))
-                            .as_millis()
-                            .min(i32::MAX as u128) as i32
+                        (left + Duration::from_micros(999)).as_millis().min(i32::MAX as u128) as i32
                     }
                 }
             };
-            let mut pfd = libc::pollfd {
-                fd: self.epoll.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
+            let mut pfd = libc::pollfd { fd: self.epoll.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             // SAFETY: one valid pollfd.
             let r = unsafe { libc::poll(&mut pfd, 1, ms) };
             if r > 0 {

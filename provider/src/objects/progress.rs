@@ -1,0 +1,29 @@
+//! Manual progress: the endpoints a CQ or counter read must drive.
+
+use std::sync::{Mutex, Weak};
+
+use super::ep::Ep;
+
+/// Endpoints attached to a CQ or counter at fi_enable.
+#[derive(Default)]
+pub struct ProgressList(Mutex<Vec<Weak<Ep>>>);
+
+impl ProgressList {
+    /// Attach an endpoint (at fi_enable).
+    pub fn attach(&self, ep: Weak<Ep>) {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(ep);
+    }
+
+    /// Progress every attached endpoint that is still open.
+    pub fn run(&self) {
+        let eps: Vec<_> = {
+            let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            v.iter().filter_map(Weak::upgrade).collect()
+        };
+        for ep in eps {
+            ep.progress();
+        }
+    }
+}

@@ -1,0 +1,693 @@
+//! An RDM endpoint's data engine: posts operations as messages, and turns
+//! the messages it receives into matches, copies, checks and completions.
+//!
+//! Protocol by size (docs/wire.md):
+//! - sends up to `EAGER_MAX` bytes go inline in one queue cell; larger ones
+//!   send an RTS naming the sender's buffers, and the receiver copies them
+//!   once with process_vm_readv when a receive matches, then ACKs;
+//! - RMA writes up to `EAGER_MAX` carry their data inline; larger writes and
+//!   all reads name the initiator's buffers. The *target* checks every access
+//!   against its registrations (key, bounds, rights) before it copies, on
+//!   every path, and ACKs with the result; RMA completes on that ACK, so a
+//!   refused access is an error completion at the initiator.
+//!
+//! Completion levels: an inline send completes when its cell is written
+//! (the data has left the buffer: inject/transmit complete) unless
+//! FI_DELIVERY_COMPLETE asks for the receiver's ACK; RTS sends and RMA
+//! complete on the ACK (delivery complete).
+//!
+//! Manual progress: `progress` runs from CQ, counter and EQ reads.
+//! Locking: the engine's mutex is taken first, CQ queue locks second.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oxmr_ffi as ffi;
+
+use super::{decode_iovs, encode_iovs, flag, op, Hdr, HDR_LEN};
+use crate::boundary::{Error, Result};
+use crate::fail;
+use crate::info::addr;
+use crate::objects::av::Av;
+use crate::objects::cntr::Cntr;
+use crate::objects::cq::{Cq, CqEntry, CqError, Credit};
+use crate::objects::domain::Domain;
+use crate::shm::cma;
+use crate::shm::region::{Region, CELL_DATA};
+
+/// Largest payload sent inline.
+pub const EAGER_MAX: usize = CELL_DATA - HDR_LEN;
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+
+/// Counter slots, as `objects::ep::CNTR_FLAGS`.
+const C_SEND: usize = 0;
+const C_RECV: usize = 1;
+const C_READ: usize = 2;
+const C_WRITE: usize = 3;
+const C_RREAD: usize = 4;
+const C_RWRITE: usize = 5;
+
+/// What an endpoint is bound to, fixed at fi_enable.
+pub struct Bindings {
+    pub tx_cq: Option<Arc<Cq>>,
+    pub rx_cq: Option<Arc<Cq>>,
+    pub tx_selective: bool,
+    pub rx_selective: bool,
+    pub cntrs: [Option<Arc<Cntr>>; 6],
+    pub av: Option<Arc<Av>>,
+    pub tx_op_flags: u64,
+    pub rx_op_flags: u64,
+    /// FI_DIRECTED_RECV granted: receives honour their source address
+    /// (otherwise fi_endpoint(3) says it is ignored).
+    pub directed: bool,
+}
+
+struct TxPeer {
+    region: Region,
+    slot: u16,
+}
+
+struct Posted {
+    ctx: usize,
+    iovs: Vec<(usize, usize)>,
+    src: Option<SocketAddr>,
+    tag: u64,
+    ignore: u64,
+    credit: Option<Credit>,
+}
+
+struct Unexpected {
+    hdr: Hdr,
+    from: SocketAddr,
+    pid: u32,
+    /// Inline data (EAGER) or the sender's iovs (RTS).
+    data: Vec<u8>,
+    iovs: Vec<(usize, usize)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Send,
+    Write,
+    Read,
+}
+
+struct Pending {
+    ctx: usize,
+    kind: Kind,
+    tagged: bool,
+    len: usize,
+    credit: Option<Credit>,
+    peer: SocketAddr,
+    report: bool,
+}
+
+/// A transmit operation, decoded from the C call.
+pub struct TxOp {
+    pub ctx: usize,
+    pub iovs: Vec<(usize, usize)>,
+    pub dest: u64,
+    pub tag: Option<u64>,
+    pub data: Option<u64>,
+    /// The operation's flags (`*msg` calls); `None`: the endpoint's op_flags.
+    pub flags: Option<u64>,
+}
+
+/// An RMA operation.
+pub struct RmaOp {
+    pub ctx: usize,
+    pub iovs: Vec<(usize, usize)>,
+    pub dest: u64,
+    pub addr: u64,
+    pub key: u64,
+    pub data: Option<u64>,
+    /// As for [`TxOp::flags`].
+    pub flags: Option<u64>,
+    pub read: bool,
+}
+
+/// The engine of one RDM endpoint.
+pub struct Engine {
+    rx: Region,
+    name: Vec<u8>,
+    domain: Arc<Domain>,
+    b: Bindings,
+    peers: HashMap<SocketAddr, TxPeer>,
+    posted: [VecDeque<Posted>; 2],
+    unexpected: [VecDeque<Unexpected>; 2],
+    pending: HashMap<u64, Pending>,
+    next_id: u64,
+    outbox: VecDeque<(SocketAddr, Vec<u8>)>,
+    last_check: Instant,
+}
+
+fn total(iovs: &[(usize, usize)]) -> usize {
+    iovs.iter().map(|x| x.1).sum()
+}
+
+/// The first `len` bytes of `iovs`.
+fn clip(iovs: &[(usize, usize)], mut len: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for &(a, l) in iovs {
+        if len == 0 {
+            break;
+        }
+        let n = l.min(len);
+        out.push((a, n));
+        len -= n;
+    }
+    out
+}
+
+/// The (address, length) pieces of a region from `offset` for `len` bytes.
+fn region_slice(iovs: &[(usize, usize)], mut offset: usize, mut len: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for &(a, l) in iovs {
+        if len == 0 {
+            break;
+        }
+        if offset >= l {
+            offset -= l;
+            continue;
+        }
+        let n = (l - offset).min(len);
+        out.push((a + offset, n));
+        len -= n;
+        offset = 0;
+    }
+    out
+}
+
+fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
+    (!tagged || (p.tag | p.ignore) == (tag | p.ignore)) && p.src.is_none_or(|s| s == *from)
+}
+
+impl Engine {
+    pub fn new(rx: Region, name: SocketAddr, domain: Arc<Domain>, b: Bindings) -> Self {
+        Engine {
+            rx,
+            name: addr::encode(&name),
+            domain,
+            b,
+            peers: HashMap::new(),
+            posted: [VecDeque::new(), VecDeque::new()],
+            unexpected: [VecDeque::new(), VecDeque::new()],
+            pending: HashMap::new(),
+            next_id: 1,
+            outbox: VecDeque::new(),
+            last_check: Instant::now(),
+        }
+    }
+
+    fn wants(&self, tx: bool, flags: u64) -> bool {
+        if flags & ffi::FI_INJECT as u64 != 0 {
+            return false;
+        }
+        let (cq, sel) = if tx { (&self.b.tx_cq, self.b.tx_selective) } else { (&self.b.rx_cq, self.b.rx_selective) };
+        cq.is_some() && (!sel || flags & ffi::FI_COMPLETION as u64 != 0)
+    }
+
+    fn credit(&self, tx: bool, flags: u64) -> Result<Option<Credit>> {
+        if !self.wants(tx, flags) {
+            return Ok(None);
+        }
+        let cq = if tx { &self.b.tx_cq } else { &self.b.rx_cq };
+        cq.as_ref().map(|c| c.reserve()).transpose()
+    }
+
+    fn count(&self, slot: usize, ok: bool) {
+        if let Some(c) = &self.b.cntrs[slot] {
+            if ok {
+                c.add(1);
+            } else {
+                c.adderr(1);
+            }
+        }
+    }
+
+    fn resolve(&self, fi_addr: u64) -> Result<SocketAddr> {
+        let av = self.b.av.as_ref().ok_or_else(|| fail!(ffi::FI_ENOAV, "no AV bound"))?;
+        av.lookup(fi_addr)
+    }
+
+    fn peer(&mut self, to: SocketAddr) -> Result<&TxPeer> {
+        if !self.peers.contains_key(&to) {
+            let region = Region::open(&to).map_err(|e| {
+                fail!(
+                    ffi::FI_EHOSTUNREACH,
+                    "no oxmr endpoint at {to} on this host ({e}); cross-host transfers need the TCP wire, which is not implemented yet"
+                )
+            })?;
+            let slot =
+                region.claim_slot(&self.name).map_err(|_| fail!(ffi::FI_EAGAIN, "peer {to} has no free peer slot"))?;
+            self.peers.insert(to, TxPeer { region, slot });
+        }
+        Ok(&self.peers[&to])
+    }
+
+    /// Push a message to `to`; -FI_EAGAIN when its queue is full.
+    fn push(&mut self, to: SocketAddr, mut hdr: Hdr, body: &[&[u8]]) -> Result<()> {
+        let p = self.peer(to)?;
+        hdr.src_slot = p.slot;
+        let h = hdr.encode();
+        let mut parts: Vec<&[u8]> = vec![&h];
+        parts.extend_from_slice(body);
+        match p.region.push(&parts) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Err(Error::quiet(ffi::FI_EAGAIN)),
+            Err(e) => Err(fail!(ffi::FI_EIO, "push to {to}: {e}")),
+        }
+    }
+
+    /// A control message that must not be lost (ACK): queued if full.
+    fn push_ctrl(&mut self, to: SocketAddr, hdr: Hdr) {
+        let queued = !self.outbox.is_empty();
+        let p = match self.peer(to) {
+            Ok(p) => p,
+            Err(_) => return,
+        };
+        let mut h = hdr;
+        h.src_slot = p.slot;
+        let bytes = h.encode().to_vec();
+        if !queued && p.region.push(&[&bytes]).is_ok() {
+            return;
+        }
+        self.outbox.push_back((to, bytes));
+    }
+
+    fn flush_outbox(&mut self) {
+        while let Some((to, bytes)) = self.outbox.pop_front() {
+            let ok = match self.peers.get(&to) {
+                Some(p) => p.region.push(&[&bytes]).is_ok() || !p.region.owner_alive(),
+                None => true,
+            };
+            if !ok {
+                self.outbox.push_front((to, bytes));
+                return;
+            }
+        }
+    }
+
+    fn new_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// fi_send / fi_tsend and their variants.
+    pub fn send(&mut self, o: TxOp) -> Result<()> {
+        let to = self.resolve(o.dest)?;
+        let len = total(&o.iovs);
+        let flags = o.flags.unwrap_or(self.b.tx_op_flags);
+        let tagged = o.tag.is_some();
+        let credit = self.credit(true, flags)?;
+        let mut hdr = Hdr {
+            len: len as u64,
+            tag: o.tag.unwrap_or(0),
+            data: o.data.unwrap_or(0),
+            flags: if tagged { flag::TAGGED } else { 0 } | if o.data.is_some() { flag::CQ_DATA } else { 0 },
+            ..Default::default()
+        };
+        let delivery = flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0;
+        if len <= EAGER_MAX {
+            hdr.op = op::EAGER;
+            let mut data = Vec::with_capacity(len);
+            // SAFETY: the application's send buffers, valid for this call.
+            unsafe { cma::gather(&o.iovs, &mut data) };
+            if delivery && credit.is_some() {
+                hdr.flags |= flag::NEED_ACK;
+                hdr.msg_id = self.new_id();
+            }
+            self.push(to, hdr, &[&data])?;
+            if hdr.msg_id != 0 {
+                self.pending.insert(
+                    hdr.msg_id,
+                    Pending { ctx: o.ctx, kind: Kind::Send, tagged, len, credit, peer: to, report: true },
+                );
+            } else {
+                self.complete_tx(o.ctx, Kind::Send, tagged, len, credit, flags & ffi::FI_INJECT as u64 == 0);
+            }
+            return Ok(());
+        }
+        if flags & ffi::FI_INJECT as u64 != 0 {
+            return Err(fail!(ffi::FI_EMSGSIZE, "inject of {len} bytes is over inject_size"));
+        }
+        hdr.op = op::RTS;
+        hdr.msg_id = self.new_id();
+        hdr.iov_count = o.iovs.len() as u16;
+        self.push(to, hdr, &[&encode_iovs(&o.iovs)])?;
+        self.pending
+            .insert(hdr.msg_id, Pending { ctx: o.ctx, kind: Kind::Send, tagged, len, credit, peer: to, report: true });
+        Ok(())
+    }
+
+    /// fi_write / fi_read and their variants.
+    pub fn rma(&mut self, o: RmaOp) -> Result<()> {
+        let to = self.resolve(o.dest)?;
+        let len = total(&o.iovs);
+        let flags = o.flags.unwrap_or(self.b.tx_op_flags);
+        let inject = flags & ffi::FI_INJECT as u64 != 0;
+        let credit = self.credit(true, flags)?;
+        let mut hdr = Hdr {
+            len: len as u64,
+            data: o.data.unwrap_or(0),
+            flags: if o.data.is_some() { flag::CQ_DATA } else { 0 },
+            rma_addr: o.addr,
+            rma_key: o.key,
+            msg_id: self.new_id(),
+            ..Default::default()
+        };
+        let kind = if o.read { Kind::Read } else { Kind::Write };
+        if !o.read && len <= EAGER_MAX {
+            hdr.op = op::WRITE_INLINE;
+            let mut data = Vec::with_capacity(len);
+            // SAFETY: the application's source buffers, valid for this call.
+            unsafe { cma::gather(&o.iovs, &mut data) };
+            self.push(to, hdr, &[&data])?;
+        } else {
+            if inject {
+                return Err(fail!(ffi::FI_EMSGSIZE, "inject write of {len} bytes is over inject_size"));
+            }
+            hdr.op = if o.read { op::READ } else { op::WRITE };
+            hdr.iov_count = o.iovs.len() as u16;
+            self.push(to, hdr, &[&encode_iovs(&o.iovs)])?;
+        }
+        self.pending
+            .insert(hdr.msg_id, Pending { ctx: o.ctx, kind, tagged: false, len, credit, peer: to, report: !inject });
+        Ok(())
+    }
+
+    /// fi_recv / fi_trecv and their variants.
+    pub fn recv(
+        &mut self,
+        ctx: usize,
+        iovs: Vec<(usize, usize)>,
+        src: u64,
+        tag: Option<(u64, u64)>,
+        flags: Option<u64>,
+    ) -> Result<()> {
+        let flags = flags.unwrap_or(self.b.rx_op_flags);
+        let src = if src == ffi::FI_ADDR_UNSPEC || !self.b.directed { None } else { Some(self.resolve(src)?) };
+        let credit = self.credit(false, flags)?;
+        let tagged = tag.is_some();
+        let (t, ignore) = tag.unwrap_or((0, 0));
+        let p = Posted { ctx, iovs, src, tag: t, ignore, credit };
+        let q = tagged as usize;
+        if let Some(i) = self.unexpected[q].iter().position(|u| matches(&p, tagged, u.hdr.tag, &u.from)) {
+            let u = self.unexpected[q].remove(i).expect("position is in range");
+            self.deliver(p, u);
+            return Ok(());
+        }
+        self.posted[q].push_back(p);
+        Ok(())
+    }
+
+    /// fi_cancel of a posted receive.
+    pub fn cancel(&mut self, ctx: usize) -> Result<()> {
+        for q in 0..2 {
+            if let Some(i) = self.posted[q].iter().position(|p| p.ctx == ctx) {
+                let p = self.posted[q].remove(i).expect("position is in range");
+                let flags = ffi::FI_RECV as u64 | if q == 1 { ffi::FI_TAGGED as u64 } else { ffi::FI_MSG as u64 };
+                if let Some(c) = p.credit {
+                    drop(c);
+                    if let Some(cq) = &self.b.rx_cq {
+                        cq.push_error(CqError {
+                            op_context: ctx,
+                            flags,
+                            err: ffi::FI_ECANCELED as i32,
+                            prov_errno: ffi::FI_ECANCELED as i32,
+                            src: ffi::FI_ADDR_NOTAVAIL,
+                            ..Default::default()
+                        });
+                    }
+                }
+                return Ok(());
+            }
+        }
+        Err(Error::quiet(ffi::FI_ENOENT))
+    }
+
+    fn complete_tx(&self, ctx: usize, kind: Kind, tagged: bool, len: usize, credit: Option<Credit>, report: bool) {
+        let (cflags, slot) = match kind {
+            Kind::Send => (ffi::FI_SEND as u64 | if tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64, C_SEND),
+            Kind::Write => ((ffi::FI_RMA | ffi::FI_WRITE) as u64, C_WRITE),
+            Kind::Read => ((ffi::FI_RMA | ffi::FI_READ) as u64, C_READ),
+        };
+        if report {
+            self.count(slot, true);
+        }
+        if let Some(c) = credit {
+            c.complete(CqEntry {
+                op_context: ctx,
+                flags: cflags,
+                len,
+                src: ffi::FI_ADDR_NOTAVAIL,
+                ..Default::default()
+            });
+        }
+    }
+
+    fn fail_tx(&self, p: Pending, code: u32) {
+        let (cflags, slot) = match p.kind {
+            Kind::Send => (ffi::FI_SEND as u64 | if p.tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64, C_SEND),
+            Kind::Write => ((ffi::FI_RMA | ffi::FI_WRITE) as u64, C_WRITE),
+            Kind::Read => ((ffi::FI_RMA | ffi::FI_READ) as u64, C_READ),
+        };
+        if p.report {
+            self.count(slot, false);
+        }
+        if let Some(c) = p.credit {
+            drop(c);
+            if let Some(cq) = &self.b.tx_cq {
+                cq.push_error(CqError {
+                    op_context: p.ctx,
+                    flags: cflags,
+                    len: p.len,
+                    err: code as i32,
+                    prov_errno: code as i32,
+                    src: ffi::FI_ADDR_NOTAVAIL,
+                    ..Default::default()
+                });
+            }
+        }
+    }
+
+    fn src_fi_addr(&self, from: &SocketAddr) -> u64 {
+        self.b.av.as_ref().and_then(|av| av.reverse(from)).unwrap_or(ffi::FI_ADDR_NOTAVAIL)
+    }
+
+    /// Put a matched message into a posted receive and complete both ends.
+    fn deliver(&mut self, p: Posted, u: Unexpected) {
+        let room = total(&p.iovs);
+        let len = u.hdr.len as usize;
+        let n = len.min(room);
+        let mut status = 0u32;
+        if u.hdr.op == op::EAGER {
+            // SAFETY: the application's posted receive buffers.
+            unsafe { cma::scatter(&p.iovs, &u.data[..n.min(u.data.len())]) };
+        } else if let Err(e) = cma::read_from(u.pid, &clip(&p.iovs, n), &u.iovs) {
+            tracing::warn!("receiving {len} bytes from {}: process_vm_readv failed: {e}", u.from);
+            status = ffi::FI_EIO;
+        }
+        let tagged = u.hdr.flags & flag::TAGGED != 0;
+        let mut cflags = ffi::FI_RECV as u64 | if tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
+        if u.hdr.flags & flag::CQ_DATA != 0 {
+            cflags |= ffi::FI_REMOTE_CQ_DATA as u64;
+        }
+        let src = self.src_fi_addr(&u.from);
+        let buf = p.iovs.first().map_or(0, |x| x.0);
+        if status == 0 && len <= room {
+            self.count(C_RECV, true);
+            if let Some(c) = p.credit {
+                c.complete(CqEntry {
+                    op_context: p.ctx,
+                    flags: cflags,
+                    len: n,
+                    buf,
+                    data: u.hdr.data,
+                    tag: u.hdr.tag,
+                    src,
+                });
+            }
+        } else {
+            let err = if status != 0 { status } else { ffi::FI_ETRUNC };
+            self.count(C_RECV, false);
+            if let Some(c) = p.credit {
+                drop(c);
+                if let Some(cq) = &self.b.rx_cq {
+                    cq.push_error(CqError {
+                        op_context: p.ctx,
+                        flags: cflags,
+                        len: n,
+                        buf,
+                        data: u.hdr.data,
+                        tag: u.hdr.tag,
+                        olen: len - n,
+                        err: err as i32,
+                        prov_errno: err as i32,
+                        src,
+                    });
+                }
+            }
+        }
+        if u.hdr.op == op::RTS || u.hdr.flags & flag::NEED_ACK != 0 {
+            self.push_ctrl(u.from, Hdr { op: op::ACK, msg_id: u.hdr.msg_id, status, ..Default::default() });
+        }
+    }
+
+    fn on_message(&mut self, msg: &[u8]) {
+        let Some(h) = Hdr::decode(msg) else {
+            tracing::warn!("dropping a malformed message of {} bytes", msg.len());
+            return;
+        };
+        let body = &msg[HDR_LEN..];
+        let Some(slot) = self.rx.peer(h.src_slot as usize) else {
+            tracing::warn!("message from unknown peer slot {}", h.src_slot);
+            return;
+        };
+        let pid = slot.pid;
+        let Some(from) = addr::parse(&slot.name) else {
+            tracing::warn!("peer slot {} has no valid name", h.src_slot);
+            return;
+        };
+        match h.op {
+            op::EAGER | op::RTS => {
+                let tagged = h.flags & flag::TAGGED != 0;
+                let (data, iovs) = if h.op == op::EAGER {
+                    (body[..(h.len as usize).min(body.len())].to_vec(), Vec::new())
+                } else {
+                    (Vec::new(), decode_iovs(body, h.iov_count as usize).unwrap_or_default())
+                };
+                let u = Unexpected { hdr: h, from, pid, data, iovs };
+                let q = tagged as usize;
+                match self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
+                    Some(i) => {
+                        let p = self.posted[q].remove(i).expect("position is in range");
+                        self.deliver(p, u);
+                    }
+                    None => self.unexpected[q].push_back(u),
+                }
+            }
+            op::ACK => {
+                if let Some(p) = self.pending.remove(&h.msg_id) {
+                    if h.status == 0 {
+                        self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
+                    } else {
+                        if p.kind != Kind::Send {
+                            tracing::info!(
+                                "remote access to {} refused by the target: {}",
+                                p.peer,
+                                crate::boundary::error::errno_name(h.status)
+                            );
+                        }
+                        self.fail_tx(p, h.status);
+                    }
+                }
+            }
+            op::WRITE | op::WRITE_INLINE | op::READ => self.rma_target(h, from, pid, body),
+            other => tracing::warn!("dropping a message of unknown kind {other} from {from}"),
+        }
+    }
+
+    /// Serve a peer's RMA: check it against our registrations, copy, ACK.
+    fn rma_target(&mut self, h: Hdr, from: SocketAddr, pid: u32, body: &[u8]) {
+        let read = h.op == op::READ;
+        let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
+        let len = h.len as usize;
+        let status = match self.domain.mr.registry.check(h.rma_key, h.rma_addr, h.len, access) {
+            Err(why) => {
+                tracing::warn!(
+                    "refused remote {} from {from}: key {:#x} addr {:#x} len {len}: {why:?}",
+                    if read { "read" } else { "write" },
+                    h.rma_key,
+                    h.rma_addr
+                );
+                why.code()
+            }
+            Ok(g) => {
+                let local = region_slice(&g.region.iovs, g.offset, len);
+                let r = match h.op {
+                    op::WRITE_INLINE => {
+                        // SAFETY: `local` lies inside a registration the
+                        // check just granted for remote write, held by `g`.
+                        unsafe { cma::scatter(&local, &body[..len.min(body.len())]) };
+                        Ok(len)
+                    }
+                    op::WRITE => {
+                        cma::read_from(pid, &local, &decode_iovs(body, h.iov_count as usize).unwrap_or_default())
+                    }
+                    _ => cma::write_to(pid, &local, &decode_iovs(body, h.iov_count as usize).unwrap_or_default()),
+                };
+                match r {
+                    Ok(_) => {
+                        self.count(if read { C_RREAD } else { C_RWRITE }, true);
+                        if h.flags & flag::CQ_DATA != 0 {
+                            if let Some(cq) = &self.b.rx_cq {
+                                let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
+                                cq.push_unsolicited(CqEntry {
+                                    flags,
+                                    len,
+                                    data: h.data,
+                                    src: self.src_fi_addr(&from),
+                                    ..Default::default()
+                                });
+                            }
+                        }
+                        0
+                    }
+                    Err(e) => {
+                        tracing::warn!("remote access from {from}: copy failed: {e}");
+                        ffi::FI_EIO
+                    }
+                }
+            }
+        };
+        if h.msg_id != 0 {
+            self.push_ctrl(from, Hdr { op: op::ACK, msg_id: h.msg_id, status, ..Default::default() });
+        }
+    }
+
+    /// Run the protocol: drain our queue, resend queued ACKs, notice dead peers.
+    pub fn progress(&mut self) {
+        self.flush_outbox();
+        let mut buf = Vec::with_capacity(256);
+        for _ in 0..64 {
+            buf.clear();
+            if !self.rx.pop(|b| buf.extend_from_slice(b)) {
+                break;
+            }
+            let msg = std::mem::take(&mut buf);
+            self.on_message(&msg);
+            buf = msg;
+        }
+        if self.last_check.elapsed() >= LIVENESS_EVERY {
+            self.last_check = Instant::now();
+            self.reap_dead_peers();
+        }
+    }
+
+    fn reap_dead_peers(&mut self) {
+        let dead: Vec<SocketAddr> =
+            self.peers.iter().filter(|(_, p)| !p.region.owner_alive()).map(|(a, _)| *a).collect();
+        for a in dead {
+            tracing::warn!("peer {a} is gone; failing its pending operations");
+            self.peers.remove(&a);
+            let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
+            for id in ids {
+                if let Some(p) = self.pending.remove(&id) {
+                    self.fail_tx(p, ffi::FI_ECONNABORTED);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        for p in self.peers.values() {
+            p.region.release_slot(p.slot);
+        }
+    }
+}
