@@ -69,34 +69,40 @@ impl Waiter {
     /// spurious wakeup or a notification consumed by another thread only
     /// costs a loop.
     pub fn block_until(&self, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
+        // Peers on the shared-memory wire cannot write our eventfd, so
+        // `ready()` (which runs manual progress) is polled: busily for the
+        // first SPIN, as a blocked MPI rank or fabtests' sread expects
+        // microsecond wakeups, then at least every TICK while sleeping on the
+        // fd (which local events - a completion from another thread,
+        // fi_cq_signal - wake at once).
+        const SPIN: Duration = Duration::from_micros(2000);
+        const TICK: Duration = Duration::from_millis(1);
+        let start = Instant::now();
         loop {
             if ready() {
                 return true;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
                 return false;
             }
-            match &self.fd {
-                Some(w) => {
-                    // Clear before re-checking, so a notify that lands
-                    // between the check and the poll is not lost.
-                    w.clear();
-                    if ready() {
-                        return true;
-                    }
-                    // Wake at least every 10 ms: manual progress will run
-                    // from this loop once wires exist.
-                    let tick = Instant::now() + Duration::from_millis(10);
-                    w.wait(Some(deadline.map_or(tick, |d| d.min(tick))));
+            if now - start < SPIN || self.fd.is_none() {
+                if self.yields || self.fd.is_none() {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
                 }
-                None => {
-                    if self.yields {
-                        std::thread::yield_now();
-                    } else {
-                        std::hint::spin_loop();
-                        std::thread::yield_now();
-                    }
+                continue;
+            }
+            if let Some(w) = &self.fd {
+                // Clear before re-checking, so a notify that lands between
+                // the check and the poll is not lost.
+                w.clear();
+                if ready() {
+                    return true;
                 }
+                let tick = Instant::now() + TICK;
+                w.wait(Some(deadline.map_or(tick, |d| d.min(tick))));
             }
         }
     }

@@ -66,7 +66,6 @@ pub struct Bindings {
 
 struct TxPeer {
     region: Region,
-    slot: u16,
 }
 
 struct Posted {
@@ -131,7 +130,8 @@ pub struct RmaOp {
 /// The engine of one RDM endpoint.
 pub struct Engine {
     rx: Region,
-    name: Vec<u8>,
+    name: [u8; 28],
+    pid: u32,
     domain: Arc<Domain>,
     b: Bindings,
     peers: HashMap<SocketAddr, TxPeer>,
@@ -188,7 +188,13 @@ impl Engine {
     pub fn new(rx: Region, name: SocketAddr, domain: Arc<Domain>, b: Bindings) -> Self {
         Engine {
             rx,
-            name: addr::encode(&name),
+            name: {
+                let mut n = [0u8; 28];
+                let e = addr::encode(&name);
+                n[..e.len()].copy_from_slice(&e);
+                n
+            },
+            pid: std::process::id(),
             domain,
             b,
             peers: HashMap::new(),
@@ -240,17 +246,16 @@ impl Engine {
                     "no oxmr endpoint at {to} on this host ({e}); cross-host transfers need the TCP wire, which is not implemented yet"
                 )
             })?;
-            let slot =
-                region.claim_slot(&self.name).map_err(|_| fail!(ffi::FI_EAGAIN, "peer {to} has no free peer slot"))?;
-            self.peers.insert(to, TxPeer { region, slot });
+            self.peers.insert(to, TxPeer { region });
         }
         Ok(&self.peers[&to])
     }
 
     /// Push a message to `to`; -FI_EAGAIN when its queue is full.
     fn push(&mut self, to: SocketAddr, mut hdr: Hdr, body: &[&[u8]]) -> Result<()> {
+        hdr.pid = self.pid;
+        hdr.name = self.name;
         let p = self.peer(to)?;
-        hdr.src_slot = p.slot;
         let h = hdr.encode();
         let mut parts: Vec<&[u8]> = vec![&h];
         parts.extend_from_slice(body);
@@ -264,12 +269,13 @@ impl Engine {
     /// A control message that must not be lost (ACK): queued if full.
     fn push_ctrl(&mut self, to: SocketAddr, hdr: Hdr) {
         let queued = !self.outbox.is_empty();
+        let mut h = hdr;
+        h.pid = self.pid;
+        h.name = self.name;
         let p = match self.peer(to) {
             Ok(p) => p,
             Err(_) => return,
         };
-        let mut h = hdr;
-        h.src_slot = p.slot;
         let bytes = h.encode().to_vec();
         if !queued && p.region.push(&[&bytes]).is_ok() {
             return;
@@ -327,7 +333,8 @@ impl Engine {
                     Pending { ctx: o.ctx, kind: Kind::Send, tagged, len, credit, peer: to, report: true },
                 );
             } else {
-                self.complete_tx(o.ctx, Kind::Send, tagged, len, credit, flags & ffi::FI_INJECT as u64 == 0);
+                // Injects have no CQ entry (no credit) but count (fi_cntr(3)).
+                self.complete_tx(o.ctx, Kind::Send, tagged, len, credit, true);
             }
             return Ok(());
         }
@@ -375,7 +382,7 @@ impl Engine {
             self.push(to, hdr, &[&encode_iovs(&o.iovs)])?;
         }
         self.pending
-            .insert(hdr.msg_id, Pending { ctx: o.ctx, kind, tagged: false, len, credit, peer: to, report: !inject });
+            .insert(hdr.msg_id, Pending { ctx: o.ctx, kind, tagged: false, len, credit, peer: to, report: true });
         Ok(())
     }
 
@@ -543,13 +550,10 @@ impl Engine {
             return;
         };
         let body = &msg[HDR_LEN..];
-        let Some(slot) = self.rx.peer(h.src_slot as usize) else {
-            tracing::warn!("message from unknown peer slot {}", h.src_slot);
-            return;
-        };
-        let pid = slot.pid;
-        let Some(from) = addr::parse(&slot.name) else {
-            tracing::warn!("peer slot {} has no valid name", h.src_slot);
+        tracing::debug!("message op {} len {} tag {:#x} msg_id {} from pid {}", h.op, h.len, h.tag, h.msg_id, h.pid);
+        let pid = h.pid;
+        let Some(from) = addr::parse(&h.name) else {
+            tracing::warn!("dropping a message without a valid sender name");
             return;
         };
         match h.op {
@@ -680,14 +684,6 @@ impl Engine {
                     self.fail_tx(p, ffi::FI_ECONNABORTED);
                 }
             }
-        }
-    }
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        for p in self.peers.values() {
-            p.region.release_slot(p.slot);
         }
     }
 }

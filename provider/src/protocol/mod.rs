@@ -8,7 +8,7 @@
 pub mod engine;
 
 /// Bytes of the fixed message header.
-pub const HDR_LEN: usize = 64;
+pub const HDR_LEN: usize = 96;
 
 /// Message kinds.
 pub mod op {
@@ -38,7 +38,7 @@ pub mod flag {
 pub struct Hdr {
     pub op: u8,
     pub flags: u8,
-    /// The sender's slot in the receiver's peer table.
+    /// Reserved (0).
     pub src_slot: u16,
     /// Number of (addr, len) pairs after the header.
     pub iov_count: u16,
@@ -53,6 +53,12 @@ pub struct Hdr {
     pub rma_key: u64,
     /// ACK status: 0 or a positive FI_E* code.
     pub status: u32,
+    /// The sender's pid (for process_vm_readv/writev).
+    pub pid: u32,
+    /// The sender's endpoint name (sockaddr, zero-padded): every message
+    /// says who sent it, so nothing depends on state the sender may have
+    /// released by the time the message is read.
+    pub name: [u8; 28],
 }
 
 impl Hdr {
@@ -69,6 +75,8 @@ impl Hdr {
         b[40..48].copy_from_slice(&self.rma_addr.to_le_bytes());
         b[48..56].copy_from_slice(&self.rma_key.to_le_bytes());
         b[56..60].copy_from_slice(&self.status.to_le_bytes());
+        b[60..64].copy_from_slice(&self.pid.to_le_bytes());
+        b[64..92].copy_from_slice(&self.name);
         b
     }
 
@@ -89,6 +97,8 @@ impl Hdr {
             rma_addr: u64_at(40),
             rma_key: u64_at(48),
             status: u32::from_le_bytes(b[56..60].try_into().unwrap_or_default()),
+            pid: u32::from_le_bytes(b[60..64].try_into().unwrap_or_default()),
+            name: b[64..92].try_into().unwrap_or_default(),
         })
     }
 }
@@ -137,6 +147,8 @@ mod tests {
             rma_addr: 0x1000,
             rma_key: u64::MAX - 1,
             status: 13,
+            pid: 4242,
+            name: [7; 28],
         };
         assert_eq!(Hdr::decode(&h.encode()), Some(h));
         assert_eq!(Hdr::decode(&[0; 10]), None);

@@ -4,7 +4,6 @@
 //!
 //! ```text
 //! Header   magic, version, owner pid, cell count/size, ready flag, tail
-//! Peers    PEER_SLOTS x { state, pid, name (sockaddr, 28 bytes) }
 //! Cells    CELLS x { seq: u64, len: u32, pad, data[CELL_DATA] }
 //! ```
 //!
@@ -28,8 +27,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const CELLS: usize = 256;
 /// Bytes of one cell's payload (message header included).
 pub const CELL_DATA: usize = 8192 - 16;
-/// Senders an endpoint can hear from at once.
-pub const PEER_SLOTS: usize = 1024;
 
 const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 const VERSION: u32 = 1;
@@ -47,16 +44,6 @@ struct Header {
     _pad2: [u64; 3],
 }
 
-/// A peer slot: who is sending to this endpoint.
-#[repr(C)]
-pub struct PeerSlot {
-    /// 0 free, 1 being filled, 2 ready.
-    state: AtomicU32,
-    pub pid: u32,
-    pub name: [u8; 28],
-    _pad: u32,
-}
-
 #[repr(C)]
 struct Cell {
     seq: AtomicU64,
@@ -66,8 +53,7 @@ struct Cell {
 }
 
 const HDR: usize = size_of::<Header>();
-const PEERS_AT: usize = HDR;
-const CELLS_AT: usize = (PEERS_AT + PEER_SLOTS * size_of::<PeerSlot>()).next_multiple_of(64);
+const CELLS_AT: usize = HDR.next_multiple_of(64);
 /// Total bytes of a region.
 pub const REGION_SIZE: usize = CELLS_AT + CELLS * size_of::<Cell>();
 
@@ -114,6 +100,33 @@ fn map(fd: i32) -> io::Result<*mut u8> {
     Ok(p as *mut u8)
 }
 
+/// Remove region files left by processes that died without closing their
+/// endpoints (SIGKILL, crash). Runs once per process, before the first
+/// region is created; a file is removed only when its owner pid is gone.
+pub fn reclaim_stale() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("oxmr-") {
+                continue;
+            }
+            let Ok(mut f) = std::fs::File::open(e.path()) else { continue };
+            let mut h = [0u8; 16];
+            if std::io::Read::read_exact(&mut f, &mut h).is_err() {
+                continue;
+            }
+            let magic = u64::from_le_bytes(h[0..8].try_into().unwrap_or_default());
+            let owner = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default());
+            if magic == MAGIC && !pid_alive(owner) {
+                tracing::info!("removing /dev/shm/{name}, left by process {owner} which is gone");
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    });
+}
+
 impl Region {
     fn header(&self) -> &Header {
         // SAFETY: the mapping starts with a Header and lives as long as self.
@@ -125,18 +138,9 @@ impl Region {
         unsafe { self.base.add(CELLS_AT + (i % CELLS) * size_of::<Cell>()) as *mut Cell }
     }
 
-    /// The peer slot `i`.
-    pub fn peer(&self, i: usize) -> Option<&PeerSlot> {
-        if i >= PEER_SLOTS {
-            return None;
-        }
-        // SAFETY: i < PEER_SLOTS, inside the mapping.
-        let s = unsafe { &*(self.base.add(PEERS_AT + i * size_of::<PeerSlot>()) as *const PeerSlot) };
-        (s.state.load(Ordering::Acquire) == 2).then_some(s)
-    }
-
     /// Create the region of an endpoint (replacing a stale one).
     pub fn create(addr: &SocketAddr) -> io::Result<Region> {
+        reclaim_stale();
         let name = path_for(addr);
         let c = CString::new(name.clone()).expect("no NUL in a formatted address");
         // SAFETY: shm_open with a valid C string; the fd is closed below.
@@ -222,33 +226,6 @@ impl Region {
         pid_alive(self.owner())
     }
 
-    /// Claim a peer slot in this (remote) region, announcing `name`.
-    pub fn claim_slot(&self, name: &[u8]) -> io::Result<u16> {
-        for i in 0..PEER_SLOTS {
-            // SAFETY: inside the mapping.
-            let s = unsafe { &mut *(self.base.add(PEERS_AT + i * size_of::<PeerSlot>()) as *mut PeerSlot) };
-            let st = s.state.load(Ordering::Acquire);
-            let reclaim = st == 2 && !pid_alive(s.pid);
-            if (st == 0 || reclaim) && s.state.compare_exchange(st, 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                s.pid = std::process::id();
-                s.name = [0; 28];
-                s.name[..name.len().min(28)].copy_from_slice(&name[..name.len().min(28)]);
-                s.state.store(2, Ordering::Release);
-                return Ok(i as u16);
-            }
-        }
-        Err(io::Error::from_raw_os_error(libc::ENOSPC))
-    }
-
-    /// Free a slot this process claimed.
-    pub fn release_slot(&self, i: u16) {
-        if let Some(s) = self.peer(i as usize) {
-            if s.pid == std::process::id() {
-                s.state.store(0, Ordering::Release);
-            }
-        }
-    }
-
     /// Push one message (`parts` concatenated). EAGAIN when full.
     pub fn push(&self, parts: &[&[u8]]) -> io::Result<()> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
@@ -328,8 +305,7 @@ mod tests {
         let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let mut own = Region::create(&addr).unwrap();
         let peer = Region::open(&addr).unwrap();
-        let slot = peer.claim_slot(b"me").unwrap();
-        assert_eq!(own.peer(slot as usize).unwrap().pid, std::process::id());
+        assert_eq!(peer.owner(), std::process::id());
         for i in 0..CELLS {
             peer.push(&[&(i as u32).to_le_bytes(), b"xyz"]).unwrap();
         }
