@@ -239,16 +239,19 @@ impl Engine {
     }
 
     fn peer(&mut self, to: SocketAddr) -> Result<&TxPeer> {
-        if !self.peers.contains_key(&to) {
-            let region = Region::open(&to).map_err(|e| {
-                fail!(
-                    ffi::FI_EHOSTUNREACH,
-                    "no oxmr endpoint at {to} on this host ({e}); cross-host transfers need the TCP wire, which is not implemented yet"
-                )
-            })?;
-            self.peers.insert(to, TxPeer { region });
+        use std::collections::hash_map::Entry;
+        match self.peers.entry(to) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(v) => {
+                let region = Region::open(&to).map_err(|e| {
+                    fail!(
+                        ffi::FI_EHOSTUNREACH,
+                        "no oxmr endpoint at {to} on this host ({e}); cross-host transfers need the TCP wire, which is not implemented yet"
+                    )
+                })?;
+                Ok(v.insert(TxPeer { region }))
+            }
         }
-        Ok(&self.peers[&to])
     }
 
     /// Push a message to `to`; -FI_EAGAIN when its queue is full.
