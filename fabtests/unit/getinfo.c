@@ -10,10 +10,10 @@
 	 FI_COLLECTIVE | FI_READ | FI_WRITE | FI_RECV | FI_SEND |              \
 	 FI_REMOTE_READ | FI_REMOTE_WRITE)
 
-/* oxmr's secondary capabilities (added to every RDM answer). */
+/* oxmr's secondary capabilities (added to every RDM answer). FI_MULTI_RECV
+ * is not offered until multi-receive buffers are implemented. */
 #define OXMR_SECONDARY_RDM                                                     \
-	(FI_SOURCE | FI_MULTI_RECV | FI_RMA_EVENT | FI_LOCAL_COMM |            \
-	 FI_REMOTE_COMM)
+	(FI_SOURCE | FI_RMA_EVENT | FI_LOCAL_COMM | FI_REMOTE_COMM)
 
 static int count(const struct fi_info *i)
 {
@@ -516,13 +516,13 @@ static void test_caps(void)
 	}
 
 	h = oxt_hints(FI_EP_RDM);
-	h->caps = FI_RMA | FI_MULTI_RECV | FI_SOURCE;
-	info = ASK_OK("caps FI_RMA with secondary FI_MULTI_RECV|FI_SOURCE",
+	h->caps = FI_RMA | FI_RMA_EVENT | FI_SOURCE;
+	info = ASK_OK("caps FI_RMA with secondary FI_RMA_EVENT|FI_SOURCE",
 		      h);
 	if (info) {
 		EXPECT_EQ(info->caps & ALL_PRIMARY, FI_RMA);
-		EXPECT_EQ(info->caps & (FI_MULTI_RECV | FI_SOURCE),
-			  FI_MULTI_RECV | FI_SOURCE);
+		EXPECT_EQ(info->caps & (FI_RMA_EVENT | FI_SOURCE),
+			  FI_RMA_EVENT | FI_SOURCE);
 		check_side_caps(info);
 		fi_freeinfo(info);
 	}

@@ -87,7 +87,6 @@ pub const RDM_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_WRITE)
     | b(ffi::FI_REMOTE_READ)
     | b(ffi::FI_REMOTE_WRITE)
-    | ffi::FI_MULTI_RECV as u64
     | ffi::FI_SOURCE as u64
     | ffi::FI_DIRECTED_RECV as u64
     | ffi::FI_RMA_EVENT as u64
@@ -102,7 +101,6 @@ pub const MSG_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_WRITE)
     | b(ffi::FI_REMOTE_READ)
     | b(ffi::FI_REMOTE_WRITE)
-    | ffi::FI_MULTI_RECV as u64
     | ffi::FI_RMA_EVENT as u64
     | DOMAIN_CAPS;
 
@@ -113,8 +111,9 @@ pub const TX_OP_FLAGS: u64 = ffi::FI_INJECT as u64
     | ffi::FI_TRANSMIT_COMPLETE as u64
     | ffi::FI_DELIVERY_COMPLETE as u64;
 
-/// Receive op flags an application may set as defaults.
-pub const RX_OP_FLAGS: u64 = ffi::FI_MULTI_RECV as u64 | ffi::FI_COMPLETION as u64;
+/// Receive op flags an application may set as defaults (FI_MULTI_RECV
+/// joins when multi-receive buffers are implemented).
+pub const RX_OP_FLAGS: u64 = ffi::FI_COMPLETION as u64;
 
 /// Message ordering oxmr guarantees: send-after-send only, for now.
 pub const MSG_ORDER: u64 = ffi::FI_ORDER_SAS as u64;
