@@ -128,6 +128,25 @@ else
 		"${nobody[@]}" prlimit --memlock=1048576:1048576
 fi
 
+# The registration cache (mr_cache.c): eviction by count and by size; as
+# uid 65534 under RLIMIT_MEMLOCK 1 MiB, where pinning evicts unused entries;
+# and the settings under which nothing is served from a cache.
+extra_run "mr_cache[FI_OXMR_MR_CACHE_MAX_COUNT=4]" mr_cache FI_OXMR_MR_CACHE_MAX_COUNT=4
+extra_run "mr_cache[FI_OXMR_MR_CACHE_MAX_SIZE=262144]" mr_cache FI_OXMR_MR_CACHE_MAX_SIZE=262144
+if [ "$(id -u)" -ne 0 ]; then
+	skip_run "mr_cache[memlock,RLIMIT_MEMLOCK,uid 65534]" "needs root to switch to uid 65534"
+elif ! command -v setpriv >/dev/null || ! command -v prlimit >/dev/null; then
+	skip_run "mr_cache[memlock,RLIMIT_MEMLOCK,uid 65534]" "setpriv or prlimit (util-linux) is missing"
+elif ! "${nobody[@]}" test -x "$bin/mr_cache" -a -r "$provdir/liboxmr-fi.so"; then
+	skip_run "mr_cache[memlock,RLIMIT_MEMLOCK,uid 65534]" "uid 65534 cannot run $bin/mr_cache or read $provdir/liboxmr-fi.so"
+else
+	extra_run "mr_cache[memlock,RLIMIT_MEMLOCK,uid 65534]" mr_cache OXT_MR_CACHE_MEMLOCK=user \
+		"${nobody[@]}" prlimit --memlock=1048576:1048576
+fi
+extra_run "mr_cache[FI_OXMR_MR_CACHE_ENABLE=0]" mr_cache FI_OXMR_MR_CACHE_ENABLE=0
+extra_run "mr_cache[FI_OXMR_MR_CACHE_MONITOR=none]" mr_cache FI_OXMR_MR_CACHE_MONITOR=none
+extra_run "mr_cache[FI_OXMR_MR_CACHE_EXPLICIT=0]" mr_cache FI_OXMR_MR_CACHE_EXPLICIT=0
+
 echo
 if [ ${#skipped[@]} -ne 0 ]; then
 	echo "summary: ${#passed[@]} passed, ${#failed[@]} failed, ${#skipped[@]} skipped (of $total)"

@@ -36,7 +36,7 @@ pub const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"mr_cache_enable",
         kind: ffi::FI_PARAM_BOOL,
-        help: c"Keep closed registrations pinned in a lazy-deregistration cache that the kernel invalidates through userfaultfd (default: 0)",
+        help: c"Keep closed registrations pinned in a lazy-deregistration cache that the kernel invalidates through userfaultfd (default: 1)",
     },
     ParamDef {
         name: c"mr_cache_max_size",

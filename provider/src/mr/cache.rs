@@ -51,8 +51,16 @@ pub struct Entry {
     /// Access the range was validated and pinned for.
     pub access: u64,
     pub pin: Pin,
-    /// PFN of the first page when pinned (FI_OXMR_MR_RECORD_PFN), else 0.
-    pub pfn0: u64,
+    /// PFN of every page as pinned (FI_OXMR_MR_RECORD_PFN), else empty.
+    pub pfns: Vec<u64>,
+}
+
+impl Entry {
+    /// The recorded PFN of the page holding `addr` (0 if not recorded).
+    pub fn pfn_at(&self, addr: usize) -> u64 {
+        let first = self.start / 4096;
+        self.pfns.get(addr / 4096 - first.min(addr / 4096)).copied().unwrap_or(0)
+    }
 }
 
 struct Slot {
@@ -147,6 +155,23 @@ impl Cache {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the log holds, from `since` on, an event touching [a, a+l)
+    /// (or an overflow, after which nothing can be trusted).
+    fn touched_since(&self, since: u64, a: usize, l: usize) -> bool {
+        let mut buf = [Invalidation { start: 0, end: 0, cause: Cause::Unmap }; 64];
+        let mut from = since;
+        loop {
+            let (next, n) = self.monitor.since(from, &mut buf);
+            if buf[..n].iter().any(|i| i.cause == Cause::Overflow || overlaps(a, l, i)) {
+                return true;
+            }
+            if n < buf.len() {
+                return false;
+            }
+            from = next;
+        }
     }
 
     /// Apply the monitor's log; returns whether an event since `since`
@@ -267,13 +292,14 @@ impl Cache {
                     return Ok(Pin::Cached(CacheRef { cache: self.clone(), entry }));
                 }
             }
-            // Subscribe before pinning.
+            // Note the log position, then subscribe, then pin: any change
+            // to the range after `since` is in the log from `since` on.
+            let since = self.monitor.head();
             if let Err(e) = self.monitor.watch(a, l) {
                 tracing::debug!("range {a:#x}+{l} cannot be watched ({e}); registered uncached");
                 self.stats.uncached.fetch_add(1, Ordering::Relaxed);
                 return pinner.pin(&[(a, l)], access);
             }
-            let since = self.monitor.head();
             let pin = match pinner.pin(&[(a, l)], access) {
                 Err(e) if e.code() == ffi::FI_ENOMEM => {
                     let victims = self.evict(&mut self.lock(), true);
@@ -283,9 +309,12 @@ impl Cache {
                 r => r?,
             };
             let mut s = self.lock();
-            if self.sync(&mut s, Some((since, a, l))) {
-                // The range changed while we pinned it: the pin may hold
-                // the old pages. Drop it and start over.
+            self.sync(&mut s, None);
+            // Validate after pinning, from our own `since` (not from the
+            // cache's position, which other threads may have moved past an
+            // event on this range): any unmap/remap/discard of the range
+            // since we subscribed means the pin may hold the old pages.
+            if self.touched_since(since, a, l) {
                 drop(s);
                 drop(pin);
                 continue;
@@ -307,8 +336,8 @@ impl Cache {
             let tick = s.tick;
             let id = s.next_id;
             s.next_id += 1;
-            let pfn0 = if self.record_pfn { super::pagemap_pfn(a) } else { 0 };
-            let entry = Arc::new(Entry { id, start: a, len: l, access, pin, pfn0 });
+            let pfns = if self.record_pfn { super::pagemap_pfns(a, l) } else { Vec::new() };
+            let entry = Arc::new(Entry { id, start: a, len: l, access, pin, pfns });
             s.index.insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick });
             s.bytes += l as u64;
             s.longest = s.longest.max(l);

@@ -98,8 +98,7 @@ pub struct CacheConfig {
 impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {
-            // Off until its tests land (fabtests/unit/mr_cache.c).
-            enable: false,
+            enable: true,
             explicit: true,
             monitor: true,
             max_bytes: 1 << 30,
@@ -107,6 +106,29 @@ impl Default for CacheConfig {
             record_pfn: false,
         }
     }
+}
+
+/// The page frame numbers backing [addr, addr+len) now (0 where absent or
+/// hidden), from one read of /proc/self/pagemap.
+pub fn pagemap_pfns(addr: usize, len: usize) -> Vec<u64> {
+    use std::os::unix::fs::FileExt;
+    let first = addr / 4096;
+    let pages = (addr + len).div_ceil(4096) - first;
+    let Ok(f) = std::fs::File::open("/proc/self/pagemap") else { return vec![0; pages] };
+    let mut b = vec![0u8; pages * 8];
+    if f.read_exact_at(&mut b, (first * 8) as u64).is_err() {
+        return vec![0; pages];
+    }
+    b.chunks_exact(8)
+        .map(|c| {
+            let v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
+            if v >> 63 == 1 {
+                v & ((1 << 55) - 1)
+            } else {
+                0
+            }
+        })
+        .collect()
 }
 
 /// The page frame number backing `addr` now, from /proc/self/pagemap
@@ -227,7 +249,7 @@ impl MrDomain {
             }
         };
         let pfn0 = match pin.cache_entry() {
-            Some(e) => e.pfn0,
+            Some(e) => e.pfn_at(req.iovs[0].0),
             None if self.record_pfn && len > 0 => pagemap_pfn(req.iovs[0].0),
             None => 0,
         };

@@ -245,7 +245,10 @@ impl Pinner {
             validate(iovs, access)?;
             return Ok(Pin::None);
         }
-        if let (PinMode::Uring, Some(t)) = (self.mode, &self.uring) {
+        // A forked child inherits the parent's ring fd: its pins must not
+        // land in the parent's buffer table; it holds its pages with mlock.
+        let uring = self.uring.as_ref().filter(|t| t.owned_here());
+        if let (PinMode::Uring, Some(t)) = (self.mode, uring) {
             self.acct.reserve(bytes)?;
             match t.pin(iovs) {
                 Ok(slots) => return Ok(Pin::Uring { table: t.clone(), slots, bytes, acct: self.acct.clone() }),
