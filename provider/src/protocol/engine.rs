@@ -101,6 +101,35 @@ struct Pending {
     credit: Option<Credit>,
     peer: SocketAddr,
     report: bool,
+    /// The application's buffers of the operation (source of a send or
+    /// write, destination of a read), for an owner-side push.
+    iovs: Vec<(usize, usize)>,
+}
+
+/// What a pulled transfer fills when its DATA has all arrived.
+enum PullFor {
+    Recv { p: Posted, hdr: Hdr },
+    Write { hdr: Hdr, _hold: Arc<crate::mr::registry::Region> },
+}
+
+/// A transfer the owner pushes to us because we could not reach its memory.
+struct Pull {
+    dest: Vec<(usize, usize)>,
+    total: usize,
+    got: usize,
+    what: PullFor,
+}
+
+/// A transfer we push from our own memory, chunk by chunk.
+struct Stream {
+    to: SocketAddr,
+    msg_id: u64,
+    src: Vec<(usize, usize)>,
+    off: usize,
+    total: usize,
+    /// Sent after the last chunk (the ACK of a pushed RMA read).
+    after: Option<Hdr>,
+    _hold: Option<Arc<crate::mr::registry::Region>>,
 }
 
 /// A transmit operation, decoded from the C call.
@@ -141,6 +170,8 @@ pub struct Engine {
     next_id: u64,
     outbox: VecDeque<(SocketAddr, Vec<u8>)>,
     last_check: Instant,
+    pulls: HashMap<(SocketAddr, u64), Pull>,
+    streams: VecDeque<Stream>,
 }
 
 fn total(iovs: &[(usize, usize)]) -> usize {
@@ -204,6 +235,8 @@ impl Engine {
             next_id: 1,
             outbox: VecDeque::new(),
             last_check: Instant::now(),
+            pulls: HashMap::new(),
+            streams: VecDeque::new(),
         }
     }
 
@@ -333,7 +366,16 @@ impl Engine {
             if hdr.msg_id != 0 {
                 self.pending.insert(
                     hdr.msg_id,
-                    Pending { ctx: o.ctx, kind: Kind::Send, tagged, len, credit, peer: to, report: true },
+                    Pending {
+                        ctx: o.ctx,
+                        kind: Kind::Send,
+                        tagged,
+                        len,
+                        credit,
+                        peer: to,
+                        report: true,
+                        iovs: Vec::new(),
+                    },
                 );
             } else {
                 // Injects have no CQ entry (no credit) but count (fi_cntr(3)).
@@ -348,8 +390,10 @@ impl Engine {
         hdr.msg_id = self.new_id();
         hdr.iov_count = o.iovs.len() as u16;
         self.push(to, hdr, &[&encode_iovs(&o.iovs)])?;
-        self.pending
-            .insert(hdr.msg_id, Pending { ctx: o.ctx, kind: Kind::Send, tagged, len, credit, peer: to, report: true });
+        self.pending.insert(
+            hdr.msg_id,
+            Pending { ctx: o.ctx, kind: Kind::Send, tagged, len, credit, peer: to, report: true, iovs: o.iovs },
+        );
         Ok(())
     }
 
@@ -384,8 +428,10 @@ impl Engine {
             hdr.iov_count = o.iovs.len() as u16;
             self.push(to, hdr, &[&encode_iovs(&o.iovs)])?;
         }
-        self.pending
-            .insert(hdr.msg_id, Pending { ctx: o.ctx, kind, tagged: false, len, credit, peer: to, report: true });
+        self.pending.insert(
+            hdr.msg_id,
+            Pending { ctx: o.ctx, kind, tagged: false, len, credit, peer: to, report: true, iovs: o.iovs },
+        );
         Ok(())
     }
 
@@ -498,15 +544,36 @@ impl Engine {
             // SAFETY: the application's posted receive buffers.
             unsafe { cma::scatter(&p.iovs, &u.data[..n.min(u.data.len())]) };
         } else if let Err(e) = cma::read_from(u.pid, &clip(&p.iovs, n), &u.iovs) {
+            if e.raw_os_error() == Some(libc::EFAULT) {
+                // Memory CMA cannot reach (device/PFN-mapped, secret): the
+                // sender, which owns it, pushes it through the queue.
+                tracing::debug!("pulling {n} bytes from {} (process_vm_readv: {e})", u.from);
+                let dest = clip(&p.iovs, n);
+                self.pulls.insert(
+                    (u.from, u.hdr.msg_id),
+                    Pull { dest, total: n, got: 0, what: PullFor::Recv { p, hdr: u.hdr } },
+                );
+                self.push_ctrl(u.from, Hdr { op: op::PULL, msg_id: u.hdr.msg_id, len: n as u64, ..Default::default() });
+                return;
+            }
             tracing::warn!("receiving {len} bytes from {}: process_vm_readv failed: {e}", u.from);
             status = ffi::FI_EIO;
         }
-        let tagged = u.hdr.flags & flag::TAGGED != 0;
+        self.finish_recv(p, u.hdr, u.from, status);
+    }
+
+    /// Complete a receive whose data is in place (or failed with `status`),
+    /// and answer the sender if it waits for us.
+    fn finish_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
+        let room = total(&p.iovs);
+        let len = hdr.len as usize;
+        let n = len.min(room);
+        let tagged = hdr.flags & flag::TAGGED != 0;
         let mut cflags = ffi::FI_RECV as u64 | if tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
-        if u.hdr.flags & flag::CQ_DATA != 0 {
+        if hdr.flags & flag::CQ_DATA != 0 {
             cflags |= ffi::FI_REMOTE_CQ_DATA as u64;
         }
-        let src = self.src_fi_addr(&u.from);
+        let src = self.src_fi_addr(&from);
         let buf = p.iovs.first().map_or(0, |x| x.0);
         if status == 0 && len <= room {
             self.count(C_RECV, true);
@@ -516,8 +583,8 @@ impl Engine {
                     flags: cflags,
                     len: n,
                     buf,
-                    data: u.hdr.data,
-                    tag: u.hdr.tag,
+                    data: hdr.data,
+                    tag: hdr.tag,
                     src,
                 });
             }
@@ -532,8 +599,8 @@ impl Engine {
                         flags: cflags,
                         len: n,
                         buf,
-                        data: u.hdr.data,
-                        tag: u.hdr.tag,
+                        data: hdr.data,
+                        tag: hdr.tag,
                         olen: len - n,
                         err: err as i32,
                         prov_errno: err as i32,
@@ -542,8 +609,87 @@ impl Engine {
                 }
             }
         }
-        if u.hdr.op == op::RTS || u.hdr.flags & flag::NEED_ACK != 0 {
-            self.push_ctrl(u.from, Hdr { op: op::ACK, msg_id: u.hdr.msg_id, status, ..Default::default() });
+        if hdr.op == op::RTS || hdr.flags & flag::NEED_ACK != 0 {
+            self.push_ctrl(from, Hdr { op: op::ACK, msg_id: hdr.msg_id, status, ..Default::default() });
+        }
+    }
+
+    /// The owner's side of a pull: push our own bytes of operation `msg_id`.
+    fn on_pull(&mut self, h: Hdr, from: SocketAddr) {
+        let Some(p) = self.pending.get(&h.msg_id) else {
+            tracing::warn!("pull from {from} for unknown operation {}", h.msg_id);
+            return;
+        };
+        let src = clip(&p.iovs, h.len as usize);
+        self.streams.push_back(Stream {
+            to: from,
+            msg_id: h.msg_id,
+            total: total(&src),
+            src,
+            off: 0,
+            after: None,
+            _hold: None,
+        });
+    }
+
+    /// A chunk of a pushed transfer.
+    fn on_data(&mut self, h: Hdr, from: SocketAddr, body: &[u8]) {
+        let off = h.rma_addr as usize;
+        let chunk = &body[..(h.len as usize).min(body.len())];
+        if let Some(pull) = self.pulls.get_mut(&(from, h.msg_id)) {
+            let dest = region_slice(&pull.dest, off, chunk.len());
+            // SAFETY: `dest` lies in a posted receive buffer or in a
+            // registration checked for this access and held by the pull.
+            unsafe { cma::scatter(&dest, chunk) };
+            pull.got += chunk.len();
+            if pull.got >= pull.total {
+                let pull = self.pulls.remove(&(from, h.msg_id)).expect("present above");
+                match pull.what {
+                    PullFor::Recv { p, hdr } => self.finish_recv(p, hdr, from, 0),
+                    PullFor::Write { hdr, .. } => self.rma_done(hdr, from, 0),
+                }
+            }
+        } else if let Some(p) = self.pending.get(&h.msg_id) {
+            // Our RMA read, pushed by the target.
+            let dest = region_slice(&p.iovs, off, chunk.len());
+            // SAFETY: the destination buffers of our pending read.
+            unsafe { cma::scatter(&dest, chunk) };
+        } else {
+            tracing::warn!("data from {from} for unknown transfer {}", h.msg_id);
+        }
+    }
+
+    /// Push what we can of our outgoing streams.
+    fn run_streams(&mut self) {
+        while let Some(mut st) = self.streams.pop_front() {
+            while st.off < st.total {
+                let n = (st.total - st.off).min(EAGER_MAX);
+                let mut data = Vec::with_capacity(n);
+                // SAFETY: our own buffers of a pending operation (valid until
+                // it completes) or a registration held by the stream.
+                unsafe { cma::gather(&region_slice(&st.src, st.off, n), &mut data) };
+                let hdr = Hdr {
+                    op: op::DATA,
+                    msg_id: st.msg_id,
+                    rma_addr: st.off as u64,
+                    len: n as u64,
+                    ..Default::default()
+                };
+                match self.push(st.to, hdr, &[&data]) {
+                    Ok(()) => st.off += n,
+                    Err(e) if e.code() == ffi::FI_EAGAIN => {
+                        self.streams.push_front(st);
+                        return;
+                    }
+                    Err(_) => {
+                        st.off = st.total;
+                        st.after = None;
+                    }
+                }
+            }
+            if let Some(h) = st.after.take() {
+                self.push_ctrl(st.to, h);
+            }
         }
     }
 
@@ -594,6 +740,8 @@ impl Engine {
                 }
             }
             op::WRITE | op::WRITE_INLINE | op::READ => self.rma_target(h, from, pid, body),
+            op::PULL => self.on_pull(h, from),
+            op::DATA => self.on_data(h, from, body),
             other => tracing::warn!("dropping a message of unknown kind {other} from {from}"),
         }
     }
@@ -603,7 +751,7 @@ impl Engine {
         let read = h.op == op::READ;
         let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
         let len = h.len as usize;
-        let status = match self.domain.mr.registry.check(h.rma_key, h.rma_addr, h.len, access) {
+        let g = match self.domain.mr.registry.check(h.rma_key, h.rma_addr, h.len, access) {
             Err(why) => {
                 tracing::warn!(
                     "refused remote {} from {from}: key {:#x} addr {:#x} len {len}: {why:?}",
@@ -611,46 +759,78 @@ impl Engine {
                     h.rma_key,
                     h.rma_addr
                 );
-                why.code()
+                return self.rma_done(h, from, why.code());
             }
-            Ok(g) => {
-                let local = region_slice(&g.region.iovs, g.offset, len);
-                let r = match h.op {
-                    op::WRITE_INLINE => {
-                        // SAFETY: `local` lies inside a registration the
-                        // check just granted for remote write, held by `g`.
-                        unsafe { cma::scatter(&local, &body[..len.min(body.len())]) };
-                        Ok(len)
-                    }
-                    op::WRITE => {
-                        cma::read_from(pid, &local, &decode_iovs(body, h.iov_count as usize).unwrap_or_default())
-                    }
-                    _ => cma::write_to(pid, &local, &decode_iovs(body, h.iov_count as usize).unwrap_or_default()),
-                };
-                match r {
-                    Ok(_) => {
-                        self.count(if read { C_RREAD } else { C_RWRITE }, true);
-                        if h.flags & flag::CQ_DATA != 0 {
-                            if let Some(cq) = &self.b.rx_cq {
-                                let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
-                                cq.push_unsolicited(CqEntry {
-                                    flags,
-                                    len,
-                                    data: h.data,
-                                    src: self.src_fi_addr(&from),
-                                    ..Default::default()
-                                });
-                            }
-                        }
-                        0
-                    }
-                    Err(e) => {
-                        tracing::warn!("remote access from {from}: copy failed: {e}");
-                        ffi::FI_EIO
-                    }
+            Ok(g) => g,
+        };
+        let local = region_slice(&g.region.iovs, g.offset, len);
+        let remote = || decode_iovs(body, h.iov_count as usize).unwrap_or_default();
+        let r = match h.op {
+            op::WRITE_INLINE => {
+                // SAFETY: `local` lies inside a registration the check just
+                // granted for remote write, held by `g`.
+                unsafe { cma::scatter(&local, &body[..len.min(body.len())]) };
+                Ok(len)
+            }
+            op::WRITE => cma::read_from(pid, &local, &remote()),
+            _ => cma::write_to(pid, &local, &remote()),
+        };
+        match r {
+            Ok(_) => self.rma_done(h, from, 0),
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
+                // The initiator's buffer is memory CMA cannot reach: the
+                // side that owns the data moves it through the queue.
+                tracing::debug!(
+                    "remote {} from {from} through bounce chunks ({e})",
+                    if read { "read" } else { "write" }
+                );
+                if read {
+                    self.count(C_RREAD, true);
+                    let after = (h.msg_id != 0).then_some(Hdr { op: op::ACK, msg_id: h.msg_id, ..Default::default() });
+                    self.streams.push_back(Stream {
+                        to: from,
+                        msg_id: h.msg_id,
+                        src: local,
+                        off: 0,
+                        total: len,
+                        after,
+                        _hold: Some(g.region),
+                    });
+                } else {
+                    self.pulls.insert(
+                        (from, h.msg_id),
+                        Pull { dest: local, total: len, got: 0, what: PullFor::Write { hdr: h, _hold: g.region } },
+                    );
+                    self.push_ctrl(from, Hdr { op: op::PULL, msg_id: h.msg_id, len: len as u64, ..Default::default() });
                 }
             }
-        };
+            Err(e) => {
+                tracing::warn!("remote access from {from}: copy failed: {e}");
+                self.rma_done(h, from, ffi::FI_EIO);
+            }
+        }
+    }
+
+    /// Finish a remote access at the target: count it, raise remote CQ
+    /// data, and answer the initiator.
+    fn rma_done(&mut self, h: Hdr, from: SocketAddr, status: u32) {
+        let read = h.op == op::READ;
+        if status == 0 {
+            self.count(if read { C_RREAD } else { C_RWRITE }, true);
+            if h.flags & flag::CQ_DATA != 0 {
+                if let Some(cq) = &self.b.rx_cq {
+                    let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
+                    let src = self.src_fi_addr(&from);
+                    cq.push_unsolicited(CqEntry {
+                        flags,
+                        len: h.len as usize,
+                        data: h.data,
+                        src,
+                        ..Default::default()
+                    });
+                }
+            }
+        }
         if h.msg_id != 0 {
             self.push_ctrl(from, Hdr { op: op::ACK, msg_id: h.msg_id, status, ..Default::default() });
         }
@@ -659,6 +839,7 @@ impl Engine {
     /// Run the protocol: drain our queue, resend queued ACKs, notice dead peers.
     pub fn progress(&mut self) {
         self.flush_outbox();
+        self.run_streams();
         let mut buf = Vec::with_capacity(256);
         for _ in 0..64 {
             buf.clear();

@@ -24,6 +24,13 @@ pub mod op {
     pub const WRITE_INLINE: u8 = 5;
     /// RMA read; the initiator's destination iovs follow.
     pub const READ: u8 = 6;
+    /// "I cannot reach your memory (process_vm_* said EFAULT): push it":
+    /// sent to the owner of the data, naming its operation (msg_id) and the
+    /// number of bytes wanted (len).
+    pub const PULL: u8 = 7;
+    /// A chunk of a pushed transfer: msg_id, offset in `rma_addr`, bytes
+    /// inline.
+    pub const DATA: u8 = 8;
 }
 
 /// Header flags.

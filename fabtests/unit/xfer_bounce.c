@@ -1,0 +1,190 @@
+/*
+ * Transfers from and into memory that process_vm_readv/writev cannot reach.
+ *
+ * The parent's buffers live in memfd_secret memory (unpinnable, invisible to
+ * CMA: the kernel answers EFAULT). oxmr must then move the bytes through the
+ * owner: the receiver (or RMA target) asks the process that owns the memory
+ * to push it in chunks through the shared-memory queue. Checked for a large
+ * send (RTS path), an RMA write whose source is secret memory, and an RMA
+ * read whose destination is secret memory. The child is an ordinary process
+ * with ordinary buffers. Skipped (exit 0 with a message) where memfd_secret
+ * is unavailable.
+ */
+#include "oxt.h"
+
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#ifndef SYS_memfd_secret
+#define SYS_memfd_secret 447
+#endif
+
+#define MSG (1UL << 20)
+#define RMA (64UL << 10)
+
+struct side {
+	struct oxt_env e;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	fi_addr_t peer;
+};
+
+static void setup(struct side *s, int sock)
+{
+	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
+	struct fi_av_attr aa = { .type = FI_AV_TABLE };
+	char me[64], them[64];
+	size_t len = sizeof me;
+
+	oxt_open(&s->e);
+	REQUIRE_RC(fi_cq_open(s->e.domain, &ca, &s->cq, NULL), 0);
+	REQUIRE_RC(fi_av_open(s->e.domain, &aa, &s->av, NULL), 0);
+	REQUIRE_RC(fi_endpoint(s->e.domain, s->e.info, &s->ep, NULL), 0);
+	REQUIRE_RC(fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(s->ep, &s->av->fid, 0), 0);
+	REQUIRE_RC(fi_enable(s->ep), 0);
+	REQUIRE_RC(fi_getname(&s->ep->fid, me, &len), 0);
+	REQUIRE(write(sock, me, sizeof me) == sizeof me, "socketpair write");
+	REQUIRE(read(sock, them, sizeof them) == sizeof them, "socketpair read");
+	REQUIRE_RC(fi_av_insert(s->av, them, 1, &s->peer, 0, NULL), 1);
+}
+
+/* One completion within 10 s; returns its error code (0: success). */
+static int wait_one(struct side *s, void *ctx)
+{
+	struct fi_cq_tagged_entry ent;
+	struct fi_cq_err_entry err = { 0 };
+	double until = oxt_now_ms() + 10000;
+
+	while (oxt_now_ms() < until) {
+		ssize_t n = fi_cq_read(s->cq, &ent, 1);
+		if (n == 1) {
+			EXPECT(ent.op_context == ctx, "completion for another operation");
+			return 0;
+		}
+		if (n == -FI_EAVAIL) {
+			fi_cq_readerr(s->cq, &err, 0);
+			return err.err;
+		}
+	}
+	EXPECT(0, "no completion within 10 s");
+	return -1;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(i * 7 + seed);
+}
+
+static bool same(const unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (unsigned char)(i * 7 + seed))
+			return false;
+	return true;
+}
+
+static int child(int sock)
+{
+	struct side s;
+	struct fid_mr *mr;
+	struct fi_context rctx;
+	unsigned char *rbuf = malloc(MSG), *tbuf = malloc(2 * RMA);
+	uint64_t info[2];
+	char done = 0;
+	struct fi_cq_tagged_entry ent;
+
+	setup(&s, sock);
+	fill(tbuf + RMA, RMA, 3);
+	REQUIRE_RC(fi_mr_reg(s.e.domain, tbuf, 2 * RMA, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
+	info[0] = fi_mr_key(mr);
+	/* The address peers name byte 0 with: virtual under FI_MR_VIRT_ADDR, else 0. */
+	info[1] = (s.e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)tbuf : 0;
+	REQUIRE(write(sock, info, sizeof info) == sizeof info, "socketpair write");
+	REQUIRE_RC(fi_recv(s.ep, rbuf, MSG, NULL, FI_ADDR_UNSPEC, &rctx), 0);
+	EXPECT_RC(wait_one(&s, &rctx), 0);
+	done = same(rbuf, MSG, 1) ? 'y' : 'n';
+	REQUIRE(write(sock, &done, 1) == 1, "socketpair write");
+	/* Serve the parent's RMA until it says it is done. */
+	for (;;) {
+		struct pollfd p = { .fd = sock, .events = POLLIN };
+		fi_cq_read(s.cq, &ent, 1);
+		if (poll(&p, 1, 0) == 1)
+			break;
+	}
+	REQUIRE(read(sock, &done, 1) == 1, "socketpair read");
+	done = same(tbuf, RMA, 2) ? 'y' : 'n';
+	REQUIRE(write(sock, &done, 1) == 1, "socketpair write");
+	fi_close(&mr->fid);
+	fi_close(&s.ep->fid);
+	fi_close(&s.av->fid);
+	fi_close(&s.cq->fid);
+	oxt_close(&s.e);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int sv[2], fd, status;
+	unsigned char *sec;
+	struct side s;
+	struct fi_context ctx;
+	uint64_t info[2];
+	char ok;
+	pid_t pid;
+
+	oxt_init(argv[0]);
+	(void)argc;
+	fd = (int)syscall(SYS_memfd_secret, 0);
+	if (fd < 0) {
+		printf("# skipped: memfd_secret unavailable (%s)\n", strerror(errno));
+		return 0;
+	}
+	REQUIRE(ftruncate(fd, MSG) == 0, "ftruncate secret memory");
+	sec = mmap(NULL, MSG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	REQUIRE(sec != MAP_FAILED, "mmap secret memory");
+	REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (pid == 0) {
+		close(sv[0]);
+		exit(child(sv[1]));
+	}
+	close(sv[1]);
+	setup(&s, sv[0]);
+	REQUIRE(read(sv[0], info, sizeof info) == sizeof info, "socketpair read");
+
+	OXT_GROUP("1 MiB send from secret memory reaches the peer (pushed by its owner)");
+	fill(sec, MSG, 1);
+	EXPECT_RC(fi_send(s.ep, sec, MSG, NULL, s.peer, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	REQUIRE(read(sv[0], &ok, 1) == 1, "socketpair read");
+	EXPECT(ok == 'y', "the receiver got different bytes");
+
+	OXT_GROUP("RMA write of 64 KiB whose source is secret memory");
+	fill(sec, RMA, 2);
+	EXPECT_RC(fi_write(s.ep, sec, RMA, NULL, s.peer, info[1], info[0], &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+
+	OXT_GROUP("RMA read of 64 KiB into secret memory");
+	memset(sec, 0, RMA);
+	EXPECT_RC(fi_read(s.ep, sec, RMA, NULL, s.peer, info[1] + RMA, info[0], &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT(same(sec, RMA, 3), "the read brought different bytes");
+
+	ok = 'd';
+	REQUIRE(write(sv[0], &ok, 1) == 1, "socketpair write");
+	REQUIRE(read(sv[0], &ok, 1) == 1, "socketpair read");
+	OXT_GROUP("the target holds the written bytes");
+	EXPECT(ok == 'y', "the target's region has different bytes");
+	waitpid(pid, &status, 0);
+	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status %d)", status);
+	fi_close(&s.ep->fid);
+	fi_close(&s.av->fid);
+	fi_close(&s.cq->fid);
+	oxt_close(&s.e);
+	return oxt_done();
+}
