@@ -83,10 +83,24 @@ fn cvt(r: i32) -> io::Result<i32> {
     }
 }
 
-fn pid_alive(pid: u32) -> bool {
+/// Whether a process is alive: it exists and is not a zombie (a killed
+/// process that its parent has not reaped yet answers kill(0) but will
+/// never read its queue again).
+pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks for existence and permission.
-    pid != 0
-        && (unsafe { libc::kill(pid as i32, 0) } == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    let exists = pid != 0
+        && (unsafe { libc::kill(pid as i32, 0) } == 0
+            || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
+    if !exists {
+        return false;
+    }
+    // /proc/<pid>/stat: "pid (comm) S ..."; comm may hold spaces or ')'.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(st) => {
+            !matches!(st.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()), Some('Z' | 'X'))
+        }
+        Err(_) => true,
+    }
 }
 
 fn map(fd: i32) -> io::Result<*mut u8> {
@@ -104,8 +118,14 @@ fn map(fd: i32) -> io::Result<*mut u8> {
 /// endpoints (SIGKILL, crash). Runs once per process, before the first
 /// region is created; a file is removed only when its owner pid is gone.
 pub fn reclaim_stale() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
+    // Once per process: a forked child (which inherits a "done" flag) runs
+    // it again, keyed on the pid.
+    static DONE_BY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let me = std::process::id();
+    if DONE_BY.swap(me, std::sync::atomic::Ordering::AcqRel) == me {
+        return;
+    }
+    {
         let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -124,7 +144,7 @@ pub fn reclaim_stale() {
                 let _ = std::fs::remove_file(e.path());
             }
         }
-    });
+    }
 }
 
 impl Region {
