@@ -83,7 +83,8 @@ fn tx(
     Ok(TxOp { ctx: ctx as usize, iovs: iovs?, dest, tag, data, flags })
 }
 
-const INJECT: u64 = ffi::FI_INJECT as u64;
+/// Flags of the fi_inject* calls: FI_INJECT, and no completion.
+const INJECT: u64 = ffi::FI_INJECT as u64 | crate::protocol::engine::INJECT_CALL;
 
 // ---- FI_MSG ----
 

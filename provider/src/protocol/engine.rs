@@ -37,6 +37,10 @@ use crate::objects::domain::Domain;
 use crate::shm::cma;
 use crate::shm::region::{Region, CELL_DATA};
 
+/// Marks an operation posted by an fi_inject* call (no CQ entry). A bit
+/// above every flag libfabric defines (its highest is 1 << 59).
+pub const INJECT_CALL: u64 = 1 << 63;
+
 /// Largest payload sent inline.
 pub const EAGER_MAX: usize = CELL_DATA - HDR_LEN;
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
@@ -241,7 +245,9 @@ impl Engine {
     }
 
     fn wants(&self, tx: bool, flags: u64) -> bool {
-        if flags & ffi::FI_INJECT as u64 != 0 {
+        // fi_inject* calls never complete into a CQ; FI_INJECT given to a
+        // *msg call only frees the buffer at once (fi_msg(3)).
+        if flags & INJECT_CALL != 0 {
             return false;
         }
         let (cq, sel) = if tx { (&self.b.tx_cq, self.b.tx_selective) } else { (&self.b.rx_cq, self.b.rx_selective) };
