@@ -121,6 +121,7 @@ fn lookup_bench() {
             enabled: AtomicBool::new(true),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
+            cntr: Mutex::new(None),
         }))
         .unwrap();
         keys.push((key, 0x1000_0000 + i * 0x10000));

@@ -262,6 +262,7 @@ impl MrDomain {
             enabled: AtomicBool::new(!self.mode(ffi::FI_MR_ENDPOINT)),
             pin: std::sync::Mutex::new(pin),
             pfn0,
+            cntr: std::sync::Mutex::new(None),
         });
         self.registry
             .insert(region.clone())

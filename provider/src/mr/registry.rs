@@ -44,6 +44,8 @@ pub struct Region {
     pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
     pub pfn0: u64,
+    /// Counter bound with fi_mr_bind, and the remote accesses it counts.
+    pub cntr: Mutex<Option<(std::sync::Weak<crate::objects::cntr::Cntr>, u64)>>,
 }
 
 /// Why a remote access was refused.
@@ -217,6 +219,7 @@ pub(crate) mod tests {
             enabled: AtomicBool::new(true),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
+            cntr: Mutex::new(None),
         })
     }
 

@@ -42,15 +42,24 @@ impl Cntr {
         })
     }
 
+    fn drive(&self) {
+        if self.progress.is_empty() {
+            // Bound to MRs only (remote-access events): drive the domain.
+            self.domain.progress.run();
+        } else {
+            self.progress.run();
+        }
+    }
+
     /// fi_cntr_read (drives manual progress first).
     pub fn read(&self) -> u64 {
-        self.progress.run();
+        self.drive();
         self.value.load(Ordering::Acquire)
     }
 
     /// fi_cntr_readerr (drives manual progress first).
     pub fn readerr(&self) -> u64 {
-        self.progress.run();
+        self.drive();
         self.errors.load(Ordering::Acquire)
     }
 

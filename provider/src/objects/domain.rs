@@ -27,6 +27,9 @@ pub struct Domain {
     pub mr_mode: i32,
     /// Registrations: keys, pins, accounting.
     pub mr: MrDomain,
+    /// Every enabled endpoint of the domain (a counter bound to an MR has no
+    /// endpoint of its own to drive).
+    pub progress: super::progress::ProgressList,
 }
 
 impl Domain {
@@ -62,6 +65,7 @@ impl Domain {
             av_type: d.av_type,
             mr_mode,
             mr: MrDomain::new(mr_mode, pinner, cfg.cache),
+            progress: Default::default(),
             info,
         })
     }

@@ -308,6 +308,7 @@ impl Ep {
         for c in s.cntrs.iter().flatten() {
             c.progress.attach(Arc::downgrade(self));
         }
+        self.domain.progress.attach(Arc::downgrade(self));
         drop(s);
         *eng = Some(Engine::new(region, name, self.domain.clone(), b));
         Ok(())

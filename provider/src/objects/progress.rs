@@ -16,6 +16,11 @@ impl ProgressList {
         v.push(ep);
     }
 
+    /// Whether no endpoint was ever attached.
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
     /// Progress every attached endpoint that is still open.
     pub fn run(&self) {
         let eps: Vec<_> = {

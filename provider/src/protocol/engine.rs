@@ -652,7 +652,7 @@ impl Engine {
                 let pull = self.pulls.remove(&(from, h.msg_id)).expect("present above");
                 match pull.what {
                     PullFor::Recv { p, hdr } => self.finish_recv(p, hdr, from, 0),
-                    PullFor::Write { hdr, .. } => self.rma_done(hdr, from, 0),
+                    PullFor::Write { hdr, _hold } => self.rma_done(hdr, from, 0, Some(&_hold)),
                 }
             }
         } else if let Some(p) = self.pending.get(&h.msg_id) {
@@ -765,7 +765,7 @@ impl Engine {
                     h.rma_key,
                     h.rma_addr
                 );
-                return self.rma_done(h, from, why.code());
+                return self.rma_done(h, from, why.code(), None);
             }
             Ok(g) => g,
         };
@@ -782,7 +782,7 @@ impl Engine {
             _ => cma::write_to(pid, &local, &remote()),
         };
         match r {
-            Ok(_) => self.rma_done(h, from, 0),
+            Ok(_) => self.rma_done(h, from, 0, Some(&g.region)),
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
                 // The initiator's buffer is memory CMA cannot reach: the
                 // side that owns the data moves it through the queue.
@@ -812,17 +812,29 @@ impl Engine {
             }
             Err(e) => {
                 tracing::warn!("remote access from {from}: copy failed: {e}");
-                self.rma_done(h, from, ffi::FI_EIO);
+                self.rma_done(h, from, ffi::FI_EIO, None);
             }
         }
     }
 
     /// Finish a remote access at the target: count it, raise remote CQ
     /// data, and answer the initiator.
-    fn rma_done(&mut self, h: Hdr, from: SocketAddr, status: u32) {
+    fn rma_done(&mut self, h: Hdr, from: SocketAddr, status: u32, region: Option<&crate::mr::registry::Region>) {
         let read = h.op == op::READ;
         if status == 0 {
             self.count(if read { C_RREAD } else { C_RWRITE }, true);
+            // A counter bound to the MR itself (fi_mr_bind, FI_RMA_EVENT).
+            let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
+            if let Some(r) = region {
+                let bound = r.cntr.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Some((c, flags)) = bound {
+                    if flags & access != 0 {
+                        if let Some(c) = c.upgrade() {
+                            c.add(1);
+                        }
+                    }
+                }
+            }
             if h.flags & flag::CQ_DATA != 0 {
                 if let Some(cq) = &self.b.rx_cq {
                     let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
