@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 out=include/rdma/fi_ext_oxmr.h
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
-cbindgen --quiet --config cbindgen.toml --output "$tmp" provider/src/ext.rs
+cbindgen --quiet --config cbindgen.toml --crate oxmr --output "$tmp"
 if [ "${1:-}" = "--check" ]; then
     if ! diff -u "$out" "$tmp"; then
         echo "ci/header.sh: $out is stale; run 'bash ci/header.sh' and commit it" >&2

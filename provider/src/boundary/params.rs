@@ -17,7 +17,7 @@ pub struct ParamDef {
 
 /// Every variable oxmr reads. The README's variable table lists the same
 /// names (a test checks it).
-pub const PARAMS: &[ParamDef] = &[
+pub(crate) const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"iface",
         kind: ffi::FI_PARAM_STRING,

@@ -10,7 +10,7 @@ use crate::info::{addr, getinfo};
 use crate::objects::fabric::Fabric;
 
 /// The provider name (`FI_PROVIDER=oxmr`).
-pub const NAME: &std::ffi::CStr = c"oxmr";
+pub(crate) const NAME: &std::ffi::CStr = c"oxmr";
 
 /// `struct fi_provider`, in mutable static storage: the core writes its
 /// bookkeeping into `context`.

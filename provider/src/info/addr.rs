@@ -10,9 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 use oxmr_ffi as ffi;
 
 /// `sizeof(struct sockaddr_in)`.
-pub const SOCKADDR_IN_LEN: usize = 16;
+pub(crate) const SOCKADDR_IN_LEN: usize = 16;
 /// `sizeof(struct sockaddr_in6)`.
-pub const SOCKADDR_IN6_LEN: usize = 28;
+pub(crate) const SOCKADDR_IN6_LEN: usize = 28;
 
 const AF_INET: u16 = libc::AF_INET as u16;
 const AF_INET6: u16 = libc::AF_INET6 as u16;

@@ -12,7 +12,7 @@ const fn b(x: u32) -> u64 {
 
 /// Capabilities a returned info takes from the hints when they are asked
 /// (libfabric's "primary" capabilities).
-pub const PRIMARY_CAPS: u64 = b(ffi::FI_MSG)
+pub(crate) const PRIMARY_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_RMA)
     | b(ffi::FI_TAGGED)
     | b(ffi::FI_ATOMIC)
@@ -30,7 +30,7 @@ pub const PRIMARY_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_COLLECTIVE);
 
 /// Capabilities oxmr adds to every answer that it supports ("secondary").
-pub const SECONDARY_CAPS: u64 = ffi::FI_MULTI_RECV as u64
+pub(crate) const SECONDARY_CAPS: u64 = ffi::FI_MULTI_RECV as u64
     | ffi::FI_SOURCE as u64
     | ffi::FI_RMA_EVENT as u64
     | ffi::FI_SHARED_AV as u64
@@ -42,7 +42,7 @@ pub const SECONDARY_CAPS: u64 = ffi::FI_MULTI_RECV as u64
     | ffi::FI_RMA_PMEM as u64;
 
 /// Capabilities that concern the transmit side.
-pub const TX_CAPS: u64 = b(ffi::FI_MSG)
+pub(crate) const TX_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_RMA)
     | b(ffi::FI_TAGGED)
     | b(ffi::FI_ATOMIC)
@@ -58,7 +58,7 @@ pub const TX_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_COLLECTIVE);
 
 /// Capabilities that concern the receive side.
-pub const RX_CAPS: u64 = b(ffi::FI_MSG)
+pub(crate) const RX_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_RMA)
     | b(ffi::FI_TAGGED)
     | b(ffi::FI_ATOMIC)
@@ -75,10 +75,10 @@ pub const RX_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_COLLECTIVE);
 
 /// Domain-level capabilities.
-pub const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_COMM as u64;
+pub(crate) const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_COMM as u64;
 
 /// What an RDM endpoint of oxmr can do.
-pub const RDM_CAPS: u64 = b(ffi::FI_MSG)
+pub(crate) const RDM_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_TAGGED)
     | b(ffi::FI_RMA)
     | b(ffi::FI_SEND)
@@ -93,7 +93,7 @@ pub const RDM_CAPS: u64 = b(ffi::FI_MSG)
     | DOMAIN_CAPS;
 
 /// What a MSG (connected) endpoint of oxmr can do.
-pub const MSG_CAPS: u64 = b(ffi::FI_MSG)
+pub(crate) const MSG_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_RMA)
     | b(ffi::FI_SEND)
     | b(ffi::FI_RECV)
@@ -105,7 +105,7 @@ pub const MSG_CAPS: u64 = b(ffi::FI_MSG)
     | DOMAIN_CAPS;
 
 /// Transmit op flags an application may set as defaults.
-pub const TX_OP_FLAGS: u64 = ffi::FI_INJECT as u64
+pub(crate) const TX_OP_FLAGS: u64 = ffi::FI_INJECT as u64
     | ffi::FI_COMPLETION as u64
     | ffi::FI_INJECT_COMPLETE as u64
     | ffi::FI_TRANSMIT_COMPLETE as u64
@@ -113,13 +113,13 @@ pub const TX_OP_FLAGS: u64 = ffi::FI_INJECT as u64
 
 /// Receive op flags an application may set as defaults (FI_MULTI_RECV
 /// joins when multi-receive buffers are implemented).
-pub const RX_OP_FLAGS: u64 = ffi::FI_COMPLETION as u64;
+pub(crate) const RX_OP_FLAGS: u64 = ffi::FI_COMPLETION as u64;
 
 /// Message ordering oxmr guarantees: send-after-send only, for now.
-pub const MSG_ORDER: u64 = ffi::FI_ORDER_SAS as u64;
+pub(crate) const MSG_ORDER: u64 = ffi::FI_ORDER_SAS as u64;
 
 /// mr_mode bits oxmr can honour when an application allows them.
-pub const MR_MODES: i32 = (ffi::FI_MR_LOCAL
+pub(crate) const MR_MODES: i32 = (ffi::FI_MR_LOCAL
     | ffi::FI_MR_VIRT_ADDR
     | ffi::FI_MR_ALLOCATED
     | ffi::FI_MR_PROV_KEY
@@ -127,34 +127,34 @@ pub const MR_MODES: i32 = (ffi::FI_MR_LOCAL
     | ffi::FI_MR_MMU_NOTIFY) as i32;
 
 /// The three bits FI_MR_BASIC stands for.
-pub const MR_BASIC_MAP: i32 = (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_PROV_KEY) as i32;
+pub(crate) const MR_BASIC_MAP: i32 = (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_PROV_KEY) as i32;
 
 /// `FI_TAG_GENERIC` from fi_endpoint(3): any 64-bit tag.
-pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
+pub(crate) const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 
 /// Largest inline (inject) payload.
-pub const INJECT_SIZE: usize = 4096;
+pub(crate) const INJECT_SIZE: usize = 4096;
 /// Default and largest transmit/receive queue depth.
-pub const QUEUE_SIZE: usize = 1024;
+pub(crate) const QUEUE_SIZE: usize = 1024;
 /// Largest iov count per operation.
-pub const IOV_LIMIT: usize = 4;
+pub(crate) const IOV_LIMIT: usize = 4;
 /// Largest rma_iov count per RMA operation.
-pub const RMA_IOV_LIMIT: usize = 1;
+pub(crate) const RMA_IOV_LIMIT: usize = 1;
 /// Largest iov count per registration.
-pub const MR_IOV_LIMIT: usize = 8;
+pub(crate) const MR_IOV_LIMIT: usize = 8;
 /// Bytes of remote CQ data.
-pub const CQ_DATA_SIZE: usize = 8;
+pub(crate) const CQ_DATA_SIZE: usize = 8;
 /// Per-domain object limits.
-pub const OBJ_LIMIT: usize = 256;
+pub(crate) const OBJ_LIMIT: usize = 256;
 /// Registrations per domain.
-pub const MR_CNT: usize = 1 << 16;
+pub(crate) const MR_CNT: usize = 1 << 16;
 /// Largest CM data carried by connect/accept/reject on MSG endpoints.
-pub const CM_DATA_SIZE: usize = 256;
+pub(crate) const CM_DATA_SIZE: usize = 256;
 /// oxmr's protocol version on the wire.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub(crate) const PROTOCOL_VERSION: u32 = 1;
 
 /// oxmr's own version as `FI_VERSION(major, minor)`, from Cargo.toml.
-pub const PROVIDER_VERSION: u32 = {
+pub(crate) const PROVIDER_VERSION: u32 = {
     const fn parse(s: &str) -> u32 {
         let b = s.as_bytes();
         let mut i = 0;

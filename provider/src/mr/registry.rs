@@ -23,7 +23,7 @@ use oxmr_ffi as ffi;
 use super::pin::Pin;
 
 /// Access bits a registration may carry.
-pub const ACCESS_BITS: u64 =
+pub(crate) const ACCESS_BITS: u64 =
     (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64
         | ffi::FI_COLLECTIVE as u64;
 

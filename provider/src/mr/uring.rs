@@ -20,9 +20,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
 /// Largest buffer one slot can hold (io_buffer_validate: SZ_1G).
-pub const SLOT_MAX: usize = 1 << 30;
+pub(crate) const SLOT_MAX: usize = 1 << 30;
 /// Slots in a domain's table (IORING_MAX_REG_BUFFERS).
-pub const TABLE_SLOTS: u32 = 1 << 14;
+pub(crate) const TABLE_SLOTS: u32 = 1 << 14;
 
 const IORING_REGISTER_BUFFERS2: u32 = 15;
 const IORING_REGISTER_BUFFERS_UPDATE: u32 = 16;

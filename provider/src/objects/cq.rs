@@ -87,7 +87,7 @@ impl CqFormat {
 }
 
 /// Default depth when the application asks for size 0.
-pub const DEFAULT_SIZE: usize = 1024;
+pub(crate) const DEFAULT_SIZE: usize = 1024;
 
 /// A completion queue.
 #[repr(C)]

@@ -25,7 +25,7 @@ use crate::protocol::engine::{Bindings, Engine};
 use crate::shm::region::Region;
 
 /// Counter bindings, by the event they count.
-pub const CNTR_FLAGS: [u64; 6] = [
+pub(crate) const CNTR_FLAGS: [u64; 6] = [
     ffi::FI_SEND as u64,
     ffi::FI_RECV as u64,
     ffi::FI_READ as u64,
@@ -66,7 +66,7 @@ pub struct Ep {
 }
 
 /// Default FI_OPT_MIN_MULTI_RECV (bytes left before a multi-recv buffer is released).
-pub const DEFAULT_MIN_MULTI_RECV: usize = 64;
+pub(crate) const DEFAULT_MIN_MULTI_RECV: usize = 64;
 
 fn listen(at: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
     let l = TcpListener::bind(at).map_err(|e| match e.kind() {

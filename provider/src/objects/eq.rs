@@ -18,7 +18,7 @@ use crate::boundary::{Error, Result};
 use crate::fail;
 
 /// Default depth when the application asks for size 0.
-pub const DEFAULT_SIZE: usize = 1024;
+pub(crate) const DEFAULT_SIZE: usize = 1024;
 
 /// An error event (`struct fi_eq_err_entry` without err_data).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

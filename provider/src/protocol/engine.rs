@@ -39,10 +39,10 @@ use crate::shm::region::{Region, CELL_DATA};
 
 /// Marks an operation posted by an fi_inject* call (no CQ entry). A bit
 /// above every flag libfabric defines (its highest is 1 << 59).
-pub const INJECT_CALL: u64 = 1 << 63;
+pub(crate) const INJECT_CALL: u64 = 1 << 63;
 
 /// Largest payload sent inline.
-pub const EAGER_MAX: usize = CELL_DATA - HDR_LEN;
+pub(crate) const EAGER_MAX: usize = CELL_DATA - HDR_LEN;
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 
 /// Counter slots, as `objects::ep::CNTR_FLAGS`.

@@ -8,36 +8,36 @@
 pub mod engine;
 
 /// Bytes of the fixed message header.
-pub const HDR_LEN: usize = 96;
+pub(crate) const HDR_LEN: usize = 96;
 
 /// Message kinds.
 pub mod op {
     /// Payload inline (send / tagged send).
-    pub const EAGER: u8 = 1;
+    pub(crate) const EAGER: u8 = 1;
     /// Request to send: payload stays in the sender; iovs follow.
-    pub const RTS: u8 = 2;
+    pub(crate) const RTS: u8 = 2;
     /// Answer to RTS, RMA, or an eager send that asked for one.
-    pub const ACK: u8 = 3;
+    pub(crate) const ACK: u8 = 3;
     /// RMA write; the initiator's iovs follow (the target copies).
-    pub const WRITE: u8 = 4;
+    pub(crate) const WRITE: u8 = 4;
     /// RMA write with the data inline.
-    pub const WRITE_INLINE: u8 = 5;
+    pub(crate) const WRITE_INLINE: u8 = 5;
     /// RMA read; the initiator's destination iovs follow.
-    pub const READ: u8 = 6;
+    pub(crate) const READ: u8 = 6;
     /// "I cannot reach your memory (process_vm_* said EFAULT): push it":
     /// sent to the owner of the data, naming its operation (msg_id) and the
     /// number of bytes wanted (len).
-    pub const PULL: u8 = 7;
+    pub(crate) const PULL: u8 = 7;
     /// A chunk of a pushed transfer: msg_id, offset in `rma_addr`, bytes
     /// inline.
-    pub const DATA: u8 = 8;
+    pub(crate) const DATA: u8 = 8;
 }
 
 /// Header flags.
 pub mod flag {
-    pub const TAGGED: u8 = 1;
-    pub const CQ_DATA: u8 = 2;
-    pub const NEED_ACK: u8 = 4;
+    pub(crate) const TAGGED: u8 = 1;
+    pub(crate) const CQ_DATA: u8 = 2;
+    pub(crate) const NEED_ACK: u8 = 4;
 }
 
 /// The fixed header (little-endian on the wire).

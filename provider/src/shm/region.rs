@@ -24,9 +24,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Cells in an endpoint's queue.
-pub const CELLS: usize = 256;
+pub(crate) const CELLS: usize = 256;
 /// Bytes of one cell's payload (message header included).
-pub const CELL_DATA: usize = 8192 - 16;
+pub(crate) const CELL_DATA: usize = 8192 - 16;
 
 const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 const VERSION: u32 = 1;
@@ -55,7 +55,7 @@ struct Cell {
 const HDR: usize = size_of::<Header>();
 const CELLS_AT: usize = HDR.next_multiple_of(64);
 /// Total bytes of a region.
-pub const REGION_SIZE: usize = CELLS_AT + CELLS * size_of::<Cell>();
+pub(crate) const REGION_SIZE: usize = CELLS_AT + CELLS * size_of::<Cell>();
 
 /// The file name of an endpoint's region.
 pub fn path_for(addr: &SocketAddr) -> String {
