@@ -259,7 +259,7 @@ impl Cq {
     /// `fi_cq_signal`: wake one blocked (or the next) sread.
     pub fn signal(&self) {
         self.signaled.store(true, Ordering::Release);
-        self.waiter.notify();
+        self.waiter.signal();
     }
 
     /// The pollable fd (`FI_GETWAIT`), if the wait object has one.

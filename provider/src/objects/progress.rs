@@ -23,12 +23,13 @@ impl ProgressList {
 
     /// Progress every attached endpoint that is still open.
     pub fn run(&self) {
-        let eps: Vec<_> = {
-            let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            v.iter().filter_map(Weak::upgrade).collect()
-        };
-        for ep in eps {
-            ep.progress();
+        // Under the list lock: progress never attaches (only fi_enable
+        // does), so this cannot deadlock, and it allocates nothing.
+        let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for w in v.iter() {
+            if let Some(ep) = w.upgrade() {
+                ep.progress();
+            }
         }
     }
 }

@@ -19,6 +19,13 @@ use crate::sys::WaitFd;
 pub struct Waiter {
     fd: Option<WaitFd>,
     yields: bool,
+    /// Whether the next notification must write the eventfd. Cleared by a
+    /// notification, set again when the fd is cleared (fi_trywait, or a
+    /// blocking call about to sleep): between the two the fd is already
+    /// readable, so further writes (a system call per completion) are
+    /// skipped. Applications that sleep on the fd call fi_trywait first, as
+    /// fi_trywait(3) requires.
+    armed: std::sync::atomic::AtomicBool,
 }
 
 /// The deadline for a libfabric timeout in milliseconds (negative: none).
@@ -30,12 +37,12 @@ impl Waiter {
     /// Decode `wait_obj` from an attr.
     pub fn new(wait_obj: u32) -> Result<Self> {
         match wait_obj {
-            ffi::FI_WAIT_NONE => Ok(Waiter { fd: None, yields: false }),
-            ffi::FI_WAIT_YIELD => Ok(Waiter { fd: None, yields: true }),
+            ffi::FI_WAIT_NONE => Ok(Waiter { fd: None, yields: false, armed: true.into() }),
+            ffi::FI_WAIT_YIELD => Ok(Waiter { fd: None, yields: true, armed: true.into() }),
             ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_FD => {
                 let fd = WaitFd::new()
                     .map_err(|e| fail!(ffi::FI_EMFILE, "cannot create a wait fd: {e}; raise the open-files limit (ulimit -n)"))?;
-                Ok(Waiter { fd: Some(fd), yields: false })
+                Ok(Waiter { fd: Some(fd), yields: false, armed: true.into() })
             }
             ffi::FI_WAIT_SET | ffi::FI_WAIT_MUTEX_COND => Err(fail!(
                 ffi::FI_ENOSYS,
@@ -53,14 +60,26 @@ impl Waiter {
     /// Something became ready: wake waiters and make the fd readable.
     pub fn notify(&self) {
         if let Some(w) = &self.fd {
+            if self.armed.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                w.notify();
+            }
+        }
+    }
+
+    /// Wake waiters unconditionally (fi_cq_signal).
+    pub fn signal(&self) {
+        if let Some(w) = &self.fd {
+            self.armed.store(false, std::sync::atomic::Ordering::Release);
             w.notify();
         }
     }
 
-    /// Nothing is ready any more: make the fd unreadable (fi_trywait).
+    /// Nothing is ready any more: make the fd unreadable (fi_trywait) and
+    /// let the next notification write it again.
     pub fn clear(&self) {
         if let Some(w) = &self.fd {
             w.clear();
+            self.armed.store(true, std::sync::atomic::Ordering::Release);
         }
     }
 
@@ -95,9 +114,9 @@ impl Waiter {
                 continue;
             }
             if let Some(w) = &self.fd {
-                // Clear before re-checking, so a notify that lands between
-                // the check and the poll is not lost.
-                w.clear();
+                // Clear (and re-arm) before re-checking, so a notify that
+                // lands between the check and the poll is not lost.
+                self.clear();
                 if ready() {
                     return true;
                 }
