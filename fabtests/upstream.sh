@@ -17,7 +17,8 @@ export FI_PROVIDER_PATH=$prov
 here=$(cd "$(dirname "$0")" && pwd)
 
 if [ "$set_" = quick ]; then
-    exec "$bin/runfabtests.sh" -p "$bin/" -t quick -R -e "$here/test_configs/oxmr/oxmr.exclude" \
+    # v1.17's runfabtests.sh takes an exclude *file* with -f (-e takes patterns).
+    exec "$bin/runfabtests.sh" -p "$bin/" -t quick -T 120 -f "$here/test_configs/oxmr/oxmr.exclude" \
         -s 127.0.0.1 -c 127.0.0.1 oxmr
 fi
 
