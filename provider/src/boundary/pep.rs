@@ -4,7 +4,11 @@ use std::ffi::c_void;
 
 use oxmr_ffi as ffi;
 
-use super::ep::{get_name, put_name, put_usize};
+// The slots a passive endpoint shares with an active one (all -FI_ENOSYS).
+use super::ep::{
+    accept, connect, get_name, join, listen, put_name, put_usize, reject, rx_ctx, rx_size_left, shutdown, tx_ctx,
+    tx_size_left,
+};
 use super::fid::{self, borrow, fid_header, Header};
 use super::{common, guard_int};
 use crate::fail;
@@ -116,14 +120,4 @@ unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut u
     })
 }
 
-crate::enosys!(tx_ctx, "fi_tx_context", (sep: *mut ffi::fid_ep, index: i32, attr: *mut ffi::fi_tx_attr, tx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
-crate::enosys!(rx_ctx, "fi_rx_context", (sep: *mut ffi::fid_ep, index: i32, attr: *mut ffi::fi_rx_attr, rx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
-crate::enosys!(rx_size_left, "fi_rx_size_left", (ep: *mut ffi::fid_ep) -> isize);
-crate::enosys!(tx_size_left, "fi_tx_size_left", (ep: *mut ffi::fid_ep) -> isize);
 crate::enosys!(getpeer, "fi_getpeer", (ep: *mut ffi::fid_ep, addr: *mut c_void, addrlen: *mut usize) -> i32);
-crate::enosys!(connect, "fi_connect", (ep: *mut ffi::fid_ep, addr: *const c_void, param: *const c_void, paramlen: usize) -> i32);
-crate::enosys!(listen, "fi_listen", (pep: *mut ffi::fid_pep) -> i32);
-crate::enosys!(accept, "fi_accept", (ep: *mut ffi::fid_ep, param: *const c_void, paramlen: usize) -> i32);
-crate::enosys!(reject, "fi_reject", (pep: *mut ffi::fid_pep, handle: ffi::fid_t, param: *const c_void, paramlen: usize) -> i32);
-crate::enosys!(shutdown, "fi_shutdown", (ep: *mut ffi::fid_ep, flags: u64) -> i32);
-crate::enosys!(join, "fi_join", (ep: *mut ffi::fid_ep, addr: *const c_void, flags: u64, mc: *mut *mut ffi::fid_mc, context: *mut c_void) -> i32);

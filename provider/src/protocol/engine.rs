@@ -97,6 +97,17 @@ enum Kind {
     Read,
 }
 
+impl Kind {
+    /// Completion flags of a transmit operation, and its counter slot.
+    fn flags_and_counter(self, tagged: bool) -> (u64, usize) {
+        match self {
+            Kind::Send => (ffi::FI_SEND as u64 | if tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64, C_SEND),
+            Kind::Write => ((ffi::FI_RMA | ffi::FI_WRITE) as u64, C_WRITE),
+            Kind::Read => ((ffi::FI_RMA | ffi::FI_READ) as u64, C_READ),
+        }
+    }
+}
+
 struct Pending {
     ctx: usize,
     kind: Kind,
@@ -492,11 +503,7 @@ impl Engine {
     }
 
     fn complete_tx(&self, ctx: usize, kind: Kind, tagged: bool, len: usize, credit: Option<Credit>, report: bool) {
-        let (cflags, slot) = match kind {
-            Kind::Send => (ffi::FI_SEND as u64 | if tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64, C_SEND),
-            Kind::Write => ((ffi::FI_RMA | ffi::FI_WRITE) as u64, C_WRITE),
-            Kind::Read => ((ffi::FI_RMA | ffi::FI_READ) as u64, C_READ),
-        };
+        let (cflags, slot) = kind.flags_and_counter(tagged);
         if report {
             self.count(slot, true);
         }
@@ -512,11 +519,7 @@ impl Engine {
     }
 
     fn fail_tx(&self, p: Pending, code: u32) {
-        let (cflags, slot) = match p.kind {
-            Kind::Send => (ffi::FI_SEND as u64 | if p.tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64, C_SEND),
-            Kind::Write => ((ffi::FI_RMA | ffi::FI_WRITE) as u64, C_WRITE),
-            Kind::Read => ((ffi::FI_RMA | ffi::FI_READ) as u64, C_READ),
-        };
+        let (cflags, slot) = p.kind.flags_and_counter(p.tagged);
         if p.report {
             self.count(slot, false);
         }
