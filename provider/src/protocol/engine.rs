@@ -187,6 +187,8 @@ pub struct Engine {
     last_check: Instant,
     pulls: HashMap<(SocketAddr, u64), Pull>,
     streams: VecDeque<Stream>,
+    /// Where popped messages are copied (reused: no allocation per message).
+    scratch: Vec<u8>,
 }
 
 fn total(iovs: &[(usize, usize)]) -> usize {
@@ -252,6 +254,7 @@ impl Engine {
             last_check: Instant::now(),
             pulls: HashMap::new(),
             streams: VecDeque::new(),
+            scratch: Vec::with_capacity(CELL_DATA),
         }
     }
 
@@ -310,9 +313,16 @@ impl Engine {
         hdr.name = self.name;
         let p = self.peer(to)?;
         let h = hdr.encode();
-        let mut parts: Vec<&[u8]> = vec![&h];
-        parts.extend_from_slice(body);
-        match p.region.push(&parts) {
+        let r = match body {
+            [] => p.region.push(&[&h]),
+            [b] => p.region.push(&[&h, b]),
+            _ => {
+                let mut parts: Vec<&[u8]> = vec![&h];
+                parts.extend_from_slice(body);
+                p.region.push(&parts)
+            }
+        };
+        match r {
             Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Err(Error::quiet(ffi::FI_EAGAIN)),
             Err(e) => Err(fail!(ffi::FI_EIO, "push to {to}: {e}")),
@@ -372,14 +382,21 @@ impl Engine {
         let delivery = flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0;
         if len <= EAGER_MAX {
             hdr.op = op::EAGER;
-            let mut data = Vec::with_capacity(len);
-            // SAFETY: the application's send buffers, valid for this call.
-            unsafe { cma::gather(&o.iovs, &mut data) };
+            let mut data = Vec::new();
+            let body: &[u8] = match o.iovs.as_slice() {
+                // SAFETY: the application's send buffer, valid for this call.
+                [one] => unsafe { cma::view(*one) },
+                many => {
+                    // SAFETY: as above, for every iov.
+                    unsafe { cma::gather(many, &mut data) };
+                    &data
+                }
+            };
             if delivery && credit.is_some() {
                 hdr.flags |= flag::NEED_ACK;
                 hdr.msg_id = self.new_id();
             }
-            self.push(to, hdr, &[&data])?;
+            self.push(to, hdr, &[body])?;
             if hdr.msg_id != 0 {
                 self.pending.insert(
                     hdr.msg_id,
@@ -717,13 +734,25 @@ impl Engine {
         match h.op {
             op::EAGER | op::RTS => {
                 let tagged = h.flags & flag::TAGGED != 0;
+                let q = tagged as usize;
+                if h.op == op::EAGER {
+                    // The common case: a receive is waiting; copy straight
+                    // from the queue's copy into it.
+                    if let Some(i) = self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
+                        let p = self.posted[q].remove(i).expect("position is in range");
+                        let n = (h.len as usize).min(total(&p.iovs)).min(body.len());
+                        // SAFETY: the application's posted receive buffers.
+                        unsafe { cma::scatter(&p.iovs, &body[..n]) };
+                        self.finish_recv(p, h, from, 0);
+                        return;
+                    }
+                }
                 let (data, iovs) = if h.op == op::EAGER {
                     (body[..(h.len as usize).min(body.len())].to_vec(), Vec::new())
                 } else {
                     (Vec::new(), decode_iovs(body, h.iov_count as usize).unwrap_or_default())
                 };
                 let u = Unexpected { hdr: h, from, pid, data, iovs };
-                let q = tagged as usize;
                 match self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
                     Some(i) => {
                         let p = self.posted[q].remove(i).expect("position is in range");
@@ -861,16 +890,15 @@ impl Engine {
     pub fn progress(&mut self) {
         self.flush_outbox();
         self.run_streams();
-        let mut buf = Vec::with_capacity(256);
+        let mut buf = std::mem::take(&mut self.scratch);
         for _ in 0..64 {
             buf.clear();
             if !self.rx.pop(|b| buf.extend_from_slice(b)) {
                 break;
             }
-            let msg = std::mem::take(&mut buf);
-            self.on_message(&msg);
-            buf = msg;
+            self.on_message(&buf);
         }
+        self.scratch = buf;
         if self.last_check.elapsed() >= LIVENESS_EVERY {
             self.last_check = Instant::now();
             self.reap_dead_peers();

@@ -115,3 +115,16 @@ pub unsafe fn gather(src: &[(usize, usize)], out: &mut Vec<u8>) {
         }
     }
 }
+
+/// Our own buffer as a slice.
+///
+/// # Safety
+/// `(addr, len)` is readable memory of this process for the lifetime the
+/// caller uses the slice (an application buffer during the call).
+pub unsafe fn view<'a>((addr, len): (usize, usize)) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: caller's contract.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+}
