@@ -385,6 +385,30 @@ static inline struct fi_info *oxt_getinfo_local(enum fi_ep_type type)
 	return info;
 }
 
+/* A "Key:   N kB" line of /proc/self/status, in kB; -1 if absent. */
+static inline long oxt_status_kb(const char *key)
+{
+	char line[256];
+	size_t n = strlen(key);
+	long v = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f)) {
+		if (!strncmp(line, key, n) && line[n] == ':') {
+			v = strtol(line + n + 1, NULL, 10);
+			break;
+		}
+	}
+	fclose(f);
+	return v;
+}
+
+/* Pages pinned (FOLL_PIN) and locked (mlock) by this process, in kB. */
+static inline long vm_pin(void) { return oxt_status_kb("VmPin"); }
+static inline long vm_lck(void) { return oxt_status_kb("VmLck"); }
+
 /* A fabric and domain opened over one info. */
 struct oxt_env {
 	struct fi_info *info;

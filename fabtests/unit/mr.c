@@ -61,28 +61,6 @@ static uint32_t class_expected(void)
 
 /* ------------------------------------------------------- kernel counters */
 
-/* A "Key:   N kB" line of /proc/self/status, in kB; -1 if absent. */
-static long status_kb(const char *key)
-{
-	char line[256];
-	size_t n = strlen(key);
-	long v = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof line, f)) {
-		if (!strncmp(line, key, n) && line[n] == ':') {
-			v = strtol(line + n + 1, NULL, 10);
-			break;
-		}
-	}
-	fclose(f);
-	return v;
-}
-
-static long vm_pin(void) { return status_kb("VmPin"); }
-static long vm_lck(void) { return status_kb("VmLck"); }
 
 /*
  * Expect the kernel to hold `kb` more than (pin0, lck0) in the way the pin

@@ -163,27 +163,6 @@ static void mr_close_at(const char *file, int line, struct fid_mr **mr)
 
 /* ------------------------------------------------------- kernel counters */
 
-static long status_kb(const char *key)
-{
-	char line[256];
-	size_t n = strlen(key);
-	long v = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof line, f)) {
-		if (!strncmp(line, key, n) && line[n] == ':') {
-			v = strtol(line + n + 1, NULL, 10);
-			break;
-		}
-	}
-	fclose(f);
-	return v;
-}
-
-static long vm_pin(void) { return status_kb("VmPin"); }
-static long vm_lck(void) { return status_kb("VmLck"); }
 
 static void vmpin_at(const char *file, int line, const char *what, long base,
 		     long kb)
