@@ -174,26 +174,17 @@ impl Cache {
         }
     }
 
-    /// Apply the monitor's log; returns whether an event since `since`
-    /// touched [a, a+len).
-    fn sync(&self, s: &mut State, watch: Option<(u64, usize, usize)>) -> bool {
-        let mut hit = false;
+    /// Apply the monitor's log to the index (invalidating what it names).
+    fn sync(&self, s: &mut State) {
         let mut buf = [Invalidation { start: 0, end: 0, cause: Cause::Unmap }; 64];
         loop {
-            let from = s.seq;
-            let (next, n) = self.monitor.since(from, &mut buf);
-            for (k, inv) in buf[..n].iter().enumerate() {
-                if let Some((since, a, l)) = watch {
-                    let seq = from + k as u64;
-                    if inv.cause == Cause::Overflow || (seq >= since && overlaps(a, l, inv)) {
-                        hit = true;
-                    }
-                }
+            let (next, n) = self.monitor.since(s.seq, &mut buf);
+            for inv in &buf[..n] {
                 self.invalidate(s, inv);
             }
             s.seq = next;
             if n < buf.len() {
-                return hit;
+                return;
             }
         }
     }
@@ -286,7 +277,7 @@ impl Cache {
         for _ in 0..3 {
             {
                 let mut s = self.lock();
-                self.sync(&mut s, None);
+                self.sync(&mut s);
                 if let Some(entry) = self.lookup(&mut s, a, l, access) {
                     self.stats.hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(Pin::Cached(CacheRef { cache: self.clone(), entry }));
@@ -309,7 +300,7 @@ impl Cache {
                 r => r?,
             };
             let mut s = self.lock();
-            self.sync(&mut s, None);
+            self.sync(&mut s);
             // Validate after pinning, from our own `since` (not from the
             // cache's position, which other threads may have moved past an
             // event on this range): any unmap/remap/discard of the range
