@@ -143,6 +143,22 @@ else
 	extra_run "mr_cache[memlock,RLIMIT_MEMLOCK,uid 65534]" mr_cache OXT_MR_CACHE_MEMLOCK=user \
 		"${nobody[@]}" prlimit --memlock=1048576:1048576
 fi
+# The physical-address fallback (mr_phys.c): the global opt-in, the pin
+# modes that reach device memory by other paths, and an unprivileged user
+# (no CAP_SYS_ADMIN: physical addresses hidden, the data path unchanged).
+extra_run "mr_phys[FI_OXMR_MR_PHYS_FALLBACK=1]" mr_phys FI_OXMR_MR_PHYS_FALLBACK=1
+extra_run "mr_phys[FI_OXMR_MR_PIN=mlock]" mr_phys FI_OXMR_MR_PIN=mlock
+extra_run "mr_phys[FI_OXMR_MR_PIN=none]" mr_phys FI_OXMR_MR_PIN=none
+if [ "$(id -u)" -ne 0 ]; then
+	skip_run "mr_phys[uid 65534]" "needs root to switch to uid 65534"
+elif ! command -v setpriv >/dev/null; then
+	skip_run "mr_phys[uid 65534]" "setpriv (util-linux) is missing"
+elif ! "${nobody[@]}" test -x "$bin/mr_phys" -a -r "$provdir/liboxmr-fi.so"; then
+	skip_run "mr_phys[uid 65534]" "uid 65534 cannot run $bin/mr_phys or read $provdir/liboxmr-fi.so"
+else
+	extra_run "mr_phys[uid 65534]" mr_phys "${nobody[@]}"
+fi
+
 extra_run "mr_cache[FI_OXMR_MR_CACHE_ENABLE=0]" mr_cache FI_OXMR_MR_CACHE_ENABLE=0
 extra_run "mr_cache[FI_OXMR_MR_CACHE_MONITOR=none]" mr_cache FI_OXMR_MR_CACHE_MONITOR=none
 extra_run "mr_cache[FI_OXMR_MR_CACHE_EXPLICIT=0]" mr_cache FI_OXMR_MR_CACHE_EXPLICIT=0

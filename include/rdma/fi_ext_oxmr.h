@@ -14,7 +14,7 @@
 /**
  * Version of the extension API described by this header.
  */
-#define OXMR_EXT_VERSION 1
+#define OXMR_EXT_VERSION 2
 
 /**
  * Registration pinned through the domain's io_uring fixed-buffer table.
@@ -32,7 +32,8 @@
 #define OXMR_MR_CLASS_UNPINNED 3
 
 /**
- * Registration by physical address (reserved; not implemented yet).
+ * Device memory (VM_PFNMAP/VM_IO) registered by the physical-address
+ * fallback: not pinned, served through the owning process's mapping.
  */
 #define OXMR_MR_CLASS_PHYSICAL 4
 
@@ -40,6 +41,36 @@
  * Peer-direct registration (reserved; not implemented yet).
  */
 #define OXMR_MR_CLASS_PEER 5
+
+/**
+ * fi_mr_regattr flag: register device memory (VM_PFNMAP/VM_IO mappings,
+ * which cannot be pinned) by physical address for this call, as
+ * FI_OXMR_MR_PHYS_FALLBACK=1 does for all. Bit 60: libfabric leaves bits
+ * 60-63 of operation flags to providers.
+ */
+#define OXMR_MR_PHYS_FALLBACK 1152921504606846976
+
+/**
+ * `phys_state` of a registration that is not a physical-address one.
+ */
+#define OXMR_PHYS_NONE 0
+
+/**
+ * Physical runs are known: `phys_runs` returns them.
+ */
+#define OXMR_PHYS_AVAILABLE 1
+
+/**
+ * Physical addresses are unavailable: /proc/self/pagemap does not show
+ * them (no CAP_SYS_ADMIN, or a VM_PFNMAP mapping, which the kernel's page
+ * walk skips). The registration works for oxmr's own data path.
+ */
+#define OXMR_PHYS_UNAVAILABLE 2
+
+/**
+ * The mapping changed or went away; the key no longer validates.
+ */
+#define OXMR_PHYS_REVOKED 3
 
 /**
  * What `query` reports about one registration.
@@ -83,6 +114,14 @@ typedef struct oxmr_mr_info {
    * else 0. A verification aid: compare it with pagemap after remapping.
    */
   uint64_t pfn0;
+  /**
+   * One of `OXMR_PHYS_*` (version 2).
+   */
+  uint32_t phys_state;
+  /**
+   * Number of physical runs when `phys_state` is `OXMR_PHYS_AVAILABLE`.
+   */
+  uint32_t phys_runs;
 } oxmr_mr_info;
 
 /**
@@ -157,6 +196,20 @@ typedef struct oxmr_mr_stats {
 } oxmr_mr_stats;
 
 /**
+ * One contiguous piece of physical memory behind a registration.
+ */
+typedef struct oxmr_phys_run {
+  /**
+   * Physical address of the first byte.
+   */
+  uint64_t addr;
+  /**
+   * Length in bytes.
+   */
+  uint64_t len;
+} oxmr_phys_run;
+
+/**
  * The table `fi_open_ops(&domain->fid, OXMR_MR_OPS_NAME, 0, &ops, NULL)` returns.
  */
 typedef struct oxmr_mr_ops {
@@ -178,6 +231,15 @@ typedef struct oxmr_mr_ops {
    * most `stats->size` bytes.
    */
   int32_t (*stats)(void *domain, struct oxmr_mr_stats *stats);
+  /**
+   * Physical runs of a physical-address registration (version 2):
+   * `*count` is the capacity of `runs` on entry and the number of runs
+   * on return. -FI_ETOOSMALL (with `*count` set to the number needed)
+   * when they do not fit, -FI_ENODATA when the addresses are
+   * unavailable, -FI_EKEYREJECTED when the registration was revoked,
+   * -FI_EINVAL for a registration that is not a physical one.
+   */
+  int32_t (*phys_runs)(void *mr, struct oxmr_phys_run *runs, uintptr_t *count);
 } oxmr_mr_ops;
 
 #endif  /* FI_EXT_OXMR_H */

@@ -121,6 +121,7 @@ fn lookup_bench() {
             enabled: AtomicBool::new(true),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
+            phys: false,
             cntr: Mutex::new(None),
         }))
         .unwrap();

@@ -15,7 +15,7 @@
 use std::ffi::c_void;
 
 /// Version of the extension API described by this header.
-pub const OXMR_EXT_VERSION: u32 = 1;
+pub const OXMR_EXT_VERSION: u32 = 2;
 
 /// Name of the provider, as given to `FI_PROVIDER` and printed by `fi_info`.
 pub const OXMR_PROV_NAME: &str = "oxmr";
@@ -29,10 +29,37 @@ pub const OXMR_MR_CLASS_PINNED: u32 = 1;
 pub const OXMR_MR_CLASS_LOCKED: u32 = 2;
 /// Registration not pinned (FI_OXMR_MR_PIN=none, or zero length).
 pub const OXMR_MR_CLASS_UNPINNED: u32 = 3;
-/// Registration by physical address (reserved; not implemented yet).
+/// Device memory (VM_PFNMAP/VM_IO) registered by the physical-address
+/// fallback: not pinned, served through the owning process's mapping.
 pub const OXMR_MR_CLASS_PHYSICAL: u32 = 4;
 /// Peer-direct registration (reserved; not implemented yet).
 pub const OXMR_MR_CLASS_PEER: u32 = 5;
+
+/// fi_mr_regattr flag: register device memory (VM_PFNMAP/VM_IO mappings,
+/// which cannot be pinned) by physical address for this call, as
+/// FI_OXMR_MR_PHYS_FALLBACK=1 does for all. Bit 60: libfabric leaves bits
+/// 60-63 of operation flags to providers.
+pub const OXMR_MR_PHYS_FALLBACK: u64 = 0x1000_0000_0000_0000;
+
+/// `phys_state` of a registration that is not a physical-address one.
+pub const OXMR_PHYS_NONE: u32 = 0;
+/// Physical runs are known: `phys_runs` returns them.
+pub const OXMR_PHYS_AVAILABLE: u32 = 1;
+/// Physical addresses are unavailable: /proc/self/pagemap does not show
+/// them (no CAP_SYS_ADMIN, or a VM_PFNMAP mapping, which the kernel's page
+/// walk skips). The registration works for oxmr's own data path.
+pub const OXMR_PHYS_UNAVAILABLE: u32 = 2;
+/// The mapping changed or went away; the key no longer validates.
+pub const OXMR_PHYS_REVOKED: u32 = 3;
+
+/// One contiguous piece of physical memory behind a registration.
+#[repr(C)]
+pub struct oxmr_phys_run {
+    /// Physical address of the first byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
 
 /// What `query` reports about one registration.
 #[repr(C)]
@@ -57,6 +84,10 @@ pub struct oxmr_mr_info {
     /// FI_OXMR_MR_RECORD_PFN=1 and /proc/self/pagemap shows PFNs (root);
     /// else 0. A verification aid: compare it with pagemap after remapping.
     pub pfn0: u64,
+    /// One of `OXMR_PHYS_*` (version 2).
+    pub phys_state: u32,
+    /// Number of physical runs when `phys_state` is `OXMR_PHYS_AVAILABLE`.
+    pub phys_runs: u32,
 }
 
 /// What `stats` reports about a domain.
@@ -114,6 +145,13 @@ pub struct oxmr_mr_ops {
     /// Domain statistics; `domain` is the `struct fid_domain *`. Writes at
     /// most `stats->size` bytes.
     pub stats: Option<unsafe extern "C" fn(domain: *mut c_void, stats: *mut oxmr_mr_stats) -> i32>,
+    /// Physical runs of a physical-address registration (version 2):
+    /// `*count` is the capacity of `runs` on entry and the number of runs
+    /// on return. -FI_ETOOSMALL (with `*count` set to the number needed)
+    /// when they do not fit, -FI_ENODATA when the addresses are
+    /// unavailable, -FI_EKEYREJECTED when the registration was revoked,
+    /// -FI_EINVAL for a registration that is not a physical one.
+    pub phys_runs: Option<unsafe extern "C" fn(mr: *mut c_void, runs: *mut oxmr_phys_run, count: *mut usize) -> i32>,
 }
 
 #[cfg(test)]

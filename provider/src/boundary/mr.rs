@@ -9,7 +9,7 @@ use oxmr_ffi as ffi;
 
 use super::fid::{self, borrow, class_of, fid_header, Header};
 use super::{common, guard_int, write_out};
-use crate::ext::{self, oxmr_mr_info, oxmr_mr_ops, oxmr_mr_stats};
+use crate::ext::{self, oxmr_mr_info, oxmr_mr_ops, oxmr_mr_stats, oxmr_phys_run};
 use crate::fail;
 use crate::mr::pin::{PinClass, PinMode};
 use crate::mr::Request;
@@ -170,11 +170,22 @@ unsafe extern "C" fn ext_query(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32 
         // SAFETY: the application passes an MR fid of ours.
         let mr = unsafe { borrow::<Mr>(mr as *const ffi::fid) }?;
         let r = &mr.region;
+        // A device registration reports whether its mapping is still there.
+        mr.domain.mr.phys_live(r);
         let pin = r.pin.lock().unwrap_or_else(|p| p.into_inner());
         let class_ = match pin.class() {
             PinClass::Uring => ext::OXMR_MR_CLASS_PINNED,
             PinClass::Mlock => ext::OXMR_MR_CLASS_LOCKED,
             PinClass::Unpinned => ext::OXMR_MR_CLASS_UNPINNED,
+            PinClass::Phys => ext::OXMR_MR_CLASS_PHYSICAL,
+        };
+        let (phys_state, phys_runs) = match pin.phys() {
+            None => (ext::OXMR_PHYS_NONE, 0),
+            Some(p) if p.revoked() => (ext::OXMR_PHYS_REVOKED, 0),
+            Some(p) => match &p.runs {
+                Some(runs) => (ext::OXMR_PHYS_AVAILABLE, runs.len() as u32),
+                None => (ext::OXMR_PHYS_UNAVAILABLE, 0),
+            },
         };
         let v = oxmr_mr_info {
             size: size_of::<oxmr_mr_info>(),
@@ -186,9 +197,58 @@ unsafe extern "C" fn ext_query(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32 
             access: r.access,
             cache_entry: pin.cache_entry().map_or(0, |e| e.id),
             pfn0: r.pfn0,
+            phys_state,
+            phys_runs,
         };
         // SAFETY: `info` points to a struct starting with its size (API contract).
         unsafe { put_sized(info, &v) }
+    })
+}
+
+unsafe extern "C" fn ext_phys_runs(mr: *mut c_void, runs: *mut oxmr_phys_run, count: *mut usize) -> i32 {
+    guard_int("oxmr_mr_ops.phys_runs", || {
+        // SAFETY: the application passes an MR fid of ours.
+        let mr = unsafe { borrow::<Mr>(mr as *const ffi::fid) }?;
+        if count.is_null() {
+            return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops.phys_runs: NULL count"));
+        }
+        let pin = mr.region.pin.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(p) = pin.phys() else {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "oxmr_mr_ops.phys_runs: key {:#x} is not a physical-address registration",
+                mr.region.key
+            ));
+        };
+        if p.revoked() {
+            return Err(fail!(
+                ffi::FI_EKEYREJECTED,
+                "oxmr_mr_ops.phys_runs: key {:#x} was revoked (its mapping changed)",
+                mr.region.key
+            ));
+        }
+        let Some(list) = &p.runs else {
+            return Err(fail!(
+                ffi::FI_ENODATA,
+                "oxmr_mr_ops.phys_runs: the physical addresses of key {:#x} are unavailable (/proc/self/pagemap does not show them: no CAP_SYS_ADMIN, or a VM_PFNMAP mapping)",
+                mr.region.key
+            ));
+        };
+        // SAFETY: non-NULL count from the caller.
+        let cap = unsafe { *count };
+        // SAFETY: as above.
+        unsafe { *count = list.len() };
+        if cap < list.len() {
+            return Err(crate::boundary::Error::quiet(ffi::FI_ETOOSMALL));
+        }
+        if !list.is_empty() && runs.is_null() {
+            return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops.phys_runs: NULL runs with room for {cap}"));
+        }
+        for (i, &(addr, len)) in list.iter().enumerate() {
+            // SAFETY: the caller's array holds `cap` >= list.len() runs.
+            unsafe { runs.add(i).write(oxmr_phys_run { addr, len }) };
+        }
+        Ok(0)
     })
 }
 
@@ -266,6 +326,7 @@ static MR_EXT_OPS: oxmr_mr_ops = oxmr_mr_ops {
     version: ext::OXMR_EXT_VERSION,
     query: Some(ext_query),
     stats: Some(ext_stats),
+    phys_runs: Some(ext_phys_runs),
 };
 
 /// fi_open_ops on a domain.

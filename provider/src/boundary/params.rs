@@ -63,6 +63,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         kind: ffi::FI_PARAM_BOOL,
         help: c"Record the page frame number of each registration's first page when it is pinned, reported by the oxmr_mr_ops query (verification aid; PFNs are visible to root only) (default: 0)",
     },
+    ParamDef {
+        name: c"mr_phys_fallback",
+        kind: ffi::FI_PARAM_BOOL,
+        help: c"Register device memory that cannot be pinned (VM_PFNMAP/VM_IO mappings from remap_pfn_range) by physical address; only such memory, checked page by page, revoked when its mapping changes (default: 0; per call: OXMR_MR_PHYS_FALLBACK in fi_mr_regattr flags)",
+    },
 ];
 
 /// The values read at load time.
@@ -76,6 +81,8 @@ pub struct Config {
     pub max_pinned: Option<u64>,
     /// FI_OXMR_MR_CACHE_* and FI_OXMR_MR_RECORD_PFN.
     pub cache: crate::mr::CacheConfig,
+    /// FI_OXMR_MR_PHYS_FALLBACK.
+    pub phys_fallback: bool,
 }
 
 impl Default for Config {
@@ -85,6 +92,7 @@ impl Default for Config {
             pin_mode: crate::mr::pin::PinMode::Uring,
             max_pinned: None,
             cache: crate::mr::CacheConfig::default(),
+            phys_fallback: false,
         }
     }
 }
@@ -155,5 +163,6 @@ pub fn define_and_load() {
         max_count: get_size(c"mr_cache_max_count").unwrap_or(d.max_count),
         record_pfn: get_bool(c"mr_record_pfn").unwrap_or(d.record_pfn),
     };
-    let _ = CONFIG.set(Config { ifaces, pin_mode, max_pinned, cache });
+    let phys_fallback = get_bool(c"mr_phys_fallback").unwrap_or(false);
+    let _ = CONFIG.set(Config { ifaces, pin_mode, max_pinned, cache, phys_fallback });
 }

@@ -16,6 +16,7 @@ pub mod account;
 pub mod cache;
 pub mod maps;
 pub mod mlock;
+pub mod phys;
 pub mod pin;
 pub mod registry;
 pub mod uffd;
@@ -151,7 +152,7 @@ pub fn pagemap_pfn(addr: usize) -> u64 {
 }
 
 /// Flags fi_mr_reg* accept.
-const REG_FLAGS: u64 = ffi::FI_RMA_EVENT as u64;
+const REG_FLAGS: u64 = ffi::FI_RMA_EVENT as u64 | crate::ext::OXMR_MR_PHYS_FALLBACK;
 
 impl MrDomain {
     pub fn new(mr_mode: i32, pinner: Pinner, cc: CacheConfig) -> Self {
@@ -240,6 +241,7 @@ impl MrDomain {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: offset {iova:#x} + length {len} overflows"));
         }
         let pin = match (&self.cache, req.iovs.as_slice()) {
+            _ if req.flags & crate::ext::OXMR_MR_PHYS_FALLBACK != 0 => self.pinner.phys_only(&req.iovs, req.access)?,
             (Some(c), &[(a, l)]) if self.cache_explicit && l > 0 => c.get(&self.pinner, a, l, req.access)?,
             _ => {
                 if let Some(c) = &self.cache {
@@ -248,6 +250,7 @@ impl MrDomain {
                 self.pinner.pin(&req.iovs, req.access)?
             }
         };
+        let phys = pin.phys().is_some();
         let pfn0 = match pin.cache_entry() {
             Some(e) => e.pfn_at(req.iovs[0].0),
             None if self.record_pfn && len > 0 => pagemap_pfn(req.iovs[0].0),
@@ -262,12 +265,35 @@ impl MrDomain {
             enabled: AtomicBool::new(!self.mode(ffi::FI_MR_ENDPOINT)),
             pin: std::sync::Mutex::new(pin),
             pfn0,
+            phys,
             cntr: std::sync::Mutex::new(None),
         });
         self.registry
             .insert(region.clone())
             .map_err(|_| fail!(ffi::FI_ENOKEY, "fi_mr_reg: key {key:#x} was taken by a concurrent registration"))?;
         Ok(region)
+    }
+
+    /// Whether a device registration's mapping is still the one registered
+    /// (always true for other registrations). The first failure removes
+    /// the key for good and logs one line.
+    pub fn phys_live(&self, r: &Region) -> bool {
+        if !r.phys {
+            return true;
+        }
+        let pin = r.pin.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(p) = pin.phys() else { return true };
+        let (live, newly) = p.check_live();
+        drop(pin);
+        if newly {
+            self.registry.remove(r.key);
+            tracing::warn!(
+                "registration {:#x} revoked: its device mapping changed or went away (munmap, mremap or a new mapping at {:#x}); register the new mapping",
+                r.key,
+                r.iovs.first().map_or(0, |x| x.0)
+            );
+        }
+        live
     }
 
     /// Close: the key stops validating now; the pin goes with the last user.

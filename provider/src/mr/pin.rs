@@ -8,8 +8,9 @@ use oxmr_ffi as ffi;
 
 use super::account::{charged, Account};
 use super::cache::CacheRef;
-use super::maps::{self, Kind};
+use super::maps::{self, Kind, Mapping};
 use super::mlock;
+use super::phys::{self, PhysPin};
 use super::uring::UringTable;
 use crate::boundary::Result;
 use crate::fail;
@@ -43,6 +44,8 @@ pub enum PinClass {
     Mlock,
     /// Not pinned (FI_OXMR_MR_PIN=none, or zero length).
     Unpinned,
+    /// Device memory registered by the physical-address fallback.
+    Phys,
 }
 
 /// The pin a region owns.
@@ -61,6 +64,8 @@ pub enum Pin {
     },
     /// A pin kept by the registration cache, shared with later hits.
     Cached(CacheRef),
+    /// Device memory nothing can pin (the physical-address fallback).
+    Phys(Box<PhysPin>),
 }
 
 impl Pin {
@@ -70,12 +75,13 @@ impl Pin {
             Pin::Uring { .. } => PinClass::Uring,
             Pin::Mlock { .. } => PinClass::Mlock,
             Pin::Cached(c) => c.entry.pin.class(),
+            Pin::Phys(_) => PinClass::Phys,
         }
     }
 
     pub fn bytes(&self) -> u64 {
         match self {
-            Pin::None => 0,
+            Pin::None | Pin::Phys(_) => 0,
             Pin::Uring { bytes, .. } | Pin::Mlock { bytes, .. } => *bytes,
             Pin::Cached(c) => c.entry.pin.bytes(),
         }
@@ -86,6 +92,14 @@ impl Pin {
             Pin::Uring { slots, .. } => slots.len() as u32,
             Pin::Cached(c) => c.entry.pin.slots(),
             _ => 0,
+        }
+    }
+
+    /// The physical-address registration, if this is one.
+    pub fn phys(&self) -> Option<&PhysPin> {
+        match self {
+            Pin::Phys(p) => Some(p),
+            _ => None,
         }
     }
 
@@ -101,7 +115,7 @@ impl Pin {
 impl Drop for Pin {
     fn drop(&mut self) {
         match self {
-            Pin::None | Pin::Cached(_) => {}
+            Pin::None | Pin::Cached(_) | Pin::Phys(_) => {}
             Pin::Uring { table, slots, bytes, acct } => {
                 // A forked child shares the parent's ring (inherited fd):
                 // emptying its slots would unpin the parent's pages.
@@ -162,7 +176,7 @@ pub fn refuse_unholdable(iovs: &[(usize, usize)]) -> Result<()> {
         if let Some(x) = m.iter().find(|x| matches!(x.kind(), Kind::DevicePfn | Kind::Secret)) {
             return Err(fail!(
                 ffi::FI_EFAULT,
-                "fi_mr_reg: the kernel cannot pin {a:#x}+{l}: it is {} (not pinnable; the physical-address fallback will cover device memory)",
+                "fi_mr_reg: the kernel cannot pin {a:#x}+{l}: it is {}, which cannot be registered",
                 x.describe()
             ));
         }
@@ -171,7 +185,11 @@ pub fn refuse_unholdable(iovs: &[(usize, usize)]) -> Result<()> {
 }
 
 /// Check a range against the mappings: mapped, and accessible as asked.
-pub fn validate(iovs: &[(usize, usize)], access: u64) -> Result<()> {
+/// Returns whether some mapping is of a kind that may be device or secret
+/// memory (a kernel special mapping or a file under /dev or secretmem),
+/// which only /proc/self/smaps can settle.
+pub fn validate(iovs: &[(usize, usize)], access: u64) -> Result<bool> {
+    let mut special = false;
     for &(a, l) in iovs {
         if l == 0 {
             continue;
@@ -184,6 +202,11 @@ pub fn validate(iovs: &[(usize, usize)], access: u64) -> Result<()> {
             ));
         }
         for x in &m {
+            special |= match x.kind() {
+                Kind::Special(_) | Kind::DevicePfn | Kind::Secret => true,
+                Kind::File(p) => p.starts_with("/dev/") || p.starts_with("/secretmem"),
+                _ => false,
+            };
             if !x.read && !x.write {
                 return Err(fail!(
                     ffi::FI_EACCES,
@@ -202,7 +225,7 @@ pub fn validate(iovs: &[(usize, usize)], access: u64) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(special)
 }
 
 /// A domain's pinner.
@@ -210,6 +233,9 @@ pub struct Pinner {
     mode: PinMode,
     uring: Option<Arc<UringTable>>,
     pub acct: Arc<Account>,
+    /// FI_OXMR_MR_PHYS_FALLBACK: device memory may take the
+    /// physical-address fallback without the per-call flag.
+    pub phys_fallback: bool,
 }
 
 impl Pinner {
@@ -225,7 +251,7 @@ impl Pinner {
             },
             m => (m, None),
         };
-        Pinner { mode, uring, acct: Arc::new(acct) }
+        Pinner { mode, uring, acct: Arc::new(acct), phys_fallback: false }
     }
 
     /// The mode in force.
@@ -238,11 +264,22 @@ impl Pinner {
         self.uring.as_ref().map_or(0, |t| t.used())
     }
 
-    /// Pin `iovs` for `access`: all-or-nothing.
+    /// Pin `iovs` for `access`: all-or-nothing; device memory takes the
+    /// physical-address fallback when FI_OXMR_MR_PHYS_FALLBACK allows it.
     pub fn pin(&self, iovs: &[(usize, usize)], access: u64) -> Result<Pin> {
+        self.pin_with(iovs, access, self.phys_fallback)
+    }
+
+    /// [`Pinner::pin`], with the fallback allowed by the call (`phys_ok`).
+    fn pin_with(&self, iovs: &[(usize, usize)], access: u64, phys_ok: bool) -> Result<Pin> {
         let bytes: u64 = iovs.iter().map(|&(a, l)| charged(a, l)).sum();
         if bytes == 0 || self.mode == PinMode::None {
-            validate(iovs, access)?;
+            if validate(iovs, access)? && bytes > 0 {
+                if let Some(p) = self.device(iovs, access, phys_ok)? {
+                    return Ok(p);
+                }
+                refuse_unholdable(iovs)?;
+            }
             return Ok(Pin::None);
         }
         // A forked child inherits the parent's ring fd: its pins must not
@@ -259,13 +296,22 @@ impl Pinner {
                         // when the access needs no write, mlock holds it.
                         Some(libc::EFAULT) => {
                             validate(iovs, access)?;
+                            if let Some(p) = self.device(iovs, access, phys_ok)? {
+                                return Ok(p);
+                            }
                             if needs_write(access) {
                                 return Err(self.unpinnable(iovs));
                             }
                         }
                         // io_uring takes no long-term pin on page-cache
                         // file mappings; mlock holds them.
-                        Some(libc::EOPNOTSUPP) => validate(iovs, access)?,
+                        Some(libc::EOPNOTSUPP) => {
+                            if validate(iovs, access)? {
+                                if let Some(p) = self.device(iovs, access, phys_ok)? {
+                                    return Ok(p);
+                                }
+                            }
+                        }
                         Some(libc::ENOMEM) => return Err(self.kernel_enomem(bytes)),
                         Some(libc::ENOSPC) => {
                             return Err(fail!(
@@ -278,8 +324,10 @@ impl Pinner {
                     }
                 }
             }
-        } else {
-            validate(iovs, access)?;
+        } else if validate(iovs, access)? {
+            if let Some(p) = self.device(iovs, access, phys_ok)? {
+                return Ok(p);
+            }
         }
         refuse_unholdable(iovs)?;
         self.acct.reserve(bytes)?;
@@ -296,6 +344,42 @@ impl Pinner {
             }
         }
         Ok(Pin::Mlock { iovs: iovs.to_vec(), bytes, acct: self.acct.clone() })
+    }
+
+    /// The per-call flag (OXMR_MR_PHYS_FALLBACK): the caller says the range
+    /// is device memory; anything else is refused, so a bad address can
+    /// never register something else by physical address.
+    pub fn phys_only(&self, iovs: &[(usize, usize)], access: u64) -> Result<Pin> {
+        match phys::classify(iovs)? {
+            phys::Class::AllDevice(m) => Ok(Pin::Phys(Box::new(PhysPin::new(iovs, access, &m)?))),
+            phys::Class::NoDevice(what) => Err(fail!(
+                ffi::FI_EFAULT,
+                "fi_mr_regattr: OXMR_MR_PHYS_FALLBACK registers device/PFN-mapped memory only, but {what}; register ordinary memory without the flag"
+            )),
+            phys::Class::Mixed(other) => Err(fail!(
+                ffi::FI_EFAULT,
+                "fi_mr_regattr: OXMR_MR_PHYS_FALLBACK covers device/PFN-mapped memory only, but the range also holds other memory ({other})"
+            )),
+        }
+    }
+
+    /// Device memory in the range: the physical-address fallback when
+    /// allowed, else -FI_EFAULT naming the mapping and the opt-in. `None`
+    /// when the range holds no device memory.
+    fn device(&self, iovs: &[(usize, usize)], access: u64, phys_ok: bool) -> Result<Option<Pin>> {
+        match phys::classify(iovs)? {
+            phys::Class::NoDevice(_) => Ok(None),
+            phys::Class::Mixed(other) => Err(fail!(
+                ffi::FI_EFAULT,
+                "fi_mr_reg: the range mixes device/PFN-mapped memory with other memory ({other}); nothing can register it as one region (the physical-address fallback covers device memory only): register the parts separately"
+            )),
+            phys::Class::AllDevice(m) if phys_ok => Ok(Some(Pin::Phys(Box::new(PhysPin::new(iovs, access, &m)?)))),
+            phys::Class::AllDevice(m) => Err(fail!(
+                ffi::FI_EFAULT,
+                "fi_mr_reg: the kernel cannot pin {}; set FI_OXMR_MR_PHYS_FALLBACK=1 or pass OXMR_MR_PHYS_FALLBACK in fi_mr_regattr's flags to register it by physical address",
+                m.iter().map(Mapping::describe).collect::<Vec<_>>().join(", ")
+            )),
+        }
     }
 
     fn kernel_enomem(&self, bytes: u64) -> crate::boundary::Error {

@@ -44,6 +44,9 @@ pub struct Region {
     pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
     pub pfn0: u64,
+    /// Device memory registered by the physical-address fallback: every
+    /// access checks that its mapping is still the one registered.
+    pub phys: bool,
     /// Counter bound with fi_mr_bind, and the remote accesses it counts.
     pub cntr: Mutex<Option<(std::sync::Weak<crate::objects::cntr::Cntr>, u64)>>,
 }
@@ -219,6 +222,7 @@ pub(crate) mod tests {
             enabled: AtomicBool::new(true),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
+            phys: false,
             cntr: Mutex::new(None),
         })
     }

@@ -57,7 +57,8 @@ impl Domain {
         let mr_mode = effective_mr_mode(d.mr_mode);
         let cfg = crate::boundary::params::config();
         let (cap, source) = account::default_cap(cfg.max_pinned);
-        let pinner = Pinner::new(cfg.pin_mode, account::Account::new(cap, source));
+        let mut pinner = Pinner::new(cfg.pin_mode, account::Account::new(cap, source));
+        pinner.phys_fallback = cfg.phys_fallback;
         Ok(Domain {
             hdr,
             fabric,

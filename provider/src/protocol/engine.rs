@@ -210,22 +210,8 @@ fn clip(iovs: &[(usize, usize)], mut len: usize) -> Vec<(usize, usize)> {
 }
 
 /// The (address, length) pieces of a region from `offset` for `len` bytes.
-fn region_slice(iovs: &[(usize, usize)], mut offset: usize, mut len: usize) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    for &(a, l) in iovs {
-        if len == 0 {
-            break;
-        }
-        if offset >= l {
-            offset -= l;
-            continue;
-        }
-        let n = (l - offset).min(len);
-        out.push((a + offset, n));
-        len -= n;
-        offset = 0;
-    }
-    out
+fn region_slice(iovs: &[(usize, usize)], offset: usize, len: usize) -> Vec<(usize, usize)> {
+    cma::slice(iovs, offset, len)
 }
 
 fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
@@ -385,7 +371,7 @@ impl Engine {
             let mut data = Vec::new();
             let body: &[u8] = match o.iovs.as_slice() {
                 // SAFETY: the application's send buffer, valid for this call.
-                [one] => unsafe { cma::view(*one) },
+                [one] if !crate::mr::phys::is_device(one.0, one.1) => unsafe { cma::view(*one) },
                 many => {
                     // SAFETY: as above, for every iov.
                     unsafe { cma::gather(many, &mut data) };
@@ -663,6 +649,13 @@ impl Engine {
         let off = h.rma_addr as usize;
         let chunk = &body[..(h.len as usize).min(body.len())];
         if let Some(pull) = self.pulls.get_mut(&(from, h.msg_id)) {
+            if let PullFor::Write { hdr, _hold } = &pull.what {
+                if !self.domain.mr.phys_live(_hold) {
+                    let hdr = *hdr;
+                    self.pulls.remove(&(from, h.msg_id));
+                    return self.rma_done(hdr, from, ffi::FI_EKEYREJECTED, None);
+                }
+            }
             let dest = region_slice(&pull.dest, off, chunk.len());
             // SAFETY: `dest` lies in a posted receive buffer or in a
             // registration checked for this access and held by the pull.
@@ -688,6 +681,13 @@ impl Engine {
     /// Push what we can of our outgoing streams.
     fn run_streams(&mut self) {
         while let Some(mut st) = self.streams.pop_front() {
+            if st._hold.as_ref().is_some_and(|r| !self.domain.mr.phys_live(r)) {
+                // A device registration revoked mid-read: no more of it.
+                st.off = st.total;
+                if let Some(a) = st.after.as_mut() {
+                    a.status = ffi::FI_EKEYREJECTED;
+                }
+            }
             while st.off < st.total {
                 let n = (st.total - st.off).min(EAGER_MAX);
                 let mut data = Vec::with_capacity(n);
@@ -801,6 +801,10 @@ impl Engine {
             }
             Ok(g) => g,
         };
+        // Device memory: the registration dies with its mapping.
+        if !self.domain.mr.phys_live(&g.region) {
+            return self.rma_done(h, from, ffi::FI_EKEYREJECTED, None);
+        }
         let local = region_slice(&g.region.iovs, g.offset, len);
         let remote = || decode_iovs(body, h.iov_count as usize).unwrap_or_default();
         let r = match h.op {

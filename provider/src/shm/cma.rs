@@ -5,6 +5,13 @@
 //! address spaces. Short transfers are resumed; an error (EFAULT for memory
 //! CMA cannot reach, ESRCH for a process that is gone, EPERM when ptrace
 //! rules forbid it) ends the transfer and is returned with what was copied.
+//!
+//! Device memory registered by the physical-address fallback is never
+//! handed to the kernel's copies: CMA cannot reach it as the remote side,
+//! and as the local side the kernel would copy it with byte-granular
+//! string instructions. Every copy here of our own memory asks
+//! `mr::phys::is_device` (one atomic load when there is none) and goes
+//! through a bounce buffer and the aligned word copies of `mr::phys`.
 
 use std::io;
 
@@ -31,7 +38,66 @@ fn total(v: &[(usize, usize)]) -> usize {
     v.iter().map(|x| x.1).sum()
 }
 
+/// The pieces of `iovs` from byte `offset` for `len` bytes.
+pub fn slice(iovs: &[(usize, usize)], mut offset: usize, mut len: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for &(a, l) in iovs {
+        if len == 0 {
+            break;
+        }
+        if offset >= l {
+            offset -= l;
+            continue;
+        }
+        let n = (l - offset).min(len);
+        out.push((a + offset, n));
+        len -= n;
+        offset = 0;
+    }
+    out
+}
+
+/// Bounce size for transfers whose local side is device memory.
+const BOUNCE: usize = 256 << 10;
+
 fn transfer(pid: u32, local: &[(usize, usize)], remote: &[(usize, usize)], write: bool) -> io::Result<usize> {
+    if local.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
+        return transfer_bounced(pid, local, remote, write);
+    }
+    transfer_direct(pid, local, remote, write)
+}
+
+/// A transfer whose local side includes device memory: through a bounce
+/// buffer, chunk by chunk.
+fn transfer_bounced(pid: u32, local: &[(usize, usize)], remote: &[(usize, usize)], write: bool) -> io::Result<usize> {
+    let want = total(local).min(total(remote));
+    let mut buf = Vec::with_capacity(BOUNCE.min(want));
+    let mut done = 0;
+    while done < want {
+        let n = (want - done).min(BOUNCE);
+        let l = slice(local, done, n);
+        let r = slice(remote, done, n);
+        let got = if write {
+            buf.clear();
+            // SAFETY: the local iovs are the caller's own live buffers.
+            unsafe { gather(&l, &mut buf) };
+            transfer_direct(pid, &[(buf.as_ptr() as usize, n)], &r, true)?
+        } else {
+            buf.resize(n, 0);
+            let got = transfer_direct(pid, &[(buf.as_mut_ptr() as usize, n)], &r, false)?;
+            // SAFETY: as above.
+            unsafe { scatter(&l, &buf[..got]) };
+            got
+        };
+        done += got;
+        if got < n {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+fn transfer_direct(pid: u32, local: &[(usize, usize)], remote: &[(usize, usize)], write: bool) -> io::Result<usize> {
     let want = total(local).min(total(remote));
     let mut l = to_iov(local);
     let mut r = to_iov(remote);
@@ -93,8 +159,13 @@ pub unsafe fn scatter(dst: &[(usize, usize)], src: &[u8]) -> usize {
     let mut off = 0;
     for &(a, l) in dst {
         let n = l.min(src.len() - off);
-        // SAFETY: caller's contract for `a..a+l`; `src` has `n` bytes at `off`.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(off), a as *mut u8, n) };
+        if crate::mr::phys::is_device(a, n) {
+            // SAFETY: caller's contract; device memory takes aligned words.
+            unsafe { crate::mr::phys::copy_to_device(a, &src[off..off + n]) };
+        } else {
+            // SAFETY: caller's contract for `a..a+l`; `src` has `n` bytes at `off`.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(off), a as *mut u8, n) };
+        }
         off += n;
         if off == src.len() {
             break;
@@ -109,14 +180,20 @@ pub unsafe fn scatter(dst: &[(usize, usize)], src: &[u8]) -> usize {
 /// Every (addr, len) in `src` is readable memory of this process.
 pub unsafe fn gather(src: &[(usize, usize)], out: &mut Vec<u8>) {
     for &(a, l) in src {
-        if l > 0 {
+        if l > 0 && crate::mr::phys::is_device(a, l) {
+            let at = out.len();
+            out.resize(at + l, 0);
+            // SAFETY: caller's contract; device memory takes aligned words.
+            unsafe { crate::mr::phys::copy_from_device(&mut out[at..], a) };
+        } else if l > 0 {
             // SAFETY: caller's contract.
             out.extend_from_slice(unsafe { std::slice::from_raw_parts(a as *const u8, l) });
         }
     }
 }
 
-/// Our own buffer as a slice.
+/// Our own buffer as a slice (never device memory: callers check
+/// `mr::phys::is_device` and gather such buffers instead).
 ///
 /// # Safety
 /// `(addr, len)` is readable memory of this process for the lifetime the

@@ -1,0 +1,759 @@
+/*
+ * The physical-address fallback for device memory (VM_PFNMAP|VM_IO).
+ *
+ * Device memory here is the perf_event ring buffer: genuine kernel memory
+ * mapped VM_PFNMAP|VM_IO, which get_user_pages, io_uring and
+ * process_vm_readv all refuse (EFAULT), like a driver's remap_pfn_range
+ * buffer. Its control page is writable from byte 1088 (past struct
+ * perf_event_mmap_page's fields) to the end; its data pages are read-only
+ * and hold records the kernel wrote (mmap/comm/task events).
+ *
+ * Part 1 (this process): refusal without opt-in and its log line; success
+ * with the per-call flag and with FI_OXMR_MR_PHYS_FALLBACK=1; the query's
+ * physical runs against /proc/self/pagemap; what the fallback must refuse
+ * even when asked (unmapped, heap, memfd_secret, a range running from the
+ * ring into anonymous memory, past the end of the mapping, write access to
+ * read-only device pages); revocation by munmap.
+ *
+ * Part 2 (two processes over the shared-memory wire; the parent owns the
+ * device memory and serves, the child drives): RMA write into the writable
+ * tail and read back (also checked by the owner through its mapping); RMA
+ * read of the data pages equals what the owner reads; sends from device
+ * memory (eager and large) and a receive into it; the child's own device
+ * memory as local RMA buffers; the old key rejected after munmap, after a
+ * new ring is mapped at the same address, and after anonymous memory
+ * replaces the mapping (nothing written into the new memory).
+ *
+ * OXT_PHYS_BENCH=<iterations> adds a benchmark: RMA read bandwidth from
+ * perf-ring data pages against ordinary registered memory, same sizes.
+ */
+#include "oxt.h"
+
+#include <linux/perf_event.h>
+#include <rdma/fi_ext_oxmr.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#ifndef SYS_memfd_secret
+#define SYS_memfd_secret 447
+#endif
+
+#define PS 4096UL
+#define TAIL_OFF 1088UL
+#define TAIL_LEN (PS - TAIL_OFF)
+#define DATA_PAGES 16UL
+#define DATA_LEN (DATA_PAGES * PS)
+#define RING_LEN ((1 + DATA_PAGES) * PS)
+#define BENCH_PAGES 256UL
+
+static uint64_t next_key = 0x5000;
+/* FI_OXMR_MR_PHYS_FALLBACK=1 in the environment (the global opt-in). */
+static bool env_opt_in;
+
+/* A perf ring with kernel-written records in its data pages, then frozen
+ * (the event disabled) so both processes see the same bytes. `at` places
+ * it (MAP_FIXED) when non-NULL. Returns NULL where perf is unavailable. */
+static char *perf_ring(size_t data_pages, void *at, int *fdp)
+{
+	struct perf_event_attr pa;
+	char *ring;
+	int fd;
+
+	memset(&pa, 0, sizeof pa);
+	pa.type = PERF_TYPE_SOFTWARE;
+	pa.size = sizeof pa;
+	pa.config = PERF_COUNT_SW_DUMMY;
+	pa.mmap = 1;
+	pa.mmap_data = 1;
+	pa.comm = 1;
+	pa.task = 1;
+	pa.exclude_kernel = 1;
+	pa.exclude_hv = 1;
+	fd = (int)syscall(SYS_perf_event_open, &pa, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	ring = mmap(at, (1 + data_pages) * PS, PROT_READ | PROT_WRITE,
+		    MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
+	REQUIRE(ring != MAP_FAILED, "mmap(perf ring): %s", strerror(errno));
+	/* Records: a few data mmaps the event reports. */
+	for (int i = 0; i < 64; i++) {
+		void *p = mmap(NULL, PS * (1 + i % 3), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		munmap(p, PS * (1 + i % 3));
+	}
+	ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+	*fdp = fd;
+	return ring;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(i * 13 + seed);
+}
+
+static bool same(const unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (unsigned char)(i * 13 + seed))
+			return false;
+	return true;
+}
+
+static int reg(struct fid_domain *d, void *buf, size_t len, uint64_t acc, uint64_t flags, struct fid_mr **mr)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct fi_mr_attr a = { .mr_iov = &iov, .iov_count = 1, .access = acc,
+				.requested_key = next_key++, .iface = FI_HMEM_SYSTEM };
+
+	*mr = NULL;
+	return fi_mr_regattr(d, &a, flags, mr);
+}
+
+static struct oxmr_mr_ops *mr_ops(struct fid_domain *d)
+{
+	struct oxmr_mr_ops *ops = NULL;
+
+	REQUIRE_RC(fi_open_ops(&d->fid, OXMR_MR_OPS_NAME, 0, (void **)&ops, NULL), 0);
+	REQUIRE(ops->version >= 2 && ops->phys_runs, "extension table version %u has no phys_runs", ops->version);
+	return ops;
+}
+
+static struct oxmr_mr_info query(struct oxmr_mr_ops *ops, struct fid_mr *mr)
+{
+	struct oxmr_mr_info in = { .size = sizeof in };
+
+	EXPECT_RC(ops->query(mr, &in), 0);
+	return in;
+}
+
+/* Physical runs of [buf, buf+len) from /proc/self/pagemap, merged; -1 when
+ * some page shows no frame (hidden, or not walked). */
+static int pagemap_runs(const char *buf, size_t len, struct oxmr_phys_run *runs, size_t *n)
+{
+	uintptr_t a = (uintptr_t)buf, first = a & ~(PS - 1);
+	size_t pages = (a + len + PS - 1) / PS - first / PS;
+	uint64_t e;
+	int fd = open("/proc/self/pagemap", O_RDONLY);
+
+	*n = 0;
+	if (fd < 0)
+		return -1;
+	for (size_t i = 0; i < pages; i++) {
+		uintptr_t ps = first + i * PS, lo = ps > a ? ps : a, hi = ps + PS < a + len ? ps + PS : a + len;
+		uint64_t pfn, pa;
+
+		if (pread(fd, &e, 8, (off_t)(ps / PS * 8)) != 8 || !(e >> 63) || !(pfn = e & ((1ULL << 55) - 1))) {
+			close(fd);
+			return -1;
+		}
+		pa = pfn * PS + (lo - ps);
+		if (*n && runs[*n - 1].addr + runs[*n - 1].len == pa) {
+			runs[*n - 1].len += hi - lo;
+		} else {
+			runs[*n].addr = pa;
+			runs[*n].len = hi - lo;
+			(*n)++;
+		}
+	}
+	close(fd);
+	return 0;
+}
+
+/* Run `call` with stderr captured; returns what it logged (static buffer). */
+static int cap_fd = -1, cap_saved = -1;
+static void capture_begin(void)
+{
+	fflush(stderr);
+	cap_fd = memfd_create("oxt-log", MFD_CLOEXEC);
+	cap_saved = dup(2);
+	dup2(cap_fd, 2);
+}
+
+static const char *capture_end(void)
+{
+	static char log[8192];
+	ssize_t n;
+
+	fflush(stderr);
+	dup2(cap_saved, 2);
+	close(cap_saved);
+	n = pread(cap_fd, log, sizeof log - 1, 0);
+	log[n > 0 ? n : 0] = 0;
+	close(cap_fd);
+	return log;
+}
+
+static void part1(void)
+{
+	struct oxt_env e;
+	struct oxmr_mr_ops *ops;
+	struct fid_mr *mr;
+	struct oxmr_mr_info in;
+	struct oxmr_phys_run runs[64], pm[64];
+	size_t n = 64, npm = 0;
+	char *ring, *anon, *sec;
+	const char *log;
+	int fd, sfd, rc;
+
+	oxt_open(&e);
+	ops = mr_ops(e.domain);
+	ring = perf_ring(DATA_PAGES, NULL, &fd);
+	REQUIRE(ring, "perf_event_open");
+
+	if (env_opt_in) {
+		printf("# FI_OXMR_MR_PHYS_FALLBACK=1: the refusal without opt-in is checked by the run without it\n");
+	} else {
+		OXT_GROUP("without opt-in: -FI_EFAULT and a log line naming the mapping and the variable");
+		capture_begin();
+		rc = reg(e.domain, ring + PS, DATA_LEN, FI_REMOTE_READ, 0, &mr);
+		log = capture_end();
+		EXPECT_RC(rc, -FI_EFAULT);
+		EXPECT(strstr(log, "VM_PFNMAP") && strstr(log, "FI_OXMR_MR_PHYS_FALLBACK"),
+		       "the log line should name the mapping and the variable; got: %s", log);
+	}
+
+	OXT_GROUP("with OXMR_MR_PHYS_FALLBACK: data pages for FI_REMOTE_READ|FI_SEND register as PHYSICAL");
+	rc = reg(e.domain, ring + PS, DATA_LEN, FI_REMOTE_READ | FI_SEND, OXMR_MR_PHYS_FALLBACK, &mr);
+	REQUIRE_RC(rc, 0);
+	in = query(ops, mr);
+	EXPECT_EQ(in.class_, OXMR_MR_CLASS_PHYSICAL);
+	EXPECT_EQ(in.bytes_pinned, 0);
+
+	OXT_GROUP("the query's physical runs equal what /proc/self/pagemap says");
+	rc = ops->phys_runs(mr, runs, &n);
+	if (pagemap_runs(ring + PS, DATA_LEN, pm, &npm) == 0) {
+		EXPECT_EQ(in.phys_state, OXMR_PHYS_AVAILABLE);
+		EXPECT_RC(rc, 0);
+		EXPECT_EQ(n, npm);
+		EXPECT(n == npm && memcmp(runs, pm, n * sizeof *runs) == 0, "runs differ from pagemap");
+	} else {
+		printf("# /proc/self/pagemap shows no frames for the ring (PFNs hidden, or a VM_PFNMAP mapping the kernel's page walk skips): the query must say unavailable\n");
+		EXPECT_EQ(in.phys_state, OXMR_PHYS_UNAVAILABLE);
+		EXPECT_RC(rc, -FI_ENODATA);
+		EXPECT_EQ(in.phys_runs, 0);
+	}
+	n = 0;
+	EXPECT(ops->phys_runs(mr, NULL, &n) == (in.phys_state == OXMR_PHYS_AVAILABLE ? -FI_ETOOSMALL : -FI_ENODATA),
+	       "phys_runs with no room");
+	EXPECT_RC(fi_close(&mr->fid), 0);
+
+	OXT_GROUP("the writable tail of the control page registers for FI_REMOTE_WRITE|FI_RECV");
+	EXPECT_RC(reg(e.domain, ring + TAIL_OFF, TAIL_LEN, FI_REMOTE_WRITE | FI_REMOTE_READ | FI_RECV,
+		      OXMR_MR_PHYS_FALLBACK, &mr), 0);
+	if (mr)
+		EXPECT_RC(fi_close(&mr->fid), 0);
+
+	OXT_GROUP("data pages for FI_REMOTE_WRITE: -FI_EACCES (the driver refuses stores there)");
+	EXPECT_RC(reg(e.domain, ring + PS, DATA_LEN, FI_REMOTE_WRITE, OXMR_MR_PHYS_FALLBACK, &mr), -FI_EACCES);
+
+	OXT_GROUP("with opt-in, an unmapped address: -FI_EFAULT");
+	anon = mmap(NULL, 2 * PS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	munmap(anon, 2 * PS);
+	EXPECT_RC(reg(e.domain, anon, 2 * PS, FI_REMOTE_READ, OXMR_MR_PHYS_FALLBACK, &mr), -FI_EFAULT);
+
+	OXT_GROUP("with opt-in, heap memory: -FI_EFAULT (never registered by physical address)");
+	{
+		char *heap = malloc(64 << 10);
+		memset(heap, 1, 64 << 10);
+		EXPECT_RC(reg(e.domain, heap, 64 << 10, FI_REMOTE_READ, OXMR_MR_PHYS_FALLBACK, &mr), -FI_EFAULT);
+		free(heap);
+	}
+
+	OXT_GROUP("with opt-in, memfd_secret memory: -FI_EFAULT");
+	sfd = (int)syscall(SYS_memfd_secret, 0);
+	if (sfd < 0) {
+		printf("# memfd_secret unavailable (%s): case skipped\n", strerror(errno));
+	} else {
+		REQUIRE(ftruncate(sfd, 2 * PS) == 0, "ftruncate");
+		sec = mmap(NULL, 2 * PS, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+		REQUIRE(sec != MAP_FAILED, "mmap secret");
+		sec[0] = 1;
+		EXPECT_RC(reg(e.domain, sec, 2 * PS, FI_REMOTE_READ, OXMR_MR_PHYS_FALLBACK, &mr), -FI_EFAULT);
+		munmap(sec, 2 * PS);
+		close(sfd);
+	}
+
+	OXT_GROUP("with opt-in, a range from the ring into adjacent anonymous memory: -FI_EFAULT");
+	{
+		/* Reserve ring + 1 page, place a ring over the front. */
+		int fd2;
+		char *area = mmap(NULL, RING_LEN + PS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		char *r2 = perf_ring(DATA_PAGES, area, &fd2);
+		REQUIRE(r2 == area, "ring placed at the reservation");
+		memset(area + RING_LEN, 2, PS);
+		EXPECT_RC(reg(e.domain, r2 + PS, DATA_LEN + PS, FI_REMOTE_READ, OXMR_MR_PHYS_FALLBACK, &mr), -FI_EFAULT);
+		OXT_GROUP("the same range without opt-in: -FI_EFAULT");
+		EXPECT_RC(reg(e.domain, r2 + PS, DATA_LEN + PS, FI_REMOTE_READ, 0, &mr), -FI_EFAULT);
+
+		OXT_GROUP("with opt-in, a range past the end of the mapping: -FI_EFAULT");
+		munmap(area + RING_LEN, PS);
+		EXPECT_RC(reg(e.domain, r2 + PS, DATA_LEN + PS, FI_REMOTE_READ, OXMR_MR_PHYS_FALLBACK, &mr), -FI_EFAULT);
+		munmap(r2, RING_LEN);
+		close(fd2);
+	}
+
+	OXT_GROUP("munmap revokes: the query then says revoked");
+	{
+		int fd3;
+		char *r3 = perf_ring(DATA_PAGES, NULL, &fd3);
+		REQUIRE_RC(reg(e.domain, r3 + PS, DATA_LEN, FI_REMOTE_READ, OXMR_MR_PHYS_FALLBACK, &mr), 0);
+		munmap(r3, RING_LEN);
+		in = query(ops, mr);
+		EXPECT_EQ(in.phys_state, OXMR_PHYS_REVOKED);
+		n = 64;
+		EXPECT_RC(ops->phys_runs(mr, runs, &n), -FI_EKEYREJECTED);
+		EXPECT_RC(fi_close(&mr->fid), 0);
+		close(fd3);
+	}
+
+	if (env_opt_in) {
+		OXT_GROUP("FI_OXMR_MR_PHYS_FALLBACK=1: the ring registers without the flag; heap is pinned, never PHYSICAL");
+		EXPECT_RC(reg(e.domain, ring + PS, DATA_LEN, FI_REMOTE_READ, 0, &mr), 0);
+		if (mr) {
+			EXPECT_EQ(query(ops, mr).class_, OXMR_MR_CLASS_PHYSICAL);
+			EXPECT_RC(fi_close(&mr->fid), 0);
+		}
+		char *heap = malloc(64 << 10);
+		memset(heap, 1, 64 << 10);
+		EXPECT_RC(reg(e.domain, heap, 64 << 10, FI_REMOTE_READ, 0, &mr), 0);
+		if (mr) {
+			EXPECT(query(ops, mr).class_ != OXMR_MR_CLASS_PHYSICAL, "heap memory registered by physical address");
+			EXPECT_RC(fi_close(&mr->fid), 0);
+		}
+		free(heap);
+	}
+	munmap(ring, RING_LEN);
+	close(fd);
+	oxt_close(&e);
+}
+
+/* ---- part 2: two processes ---- */
+
+struct side {
+	struct oxt_env e;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	fi_addr_t peer;
+	bool virt;
+};
+
+struct keys {
+	uint64_t tail_key, tail_addr, data_key, data_addr, nb_key, nb_addr;
+	uint64_t bench_key, bench_addr, bnb_key, bnb_addr;
+};
+
+static void setup(struct side *s, int sock)
+{
+	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
+	struct fi_av_attr aa = { .type = FI_AV_TABLE };
+	char me[64], them[64];
+	size_t len = sizeof me;
+
+	oxt_open(&s->e);
+	s->virt = (s->e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+	REQUIRE_RC(fi_cq_open(s->e.domain, &ca, &s->cq, NULL), 0);
+	REQUIRE_RC(fi_av_open(s->e.domain, &aa, &s->av, NULL), 0);
+	REQUIRE_RC(fi_endpoint(s->e.domain, s->e.info, &s->ep, NULL), 0);
+	REQUIRE_RC(fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(s->ep, &s->av->fid, 0), 0);
+	REQUIRE_RC(fi_enable(s->ep), 0);
+	REQUIRE_RC(fi_getname(&s->ep->fid, me, &len), 0);
+	REQUIRE(write(sock, me, sizeof me) == sizeof me, "socketpair write");
+	REQUIRE(read(sock, them, sizeof them) == sizeof them, "socketpair read");
+	REQUIRE_RC(fi_av_insert(s->av, them, 1, &s->peer, 0, NULL), 1);
+}
+
+static void teardown(struct side *s)
+{
+	fi_close(&s->ep->fid);
+	fi_close(&s->av->fid);
+	fi_close(&s->cq->fid);
+	oxt_close(&s->e);
+}
+
+static uint64_t base(struct side *s, const void *p)
+{
+	return s->virt ? (uint64_t)(uintptr_t)p : 0;
+}
+
+/* One completion for `ctx` within 10 s; its error code (0: success). */
+static int wait_one(struct side *s, void *ctx)
+{
+	struct fi_cq_tagged_entry ent;
+	struct fi_cq_err_entry err = { 0 };
+	double until = oxt_now_ms() + 10000;
+
+	while (oxt_now_ms() < until) {
+		ssize_t n = fi_cq_read(s->cq, &ent, 1);
+		if (n == 1) {
+			EXPECT(ent.op_context == ctx, "completion for another operation");
+			return 0;
+		}
+		if (n == -FI_EAVAIL) {
+			fi_cq_readerr(s->cq, &err, 0);
+			EXPECT(err.op_context == ctx, "error completion for another operation");
+			return err.err;
+		}
+	}
+	EXPECT(0, "no completion within 10 s");
+	return -1;
+}
+
+/* One completion for either context within 10 s; its error code. */
+static int wait_any(struct side *s, void *a, void *b)
+{
+	struct fi_cq_tagged_entry ent;
+	struct fi_cq_err_entry err = { 0 };
+	double until = oxt_now_ms() + 10000;
+
+	while (oxt_now_ms() < until) {
+		ssize_t n = fi_cq_read(s->cq, &ent, 1);
+		if (n == 1) {
+			EXPECT(ent.op_context == a || ent.op_context == b, "completion for another operation");
+			return 0;
+		}
+		if (n == -FI_EAVAIL) {
+			fi_cq_readerr(s->cq, &err, 0);
+			return err.err;
+		}
+	}
+	EXPECT(0, "no completion within 10 s");
+	return -1;
+}
+
+static void put(int sock, char c)
+{
+	REQUIRE(write(sock, &c, 1) == 1, "socketpair write");
+}
+
+static char get(int sock)
+{
+	char c;
+	REQUIRE(read(sock, &c, 1) == 1, "socketpair read");
+	return c;
+}
+
+/* The owner: serves RMA and answers the child's commands. */
+static int owner(int sock, bool bench)
+{
+	struct side s;
+	struct keys k = { 0 };
+	struct fid_mr *mtail, *mdata, *mnb, *mtail2 = NULL, *mbench = NULL, *mbnb = NULL;
+	struct fi_context sctx[2], rctx;
+	unsigned char *nb = malloc(DATA_LEN), *bnb = NULL, exp[TAIL_LEN];
+	char *ring, *bring = NULL;
+	int fd, bfd = -1, done = 0;
+
+	setup(&s, sock);
+	ring = perf_ring(DATA_PAGES, NULL, &fd);
+	REQUIRE(ring, "perf_event_open");
+	memset(ring + TAIL_OFF, 0, TAIL_LEN);
+	fill(nb, DATA_LEN, 4);
+	REQUIRE_RC(reg(s.e.domain, ring + TAIL_OFF, TAIL_LEN, FI_REMOTE_WRITE | FI_REMOTE_READ | FI_RECV | FI_SEND,
+		       OXMR_MR_PHYS_FALLBACK, &mtail), 0);
+	REQUIRE_RC(reg(s.e.domain, ring + PS, DATA_LEN, FI_REMOTE_READ | FI_SEND, OXMR_MR_PHYS_FALLBACK, &mdata), 0);
+	REQUIRE_RC(reg(s.e.domain, nb, DATA_LEN, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, &mnb), 0);
+	k.tail_key = fi_mr_key(mtail);
+	k.tail_addr = base(&s, ring + TAIL_OFF);
+	k.data_key = fi_mr_key(mdata);
+	k.data_addr = base(&s, ring + PS);
+	k.nb_key = fi_mr_key(mnb);
+	k.nb_addr = base(&s, nb);
+	if (bench) {
+		bring = perf_ring(BENCH_PAGES, NULL, &bfd);
+		bnb = malloc(BENCH_PAGES * PS);
+		memset(bnb, 7, BENCH_PAGES * PS);
+		REQUIRE_RC(reg(s.e.domain, bring + PS, BENCH_PAGES * PS, FI_REMOTE_READ, OXMR_MR_PHYS_FALLBACK, &mbench), 0);
+		REQUIRE_RC(reg(s.e.domain, bnb, BENCH_PAGES * PS, FI_REMOTE_READ, 0, &mbnb), 0);
+		k.bench_key = fi_mr_key(mbench);
+		k.bench_addr = base(&s, bring + PS);
+		k.bnb_key = fi_mr_key(mbnb);
+		k.bnb_addr = base(&s, bnb);
+	}
+	REQUIRE(write(sock, &k, sizeof k) == sizeof k, "socketpair write");
+	/* The owner's view of its data pages, read through its own mapping. */
+	REQUIRE(write(sock, ring + PS, DATA_LEN) == (ssize_t)DATA_LEN, "snapshot write");
+
+	for (;;) {
+		struct pollfd p = { .fd = sock, .events = POLLIN };
+		struct fi_cq_tagged_entry ent;
+		struct fi_cq_err_entry err;
+		char c;
+
+		ssize_t got = fi_cq_read(s.cq, &ent, 1);
+
+		if (got == -FI_EAVAIL) {
+			memset(&err, 0, sizeof err);
+			fi_cq_readerr(s.cq, &err, 0);
+			EXPECT(0, "owner: error completion %d", err.err);
+		} else if (got == 1 && ent.op_context == &rctx) {
+			done |= 4;
+		} else if (got == 1 && (ent.op_context == &sctx[0] || ent.op_context == &sctx[1])) {
+			done |= ent.op_context == &sctx[0] ? 1 : 2;
+		}
+		if (poll(&p, 1, 0) != 1)
+			continue;
+		c = get(sock);
+		switch (c) {
+		case 'T': /* the tail as written by the child, through our mapping */
+			fill(exp, TAIL_LEN, 1);
+			fill(exp + 5, 13, 2);
+			put(sock, memcmp(ring + TAIL_OFF, exp, TAIL_LEN) == 0 ? 'y' : 'n');
+			break;
+		case 'S': /* send from device memory: large, then eager at an odd offset */
+			EXPECT_RC(fi_send(s.ep, ring + PS, DATA_LEN, fi_mr_desc(mdata), s.peer, &sctx[0]), 0);
+			EXPECT_RC(fi_send(s.ep, ring + 2 * PS + 1, 2000, fi_mr_desc(mdata), s.peer, &sctx[1]), 0);
+			break;
+		case 's':
+			put(sock, (done & 3) == 3 ? 'y' : 'n');
+			break;
+		case 'R': /* receive into device memory */
+			EXPECT_RC(fi_recv(s.ep, ring + TAIL_OFF, TAIL_LEN, fi_mr_desc(mtail), FI_ADDR_UNSPEC, &rctx), 0);
+			put(sock, 'r');
+			break;
+		case 'V':
+			put(sock, (done & 4) && same((unsigned char *)ring + TAIL_OFF, TAIL_LEN, 3) ? 'y' : 'n');
+			break;
+		case 'U': /* unmap the ring: its keys must die with it */
+			munmap(ring, RING_LEN);
+			close(fd);
+			put(sock, 'u');
+			break;
+		case 'M': { /* a new ring at the same address, and a registration of its tail */
+			char *r2 = perf_ring(DATA_PAGES, ring, &fd);
+			EXPECT(r2 == ring, "new ring at the old address");
+			memset(ring + TAIL_OFF, 0, TAIL_LEN);
+			EXPECT_RC(reg(s.e.domain, ring + TAIL_OFF, TAIL_LEN, FI_REMOTE_WRITE | FI_REMOTE_READ,
+				      OXMR_MR_PHYS_FALLBACK, &mtail2), 0);
+			k.tail_key = mtail2 ? fi_mr_key(mtail2) : 0;
+			REQUIRE(write(sock, &k.tail_key, 8) == 8, "socketpair write");
+			break;
+		}
+		case 'A': /* anonymous memory replaces the ring, no access between */
+			REQUIRE(mmap(ring, RING_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+				     -1, 0) == ring, "mmap over the ring");
+			close(fd);
+			put(sock, 'a');
+			break;
+		case 'Z': { /* nothing was written into the anonymous memory */
+			bool zero = true;
+			for (size_t i = 0; i < RING_LEN; i++)
+				zero &= ring[i] == 0;
+			put(sock, zero ? 'y' : 'n');
+			break;
+		}
+		case 'D':
+			goto out;
+		default:
+			EXPECT(0, "owner: unknown command %c", c);
+			goto out;
+		}
+	}
+out:
+	fi_close(&mtail->fid);
+	fi_close(&mdata->fid);
+	fi_close(&mnb->fid);
+	if (mtail2)
+		fi_close(&mtail2->fid);
+	if (mbench) {
+		fi_close(&mbench->fid);
+		fi_close(&mbnb->fid);
+		munmap(bring, (1 + BENCH_PAGES) * PS);
+		close(bfd);
+	}
+	teardown(&s);
+	return 0;
+}
+
+static double bench_read(struct side *s, void *buf, void *desc, uint64_t addr, uint64_t key, size_t size, int iters)
+{
+	struct fi_context ctx;
+	double t0 = oxt_now_ms();
+
+	for (int i = 0; i < iters; i++) {
+		if (fi_read(s->ep, buf, size, desc, s->peer, addr, key, &ctx) != 0 || wait_one(s, &ctx) != 0) {
+			EXPECT(0, "bench read failed");
+			return 0;
+		}
+	}
+	return (double)size * iters / ((oxt_now_ms() - t0) / 1000.0) / 1e6;
+}
+
+static void driver(int sock, int bench_iters)
+{
+	struct side s;
+	struct keys k;
+	struct fi_context ctx, ctx2;
+	unsigned char *snap = malloc(DATA_LEN), *buf = malloc(DATA_LEN), *small = malloc(4096), exp[TAIL_LEN];
+	struct fid_mr *mt, *md;
+	char *mine;
+	int fd;
+	uint64_t old_tail;
+
+	setup(&s, sock);
+	REQUIRE(read(sock, &k, sizeof k) == sizeof k, "keys");
+	for (size_t got = 0; got < DATA_LEN;) {
+		ssize_t n = read(sock, snap + got, DATA_LEN - got);
+		REQUIRE(n > 0, "snapshot read");
+		got += (size_t)n;
+	}
+
+	OXT_GROUP("RMA write into the device tail (whole, then 13 unaligned bytes), read back");
+	fill(exp, TAIL_LEN, 1);
+	EXPECT_RC(fi_write(s.ep, exp, TAIL_LEN, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	fill(small, 13, 2);
+	EXPECT_RC(fi_write(s.ep, small, 13, NULL, s.peer, k.tail_addr + 5, k.tail_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	fill(exp + 5, 13, 2);
+	memset(buf, 0, TAIL_LEN);
+	EXPECT_RC(fi_read(s.ep, buf, TAIL_LEN, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT(memcmp(buf, exp, TAIL_LEN) == 0, "read back differs from what was written");
+	put(sock, 'T');
+	EXPECT(get(sock) == 'y', "the owner sees other bytes through its mapping");
+
+	OXT_GROUP("RMA read of the data pages (64 KiB, and 100 bytes at an odd offset) equals the owner's view");
+	memset(buf, 0, DATA_LEN);
+	EXPECT_RC(fi_read(s.ep, buf, DATA_LEN, NULL, s.peer, k.data_addr, k.data_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT(memcmp(buf, snap, DATA_LEN) == 0, "data pages differ");
+	EXPECT(snap[0] != 0 || snap[8] != 0, "the ring holds no records (nothing compared)");
+	EXPECT_RC(fi_read(s.ep, small, 100, NULL, s.peer, k.data_addr + PS + 3, k.data_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT(memcmp(small, snap + PS + 3, 100) == 0, "small read differs");
+
+	OXT_GROUP("sends from device memory (64 KiB and 2000 bytes) arrive intact");
+	memset(buf, 0, DATA_LEN);
+	EXPECT_RC(fi_recv(s.ep, buf, DATA_LEN, NULL, FI_ADDR_UNSPEC, &ctx), 0);
+	EXPECT_RC(fi_recv(s.ep, small, 2000, NULL, FI_ADDR_UNSPEC, &ctx2), 0);
+	put(sock, 'S');
+	/* The eager message completes first: the large one is pushed by its owner. */
+	EXPECT_RC(wait_any(&s, &ctx, &ctx2), 0);
+	EXPECT_RC(wait_any(&s, &ctx, &ctx2), 0);
+	EXPECT(memcmp(buf, snap, DATA_LEN) == 0, "large send differs");
+	EXPECT(memcmp(small, snap + PS + 1, 2000) == 0, "eager send differs");
+	put(sock, 's');
+	EXPECT(get(sock) == 'y', "the owner's sends did not complete");
+
+	OXT_GROUP("a receive into device memory");
+	put(sock, 'R');
+	EXPECT(get(sock) == 'r', "owner not ready");
+	fill(buf, TAIL_LEN, 3);
+	EXPECT_RC(fi_send(s.ep, buf, TAIL_LEN, NULL, s.peer, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	oxt_sleep_ms(50);
+	put(sock, 'V');
+	EXPECT(get(sock) == 'y', "the owner's device memory does not hold the message");
+
+	OXT_GROUP("the peer's own device memory as local RMA buffers");
+	mine = perf_ring(DATA_PAGES, NULL, &fd);
+	REQUIRE(mine, "perf ring");
+	REQUIRE_RC(reg(s.e.domain, mine + TAIL_OFF, TAIL_LEN, FI_READ | FI_WRITE, OXMR_MR_PHYS_FALLBACK, &mt), 0);
+	REQUIRE_RC(reg(s.e.domain, mine + PS, DATA_LEN, FI_WRITE, OXMR_MR_PHYS_FALLBACK, &md), 0);
+	EXPECT_RC(fi_read(s.ep, mine + TAIL_OFF, TAIL_LEN, fi_mr_desc(mt), s.peer, k.nb_addr + 1, k.nb_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	fill(exp, TAIL_LEN + 1, 4);
+	EXPECT(memcmp(mine + TAIL_OFF, exp + 1, TAIL_LEN - 1) == 0, "read into my device memory differs");
+	EXPECT_RC(fi_write(s.ep, mine + PS, DATA_LEN, fi_mr_desc(md), s.peer, k.nb_addr, k.nb_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	memset(buf, 0, DATA_LEN);
+	EXPECT_RC(fi_read(s.ep, buf, DATA_LEN, NULL, s.peer, k.nb_addr, k.nb_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT(memcmp(buf, mine + PS, DATA_LEN) == 0, "write from my device memory differs");
+	fi_close(&mt->fid);
+	fi_close(&md->fid);
+	munmap(mine, RING_LEN);
+	close(fd);
+
+	if (bench_iters > 0) {
+		unsigned char *bb = malloc(BENCH_PAGES * PS);
+		static const size_t sizes[] = { 4096, 65536, BENCH_PAGES * PS };
+		for (size_t i = 0; i < 3; i++) {
+			size_t sz = sizes[i];
+			int it = sz >= (1 << 20) ? bench_iters / 8 + 1 : bench_iters;
+			double dev = bench_read(&s, bb, NULL, k.bench_addr, k.bench_key, sz, it);
+			double ord = bench_read(&s, bb, NULL, k.bnb_addr, k.bnb_key, sz, it);
+			printf("# bench rma_read %7zu B: perf-ring data pages %9.1f MB/s, ordinary memory %9.1f MB/s, ratio %.2f\n",
+			       sz, dev, ord, ord > 0 ? dev / ord : 0);
+		}
+		free(bb);
+	}
+
+	OXT_GROUP("after munmap the old keys are rejected (FI_EKEYREJECTED)");
+	put(sock, 'U');
+	EXPECT(get(sock) == 'u', "owner did not unmap");
+	EXPECT_RC(fi_read(s.ep, buf, 100, NULL, s.peer, k.data_addr, k.data_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), FI_EKEYREJECTED);
+	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), FI_EKEYREJECTED);
+
+	OXT_GROUP("a new ring at the same address: the old key stays rejected, the new registration works");
+	old_tail = k.tail_key;
+	put(sock, 'M');
+	REQUIRE(read(sock, &k.tail_key, 8) == 8, "new key");
+	EXPECT(k.tail_key != old_tail, "the new registration reused the old key");
+	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, old_tail, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), FI_EKEYREJECTED);
+	fill(small, 100, 5);
+	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), 0);
+
+	OXT_GROUP("anonymous memory replaces the ring: the key is rejected and nothing is written into it");
+	put(sock, 'A');
+	EXPECT(get(sock) == 'a', "owner did not replace the mapping");
+	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), FI_EKEYREJECTED);
+	EXPECT_RC(fi_read(s.ep, buf, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
+	EXPECT_RC(wait_one(&s, &ctx), FI_EKEYREJECTED);
+	put(sock, 'Z');
+	EXPECT(get(sock) == 'y', "bytes were written into the memory that replaced the ring");
+
+	put(sock, 'D');
+	teardown(&s);
+}
+
+int main(int argc, char **argv)
+{
+	int sv[2], status, fd, iters;
+	const char *b = getenv("OXT_PHYS_BENCH");
+	char *probe;
+	pid_t pid;
+
+	(void)argc;
+	setenv("FI_LOG_LEVEL", "warn", 0);
+	oxt_init(argv[0]);
+	iters = b ? atoi(b) : 0;
+	env_opt_in = getenv("FI_OXMR_MR_PHYS_FALLBACK") && atoi(getenv("FI_OXMR_MR_PHYS_FALLBACK"));
+	probe = perf_ring(DATA_PAGES, NULL, &fd);
+	if (!probe) {
+		printf("# skipped: perf_event_open(SW_DUMMY) failed (%s); no PFN-mapped memory to test with\n",
+		       strerror(errno));
+		return 0;
+	}
+	munmap(probe, RING_LEN);
+	close(fd);
+
+	part1();
+	oxt_group_end();
+
+	REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (pid == 0) {
+		close(sv[0]);
+		/* The owner reports its own checks only. */
+		oxt_groups_total = oxt_groups_failed = oxt_failed_total = 0;
+		exit(owner(sv[1], iters > 0) || oxt_done());
+	}
+	close(sv[1]);
+	driver(sv[0], iters);
+	waitpid(pid, &status, 0);
+	OXT_GROUP("the owner process");
+	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "owner failed (status %d)", status);
+	return oxt_done();
+}
