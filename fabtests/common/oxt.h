@@ -440,4 +440,68 @@ static inline void oxt_close(struct oxt_env *e)
 	memset(e, 0, sizeof *e);
 }
 
+/* One side of a two-process test: an RDM endpoint on 127.0.0.1 with a CQ
+ * and an AV holding the peer, whose name came over a socketpair. */
+struct oxt_side {
+	struct oxt_env e;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	fi_addr_t peer;
+	/* FI_MR_VIRT_ADDR: peers name a region's byte 0 by its address. */
+	bool virt;
+};
+
+static inline void oxt_side_open(struct oxt_side *s, int sock)
+{
+	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
+	struct fi_av_attr aa = { .type = FI_AV_TABLE };
+	char me[64], them[64];
+	size_t len = sizeof me;
+
+	oxt_open(&s->e);
+	s->virt = (s->e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+	REQUIRE_RC(fi_cq_open(s->e.domain, &ca, &s->cq, NULL), 0);
+	REQUIRE_RC(fi_av_open(s->e.domain, &aa, &s->av, NULL), 0);
+	REQUIRE_RC(fi_endpoint(s->e.domain, s->e.info, &s->ep, NULL), 0);
+	REQUIRE_RC(fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(s->ep, &s->av->fid, 0), 0);
+	REQUIRE_RC(fi_enable(s->ep), 0);
+	REQUIRE_RC(fi_getname(&s->ep->fid, me, &len), 0);
+	REQUIRE(write(sock, me, sizeof me) == sizeof me, "socketpair write");
+	REQUIRE(read(sock, them, sizeof them) == sizeof them, "socketpair read");
+	REQUIRE_RC(fi_av_insert(s->av, them, 1, &s->peer, 0, NULL), 1);
+}
+
+static inline void oxt_side_close(struct oxt_side *s)
+{
+	fi_close(&s->ep->fid);
+	fi_close(&s->av->fid);
+	fi_close(&s->cq->fid);
+	oxt_close(&s->e);
+}
+
+/* One completion for `ctx` within 10 s; its error code (0: success). */
+static inline int oxt_wait_one(struct oxt_side *s, void *ctx)
+{
+	struct fi_cq_tagged_entry ent;
+	struct fi_cq_err_entry err = { 0 };
+	double until = oxt_now_ms() + 10000;
+
+	while (oxt_now_ms() < until) {
+		ssize_t n = fi_cq_read(s->cq, &ent, 1);
+		if (n == 1) {
+			EXPECT(ent.op_context == ctx, "completion for another operation");
+			return 0;
+		}
+		if (n == -FI_EAVAIL) {
+			fi_cq_readerr(s->cq, &err, 0);
+			EXPECT(err.op_context == ctx, "error completion for another operation");
+			return err.err;
+		}
+	}
+	EXPECT(0, "no completion within 10 s");
+	return -1;
+}
+
 #endif /* OXT_H */

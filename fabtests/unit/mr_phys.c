@@ -332,79 +332,18 @@ static void part1(void)
 
 /* ---- part 2: two processes ---- */
 
-struct side {
-	struct oxt_env e;
-	struct fid_ep *ep;
-	struct fid_cq *cq;
-	struct fid_av *av;
-	fi_addr_t peer;
-	bool virt;
-};
-
 struct keys {
 	uint64_t tail_key, tail_addr, data_key, data_addr, nb_key, nb_addr;
 	uint64_t bench_key, bench_addr, bnb_key, bnb_addr;
 };
 
-static void setup(struct side *s, int sock)
-{
-	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
-	struct fi_av_attr aa = { .type = FI_AV_TABLE };
-	char me[64], them[64];
-	size_t len = sizeof me;
-
-	oxt_open(&s->e);
-	s->virt = (s->e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
-	REQUIRE_RC(fi_cq_open(s->e.domain, &ca, &s->cq, NULL), 0);
-	REQUIRE_RC(fi_av_open(s->e.domain, &aa, &s->av, NULL), 0);
-	REQUIRE_RC(fi_endpoint(s->e.domain, s->e.info, &s->ep, NULL), 0);
-	REQUIRE_RC(fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV), 0);
-	REQUIRE_RC(fi_ep_bind(s->ep, &s->av->fid, 0), 0);
-	REQUIRE_RC(fi_enable(s->ep), 0);
-	REQUIRE_RC(fi_getname(&s->ep->fid, me, &len), 0);
-	REQUIRE(write(sock, me, sizeof me) == sizeof me, "socketpair write");
-	REQUIRE(read(sock, them, sizeof them) == sizeof them, "socketpair read");
-	REQUIRE_RC(fi_av_insert(s->av, them, 1, &s->peer, 0, NULL), 1);
-}
-
-static void teardown(struct side *s)
-{
-	fi_close(&s->ep->fid);
-	fi_close(&s->av->fid);
-	fi_close(&s->cq->fid);
-	oxt_close(&s->e);
-}
-
-static uint64_t base(struct side *s, const void *p)
+static uint64_t base(struct oxt_side *s, const void *p)
 {
 	return s->virt ? (uint64_t)(uintptr_t)p : 0;
 }
 
-/* One completion for `ctx` within 10 s; its error code (0: success). */
-static int wait_one(struct side *s, void *ctx)
-{
-	struct fi_cq_tagged_entry ent;
-	struct fi_cq_err_entry err = { 0 };
-	double until = oxt_now_ms() + 10000;
-
-	while (oxt_now_ms() < until) {
-		ssize_t n = fi_cq_read(s->cq, &ent, 1);
-		if (n == 1) {
-			EXPECT(ent.op_context == ctx, "completion for another operation");
-			return 0;
-		}
-		if (n == -FI_EAVAIL) {
-			fi_cq_readerr(s->cq, &err, 0);
-			EXPECT(err.op_context == ctx, "error completion for another operation");
-			return err.err;
-		}
-	}
-	EXPECT(0, "no completion within 10 s");
-	return -1;
-}
-
 /* One completion for either context within 10 s; its error code. */
-static int wait_any(struct side *s, void *a, void *b)
+static int wait_any(struct oxt_side *s, void *a, void *b)
 {
 	struct fi_cq_tagged_entry ent;
 	struct fi_cq_err_entry err = { 0 };
@@ -440,7 +379,7 @@ static char get(int sock)
 /* The owner: serves RMA and answers the child's commands. */
 static int owner(int sock, bool bench)
 {
-	struct side s;
+	struct oxt_side s;
 	struct keys k = { 0 };
 	struct fid_mr *mtail, *mdata, *mnb, *mtail2 = NULL, *mbench = NULL, *mbnb = NULL;
 	struct fi_context sctx[2], rctx;
@@ -448,7 +387,7 @@ static int owner(int sock, bool bench)
 	char *ring, *bring = NULL;
 	int fd, bfd = -1, done = 0;
 
-	setup(&s, sock);
+	oxt_side_open(&s, sock);
 	ring = perf_ring(DATA_PAGES, NULL, &fd);
 	REQUIRE(ring, "perf_event_open");
 	memset(ring + TAIL_OFF, 0, TAIL_LEN);
@@ -565,17 +504,17 @@ out:
 		munmap(bring, (1 + BENCH_PAGES) * PS);
 		close(bfd);
 	}
-	teardown(&s);
+	oxt_side_close(&s);
 	return 0;
 }
 
-static double bench_read(struct side *s, void *buf, void *desc, uint64_t addr, uint64_t key, size_t size, int iters)
+static double bench_read(struct oxt_side *s, void *buf, void *desc, uint64_t addr, uint64_t key, size_t size, int iters)
 {
 	struct fi_context ctx;
 	double t0 = oxt_now_ms();
 
 	for (int i = 0; i < iters; i++) {
-		if (fi_read(s->ep, buf, size, desc, s->peer, addr, key, &ctx) != 0 || wait_one(s, &ctx) != 0) {
+		if (fi_read(s->ep, buf, size, desc, s->peer, addr, key, &ctx) != 0 || oxt_wait_one(s, &ctx) != 0) {
 			EXPECT(0, "bench read failed");
 			return 0;
 		}
@@ -585,7 +524,7 @@ static double bench_read(struct side *s, void *buf, void *desc, uint64_t addr, u
 
 static void driver(int sock, int bench_iters)
 {
-	struct side s;
+	struct oxt_side s;
 	struct keys k;
 	struct fi_context ctx, ctx2;
 	unsigned char *snap = malloc(DATA_LEN), *buf = malloc(DATA_LEN), *small = malloc(4096), exp[TAIL_LEN];
@@ -594,7 +533,7 @@ static void driver(int sock, int bench_iters)
 	int fd;
 	uint64_t old_tail;
 
-	setup(&s, sock);
+	oxt_side_open(&s, sock);
 	REQUIRE(read(sock, &k, sizeof k) == sizeof k, "keys");
 	for (size_t got = 0; got < DATA_LEN;) {
 		ssize_t n = read(sock, snap + got, DATA_LEN - got);
@@ -605,14 +544,14 @@ static void driver(int sock, int bench_iters)
 	OXT_GROUP("RMA write into the device tail (whole, then 13 unaligned bytes), read back");
 	fill(exp, TAIL_LEN, 1);
 	EXPECT_RC(fi_write(s.ep, exp, TAIL_LEN, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	fill(small, 13, 2);
 	EXPECT_RC(fi_write(s.ep, small, 13, NULL, s.peer, k.tail_addr + 5, k.tail_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	fill(exp + 5, 13, 2);
 	memset(buf, 0, TAIL_LEN);
 	EXPECT_RC(fi_read(s.ep, buf, TAIL_LEN, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	EXPECT(memcmp(buf, exp, TAIL_LEN) == 0, "read back differs from what was written");
 	put(sock, 'T');
 	EXPECT(get(sock) == 'y', "the owner sees other bytes through its mapping");
@@ -620,11 +559,11 @@ static void driver(int sock, int bench_iters)
 	OXT_GROUP("RMA read of the data pages (64 KiB, and 100 bytes at an odd offset) equals the owner's view");
 	memset(buf, 0, DATA_LEN);
 	EXPECT_RC(fi_read(s.ep, buf, DATA_LEN, NULL, s.peer, k.data_addr, k.data_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	EXPECT(memcmp(buf, snap, DATA_LEN) == 0, "data pages differ");
 	EXPECT(snap[0] != 0 || snap[8] != 0, "the ring holds no records (nothing compared)");
 	EXPECT_RC(fi_read(s.ep, small, 100, NULL, s.peer, k.data_addr + PS + 3, k.data_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	EXPECT(memcmp(small, snap + PS + 3, 100) == 0, "small read differs");
 
 	OXT_GROUP("sends from device memory (64 KiB and 2000 bytes) arrive intact");
@@ -645,7 +584,7 @@ static void driver(int sock, int bench_iters)
 	EXPECT(get(sock) == 'r', "owner not ready");
 	fill(buf, TAIL_LEN, 3);
 	EXPECT_RC(fi_send(s.ep, buf, TAIL_LEN, NULL, s.peer, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	oxt_sleep_ms(50);
 	put(sock, 'V');
 	EXPECT(get(sock) == 'y', "the owner's device memory does not hold the message");
@@ -656,14 +595,14 @@ static void driver(int sock, int bench_iters)
 	REQUIRE_RC(reg(s.e.domain, mine + TAIL_OFF, TAIL_LEN, FI_READ | FI_WRITE, OXMR_MR_PHYS_FALLBACK, &mt), 0);
 	REQUIRE_RC(reg(s.e.domain, mine + PS, DATA_LEN, FI_WRITE, OXMR_MR_PHYS_FALLBACK, &md), 0);
 	EXPECT_RC(fi_read(s.ep, mine + TAIL_OFF, TAIL_LEN, fi_mr_desc(mt), s.peer, k.nb_addr + 1, k.nb_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	fill(exp, TAIL_LEN + 1, 4);
 	EXPECT(memcmp(mine + TAIL_OFF, exp + 1, TAIL_LEN - 1) == 0, "read into my device memory differs");
 	EXPECT_RC(fi_write(s.ep, mine + PS, DATA_LEN, fi_mr_desc(md), s.peer, k.nb_addr, k.nb_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	memset(buf, 0, DATA_LEN);
 	EXPECT_RC(fi_read(s.ep, buf, DATA_LEN, NULL, s.peer, k.nb_addr, k.nb_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	EXPECT(memcmp(buf, mine + PS, DATA_LEN) == 0, "write from my device memory differs");
 	fi_close(&mt->fid);
 	fi_close(&md->fid);
@@ -688,9 +627,9 @@ static void driver(int sock, int bench_iters)
 	put(sock, 'U');
 	EXPECT(get(sock) == 'u', "owner did not unmap");
 	EXPECT_RC(fi_read(s.ep, buf, 100, NULL, s.peer, k.data_addr, k.data_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), FI_EKEYREJECTED);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
 	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), FI_EKEYREJECTED);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
 
 	OXT_GROUP("a new ring at the same address: the old key stays rejected, the new registration works");
 	old_tail = k.tail_key;
@@ -698,23 +637,23 @@ static void driver(int sock, int bench_iters)
 	REQUIRE(read(sock, &k.tail_key, 8) == 8, "new key");
 	EXPECT(k.tail_key != old_tail, "the new registration reused the old key");
 	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, old_tail, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), FI_EKEYREJECTED);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
 	fill(small, 100, 5);
 	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 
 	OXT_GROUP("anonymous memory replaces the ring: the key is rejected and nothing is written into it");
 	put(sock, 'A');
 	EXPECT(get(sock) == 'a', "owner did not replace the mapping");
 	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), FI_EKEYREJECTED);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
 	EXPECT_RC(fi_read(s.ep, buf, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), FI_EKEYREJECTED);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
 	put(sock, 'Z');
 	EXPECT(get(sock) == 'y', "bytes were written into the memory that replaced the ring");
 
 	put(sock, 'D');
-	teardown(&s);
+	oxt_side_close(&s);
 }
 
 int main(int argc, char **argv)

@@ -23,56 +23,6 @@
 #define MSG (1UL << 20)
 #define RMA (64UL << 10)
 
-struct side {
-	struct oxt_env e;
-	struct fid_ep *ep;
-	struct fid_cq *cq;
-	struct fid_av *av;
-	fi_addr_t peer;
-};
-
-static void setup(struct side *s, int sock)
-{
-	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
-	struct fi_av_attr aa = { .type = FI_AV_TABLE };
-	char me[64], them[64];
-	size_t len = sizeof me;
-
-	oxt_open(&s->e);
-	REQUIRE_RC(fi_cq_open(s->e.domain, &ca, &s->cq, NULL), 0);
-	REQUIRE_RC(fi_av_open(s->e.domain, &aa, &s->av, NULL), 0);
-	REQUIRE_RC(fi_endpoint(s->e.domain, s->e.info, &s->ep, NULL), 0);
-	REQUIRE_RC(fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV), 0);
-	REQUIRE_RC(fi_ep_bind(s->ep, &s->av->fid, 0), 0);
-	REQUIRE_RC(fi_enable(s->ep), 0);
-	REQUIRE_RC(fi_getname(&s->ep->fid, me, &len), 0);
-	REQUIRE(write(sock, me, sizeof me) == sizeof me, "socketpair write");
-	REQUIRE(read(sock, them, sizeof them) == sizeof them, "socketpair read");
-	REQUIRE_RC(fi_av_insert(s->av, them, 1, &s->peer, 0, NULL), 1);
-}
-
-/* One completion within 10 s; returns its error code (0: success). */
-static int wait_one(struct side *s, void *ctx)
-{
-	struct fi_cq_tagged_entry ent;
-	struct fi_cq_err_entry err = { 0 };
-	double until = oxt_now_ms() + 10000;
-
-	while (oxt_now_ms() < until) {
-		ssize_t n = fi_cq_read(s->cq, &ent, 1);
-		if (n == 1) {
-			EXPECT(ent.op_context == ctx, "completion for another operation");
-			return 0;
-		}
-		if (n == -FI_EAVAIL) {
-			fi_cq_readerr(s->cq, &err, 0);
-			return err.err;
-		}
-	}
-	EXPECT(0, "no completion within 10 s");
-	return -1;
-}
-
 static void fill(unsigned char *p, size_t n, unsigned seed)
 {
 	for (size_t i = 0; i < n; i++)
@@ -89,7 +39,7 @@ static bool same(const unsigned char *p, size_t n, unsigned seed)
 
 static int child(int sock)
 {
-	struct side s;
+	struct oxt_side s;
 	struct fid_mr *mr;
 	struct fi_context rctx;
 	unsigned char *rbuf = malloc(MSG), *tbuf = malloc(2 * RMA);
@@ -97,15 +47,15 @@ static int child(int sock)
 	char done = 0;
 	struct fi_cq_tagged_entry ent;
 
-	setup(&s, sock);
+	oxt_side_open(&s, sock);
 	fill(tbuf + RMA, RMA, 3);
 	REQUIRE_RC(fi_mr_reg(s.e.domain, tbuf, 2 * RMA, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
 	info[0] = fi_mr_key(mr);
 	/* The address peers name byte 0 with: virtual under FI_MR_VIRT_ADDR, else 0. */
-	info[1] = (s.e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)tbuf : 0;
+	info[1] = s.virt ? (uint64_t)(uintptr_t)tbuf : 0;
 	REQUIRE(write(sock, info, sizeof info) == sizeof info, "socketpair write");
 	REQUIRE_RC(fi_recv(s.ep, rbuf, MSG, NULL, FI_ADDR_UNSPEC, &rctx), 0);
-	EXPECT_RC(wait_one(&s, &rctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &rctx), 0);
 	done = same(rbuf, MSG, 1) ? 'y' : 'n';
 	REQUIRE(write(sock, &done, 1) == 1, "socketpair write");
 	/* Serve the parent's RMA until it says it is done. */
@@ -119,10 +69,7 @@ static int child(int sock)
 	done = same(tbuf, RMA, 2) ? 'y' : 'n';
 	REQUIRE(write(sock, &done, 1) == 1, "socketpair write");
 	fi_close(&mr->fid);
-	fi_close(&s.ep->fid);
-	fi_close(&s.av->fid);
-	fi_close(&s.cq->fid);
-	oxt_close(&s.e);
+	oxt_side_close(&s);
 	return 0;
 }
 
@@ -130,7 +77,7 @@ int main(int argc, char **argv)
 {
 	int sv[2], fd, status;
 	unsigned char *sec;
-	struct side s;
+	struct oxt_side s;
 	struct fi_context ctx;
 	uint64_t info[2];
 	char ok;
@@ -154,25 +101,25 @@ int main(int argc, char **argv)
 		exit(child(sv[1]));
 	}
 	close(sv[1]);
-	setup(&s, sv[0]);
+	oxt_side_open(&s, sv[0]);
 	REQUIRE(read(sv[0], info, sizeof info) == sizeof info, "socketpair read");
 
 	OXT_GROUP("1 MiB send from secret memory reaches the peer (pushed by its owner)");
 	fill(sec, MSG, 1);
 	EXPECT_RC(fi_send(s.ep, sec, MSG, NULL, s.peer, &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	REQUIRE(read(sv[0], &ok, 1) == 1, "socketpair read");
 	EXPECT(ok == 'y', "the receiver got different bytes");
 
 	OXT_GROUP("RMA write of 64 KiB whose source is secret memory");
 	fill(sec, RMA, 2);
 	EXPECT_RC(fi_write(s.ep, sec, RMA, NULL, s.peer, info[1], info[0], &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 
 	OXT_GROUP("RMA read of 64 KiB into secret memory");
 	memset(sec, 0, RMA);
 	EXPECT_RC(fi_read(s.ep, sec, RMA, NULL, s.peer, info[1] + RMA, info[0], &ctx), 0);
-	EXPECT_RC(wait_one(&s, &ctx), 0);
+	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	EXPECT(same(sec, RMA, 3), "the read brought different bytes");
 
 	ok = 'd';
@@ -182,9 +129,6 @@ int main(int argc, char **argv)
 	EXPECT(ok == 'y', "the target's region has different bytes");
 	waitpid(pid, &status, 0);
 	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status %d)", status);
-	fi_close(&s.ep->fid);
-	fi_close(&s.av->fid);
-	fi_close(&s.cq->fid);
-	oxt_close(&s.e);
+	oxt_side_close(&s);
 	return oxt_done();
 }

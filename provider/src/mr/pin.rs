@@ -267,11 +267,7 @@ impl Pinner {
     /// Pin `iovs` for `access`: all-or-nothing; device memory takes the
     /// physical-address fallback when FI_OXMR_MR_PHYS_FALLBACK allows it.
     pub fn pin(&self, iovs: &[(usize, usize)], access: u64) -> Result<Pin> {
-        self.pin_with(iovs, access, self.phys_fallback)
-    }
-
-    /// [`Pinner::pin`], with the fallback allowed by the call (`phys_ok`).
-    fn pin_with(&self, iovs: &[(usize, usize)], access: u64, phys_ok: bool) -> Result<Pin> {
+        let phys_ok = self.phys_fallback;
         let bytes: u64 = iovs.iter().map(|&(a, l)| charged(a, l)).sum();
         if bytes == 0 || self.mode == PinMode::None {
             if validate(iovs, access)? && bytes > 0 {
