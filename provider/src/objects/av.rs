@@ -28,7 +28,7 @@ struct Table {
     slots: Vec<Option<SocketAddr>>,
     free: Vec<usize>,
     /// Address -> fi_addr, for reporting the source of received messages.
-    rev: std::collections::HashMap<SocketAddr, u64>,
+    rev: crate::protocol::hash::FastMap<SocketAddr, u64>,
 }
 
 /// An address vector.
@@ -193,7 +193,11 @@ impl Av {
         for &a in fi_addrs {
             if let Some(old) = t.slots[a as usize].take() {
                 if t.rev.get(&old) == Some(&a) {
-                    t.rev.remove(&old);
+                    // The same address may sit in another slot too.
+                    match t.slots.iter().position(|s| *s == Some(old)) {
+                        Some(i) => t.rev.insert(old, i as u64),
+                        None => t.rev.remove(&old),
+                    };
                 }
             }
             if self.av_type == ffi::FI_AV_MAP {
@@ -215,6 +219,6 @@ impl Av {
     /// The fi_addr of an address, if inserted (for FI_SOURCE reporting).
     pub fn reverse(&self, addr: &SocketAddr) -> Option<u64> {
         let t = self.table.read().unwrap_or_else(|p| p.into_inner());
-        t.slots.iter().position(|s| s.as_ref() == Some(addr)).map(|i| i as u64)
+        t.rev.get(addr).copied()
     }
 }

@@ -19,13 +19,14 @@
 //! Manual progress: `progress` runs from CQ, counter and EQ reads.
 //! Locking: the engine's mutex is taken first, CQ queue locks second.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
 
+use super::hash::FastMap;
 use super::{decode_iovs, encode_iovs, flag, op, Hdr, HDR_LEN};
 use crate::boundary::{Error, Result};
 use crate::fail;
@@ -44,6 +45,8 @@ pub(crate) const INJECT_CALL: u64 = 1 << 63;
 /// Largest payload sent inline.
 pub(crate) const EAGER_MAX: usize = CELL_DATA - HDR_LEN;
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+/// Progress calls between two looks at the clock for the liveness check.
+const LIVENESS_CALLS: u32 = 64;
 
 /// Counter slots, as `objects::ep::CNTR_FLAGS`.
 const C_SEND: usize = 0;
@@ -173,22 +176,24 @@ pub struct RmaOp {
 
 /// The engine of one RDM endpoint.
 pub struct Engine {
-    rx: Region,
+    /// Our queue; `None` only while `progress` reads it.
+    rx: Option<Region>,
     name: [u8; 28],
     pid: u32,
     domain: Arc<Domain>,
     b: Bindings,
-    peers: HashMap<SocketAddr, TxPeer>,
+    peers: FastMap<SocketAddr, TxPeer>,
     posted: [VecDeque<Posted>; 2],
     unexpected: [VecDeque<Unexpected>; 2],
-    pending: HashMap<u64, Pending>,
+    pending: FastMap<u64, Pending>,
     next_id: u64,
     outbox: VecDeque<(SocketAddr, Vec<u8>)>,
     last_check: Instant,
-    pulls: HashMap<(SocketAddr, u64), Pull>,
+    /// Progress calls since the last liveness check (the clock is read
+    /// only every `LIVENESS_CALLS` calls: it costs more than a poll).
+    ticks: u32,
+    pulls: FastMap<(SocketAddr, u64), Pull>,
     streams: VecDeque<Stream>,
-    /// Where popped messages are copied (reused: no allocation per message).
-    scratch: Vec<u8>,
 }
 
 fn total(iovs: &[(usize, usize)]) -> usize {
@@ -221,7 +226,7 @@ fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
 impl Engine {
     pub fn new(rx: Region, name: SocketAddr, domain: Arc<Domain>, b: Bindings) -> Self {
         Engine {
-            rx,
+            rx: Some(rx),
             name: {
                 let mut n = [0u8; 28];
                 let e = addr::encode(&name);
@@ -231,16 +236,16 @@ impl Engine {
             pid: std::process::id(),
             domain,
             b,
-            peers: HashMap::new(),
+            peers: FastMap::default(),
             posted: [VecDeque::new(), VecDeque::new()],
             unexpected: [VecDeque::new(), VecDeque::new()],
-            pending: HashMap::new(),
+            pending: FastMap::default(),
             next_id: 1,
             outbox: VecDeque::new(),
             last_check: Instant::now(),
-            pulls: HashMap::new(),
+            ticks: 0,
+            pulls: FastMap::default(),
             streams: VecDeque::new(),
-            scratch: Vec::with_capacity(CELL_DATA),
         }
     }
 
@@ -894,16 +899,21 @@ impl Engine {
     pub fn progress(&mut self) {
         self.flush_outbox();
         self.run_streams();
-        let mut buf = std::mem::take(&mut self.scratch);
-        for _ in 0..64 {
-            buf.clear();
-            if !self.rx.pop(|b| buf.extend_from_slice(b)) {
-                break;
+        // Messages are handled in place, in their queue cell (which no
+        // producer touches until it is released): no copy out of the queue.
+        if let Some(mut rx) = self.rx.take() {
+            let mut n = 0;
+            while n < 64 && rx.pop(|msg| self.on_message(msg)) {
+                n += 1;
             }
-            self.on_message(&buf);
+            self.rx = Some(rx);
         }
-        self.scratch = buf;
-        if self.last_check.elapsed() >= LIVENESS_EVERY {
+        self.ticks += 1;
+        if self.ticks >= LIVENESS_CALLS {
+            self.ticks = 0;
+            if self.last_check.elapsed() < LIVENESS_EVERY {
+                return;
+            }
             self.last_check = Instant::now();
             self.reap_dead_peers();
         }

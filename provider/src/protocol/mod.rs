@@ -6,6 +6,7 @@
 //! wire will carry the same messages. See docs/wire.md for the format.
 
 pub mod engine;
+pub mod hash;
 
 /// Bytes of the fixed message header.
 pub(crate) const HDR_LEN: usize = 96;
