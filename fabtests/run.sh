@@ -103,6 +103,14 @@ skip_run() {
 	skipped+=("$1")
 }
 
+# The same-host data path with shared copies (both processes copy a large
+# transfer, shm/jobs.rs) from 8 KiB up in 4 KiB chunks, and with them off.
+extra_run "xfer[FI_OXMR_SHM_SHARE_MIN=8192,FI_OXMR_SHM_SHARE_CHUNK=4096]" xfer \
+	FI_OXMR_SHM_SHARE_MIN=8192 FI_OXMR_SHM_SHARE_CHUNK=4096
+extra_run "xfer[FI_OXMR_SHM_SHARE_MIN=0]" xfer FI_OXMR_SHM_SHARE_MIN=0
+extra_run "xfer_bounce[FI_OXMR_SHM_SHARE_MIN=8192,FI_OXMR_SHM_SHARE_CHUNK=4096]" xfer_bounce \
+	FI_OXMR_SHM_SHARE_MIN=8192 FI_OXMR_SHM_SHARE_CHUNK=4096
+
 # Registration with mlock pinning, and with no pinning at all.
 extra_run "mr[FI_OXMR_MR_PIN=mlock]" mr FI_OXMR_MR_PIN=mlock
 extra_run "mr[FI_OXMR_MR_PIN=none]" mr FI_OXMR_MR_PIN=none

@@ -702,6 +702,11 @@ static void t_sizes(struct node *n, bool ps)
 			     "send of %zu B", size);
 			EXPECT_OK(&n->e1, CTX(1), FI_SEND | FI_MSG, &c,
 				  "send of %zu B", size);
+			/* Large sends are copied by both processes (shared
+			 * copies): the sender's side must only ever read
+			 * its own buffer. */
+			EXPECT_PAT(n->tx, size, seed,
+				   "send buffer after the send of %zu B", size);
 		} else if (EXPECT_OK(&n->e1, CTX(0), FI_RECV | FI_MSG, &c,
 				     "recv of %zu B", size)) {
 			EXPECT(c.e.len == size,
@@ -1733,8 +1738,11 @@ static void t_rma(struct node *n, const struct rinfo *ri)
 		POST(&n->e1, rma_post(n, false, size, m->addr + off, m->key, CTX(100)),
 		     "fi_write of %zu B", size);
 		if (EXPECT_OK(&n->e1, CTX(100), FI_RMA | FI_WRITE, &c,
-			      "fi_write of %zu B", size))
+			      "fi_write of %zu B", size)) {
 			CMD(n, CMD_VERIFY, R_MAIN, off, size, seed);
+			EXPECT_PAT(n->tx, size, seed,
+				   "fi_write of %zu B: the source afterwards", size);
+		}
 	}
 	CMD(n, CMD_INTACT, R_MAIN, 0, 0, 0);
 	for (size_t k = 0; k < 4; k++) {

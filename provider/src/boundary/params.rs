@@ -68,6 +68,16 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         kind: ffi::FI_PARAM_BOOL,
         help: c"Register device memory that cannot be pinned (VM_PFNMAP/VM_IO mappings from remap_pfn_range) by physical address; only such memory, checked page by page, revoked when its mapping changes (default: 0; per call: OXMR_MR_PHYS_FALLBACK in fi_mr_regattr flags)",
     },
+    ParamDef {
+        name: c"shm_share_min",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Same-host transfers of at least this many bytes (rendezvous sends, RMA) are copied by both processes at once, in chunks claimed from a shared counter; 0 turns shared copies off (default: 1048576; below about the L2 cache size one copier is faster)",
+    },
+    ParamDef {
+        name: c"shm_share_chunk",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Bytes per chunk of a shared copy (default: 0, automatic: an eighth of the transfer, between 16 KiB and 1 MiB)",
+    },
 ];
 
 /// The values read at load time.
@@ -83,7 +93,14 @@ pub struct Config {
     pub cache: crate::mr::CacheConfig,
     /// FI_OXMR_MR_PHYS_FALLBACK.
     pub phys_fallback: bool,
+    /// FI_OXMR_SHM_SHARE_MIN (0: off).
+    pub share_min: usize,
+    /// FI_OXMR_SHM_SHARE_CHUNK (0: automatic).
+    pub share_chunk: usize,
 }
+
+/// Default of FI_OXMR_SHM_SHARE_MIN.
+pub(crate) const SHARE_MIN: usize = 1 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -93,6 +110,8 @@ impl Default for Config {
             max_pinned: None,
             cache: crate::mr::CacheConfig::default(),
             phys_fallback: false,
+            share_min: SHARE_MIN,
+            share_chunk: 0,
         }
     }
 }
@@ -164,5 +183,7 @@ pub fn define_and_load() {
         record_pfn: get_bool(c"mr_record_pfn").unwrap_or(d.record_pfn),
     };
     let phys_fallback = get_bool(c"mr_phys_fallback").unwrap_or(false);
-    let _ = CONFIG.set(Config { ifaces, pin_mode, max_pinned, cache, phys_fallback });
+    let share_min = get_size(c"shm_share_min").unwrap_or(SHARE_MIN);
+    let share_chunk = get_size(c"shm_share_chunk").unwrap_or(0);
+    let _ = CONFIG.set(Config { ifaces, pin_mode, max_pinned, cache, phys_fallback, share_min, share_chunk });
 }

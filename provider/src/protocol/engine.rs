@@ -36,6 +36,7 @@ use crate::objects::cntr::Cntr;
 use crate::objects::cq::{Cq, CqEntry, CqError, Credit};
 use crate::objects::domain::Domain;
 use crate::shm::cma;
+use crate::shm::jobs::{self, JobTable};
 use crate::shm::region::{Region, CELL_DATA};
 
 /// Marks an operation posted by an fi_inject* call (no CQ entry). A bit
@@ -150,6 +151,34 @@ struct Stream {
     _hold: Option<Arc<crate::mr::registry::Region>>,
 }
 
+/// What a shared copy completes when every chunk is in place.
+enum JobFor {
+    Recv { p: Posted, hdr: Hdr },
+    Rma { hdr: Hdr, hold: Arc<crate::mr::registry::Region> },
+}
+
+/// A shared copy we own (shm::jobs): we matched the receive or checked the
+/// remote access, published the job in our region and asked the peer to
+/// help.
+struct Job {
+    slot: u32,
+    gen: u32,
+    nchunks: u32,
+    chunk: usize,
+    total: usize,
+    /// Our side of a chunk: process_vm_readv from the peer (send, RMA
+    /// write) or process_vm_writev into it (RMA read).
+    we_read: bool,
+    pid: u32,
+    peer: SocketAddr,
+    /// Our buffers and the peer's, for the job's bytes.
+    local: Vec<(usize, usize)>,
+    remote: Vec<(usize, usize)>,
+    /// The peer is gone: do not wait for chunks it claimed.
+    abandoned: bool,
+    what: JobFor,
+}
+
 /// A transmit operation, decoded from the C call.
 pub struct TxOp {
     pub ctx: usize,
@@ -194,6 +223,14 @@ pub struct Engine {
     ticks: u32,
     pulls: FastMap<(SocketAddr, u64), Pull>,
     streams: VecDeque<Stream>,
+    /// Our region's job table, free slots, the next generation, and the
+    /// shared copies in flight.
+    job_table: JobTable,
+    free_slots: Vec<u32>,
+    next_gen: u32,
+    jobs: Vec<Job>,
+    share_min: usize,
+    share_chunk: usize,
 }
 
 fn total(iovs: &[(usize, usize)]) -> usize {
@@ -225,7 +262,14 @@ fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
 
 impl Engine {
     pub fn new(rx: Region, name: SocketAddr, domain: Arc<Domain>, b: Bindings) -> Self {
+        let cfg = crate::boundary::params::config();
         Engine {
+            job_table: rx.jobs(),
+            free_slots: (0..jobs::JOBS as u32).rev().collect(),
+            next_gen: 1,
+            jobs: Vec::new(),
+            share_min: cfg.share_min,
+            share_chunk: cfg.share_chunk,
             rx: Some(rx),
             name: {
                 let mut n = [0u8; 28];
@@ -556,27 +600,163 @@ impl Engine {
         let room = total(&p.iovs);
         let len = u.hdr.len as usize;
         let n = len.min(room);
-        let mut status = 0u32;
         if u.hdr.op == op::EAGER {
             // SAFETY: the application's posted receive buffers.
             unsafe { cma::scatter(&p.iovs, &u.data[..n.min(u.data.len())]) };
-        } else if let Err(e) = cma::read_from(u.pid, &clip(&p.iovs, n), &u.iovs) {
+            return self.finish_recv(p, u.hdr, u.from, 0);
+        }
+        let dest = clip(&p.iovs, n);
+        if self.can_share(n, &dest) {
+            let remote = clip(&u.iovs, n);
+            return self.share(n, true, dest, remote, u.pid, u.from, u.hdr.msg_id, JobFor::Recv { p, hdr: u.hdr });
+        }
+        self.recv_rts(p, u.hdr, u.from, u.pid, &u.iovs);
+    }
+
+    /// The receiver's copy of a rendezvous send, alone: process_vm_readv
+    /// from the sender, or a pull when the kernel cannot reach its memory.
+    fn recv_rts(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, pid: u32, src: &[(usize, usize)]) {
+        let n = (hdr.len as usize).min(total(&p.iovs));
+        let mut status = 0u32;
+        if let Err(e) = cma::read_from(pid, &clip(&p.iovs, n), src) {
             if e.raw_os_error() == Some(libc::EFAULT) {
                 // Memory CMA cannot reach (device/PFN-mapped, secret): the
                 // sender, which owns it, pushes it through the queue.
-                tracing::debug!("pulling {n} bytes from {} (process_vm_readv: {e})", u.from);
+                tracing::debug!("pulling {n} bytes from {from} (process_vm_readv: {e})");
                 let dest = clip(&p.iovs, n);
-                self.pulls.insert(
-                    (u.from, u.hdr.msg_id),
-                    Pull { dest, total: n, got: 0, what: PullFor::Recv { p, hdr: u.hdr } },
-                );
-                self.push_ctrl(u.from, Hdr { op: op::PULL, msg_id: u.hdr.msg_id, len: n as u64, ..Default::default() });
+                self.pulls.insert((from, hdr.msg_id), Pull { dest, total: n, got: 0, what: PullFor::Recv { p, hdr } });
+                self.push_ctrl(from, Hdr { op: op::PULL, msg_id: hdr.msg_id, len: n as u64, ..Default::default() });
                 return;
             }
-            tracing::warn!("receiving {len} bytes from {}: process_vm_readv failed: {e}", u.from);
+            tracing::warn!("receiving {} bytes from {from}: process_vm_readv failed: {e}", hdr.len);
             status = ffi::FI_EIO;
         }
-        self.finish_recv(p, u.hdr, u.from, status);
+        self.finish_recv(p, hdr, from, status);
+    }
+
+    /// Whether a copy of `n` bytes into/out of our `local` buffers is
+    /// shared with the peer: large enough, a free job slot, buffers a slot
+    /// can describe, and none of them device memory (which only its
+    /// owner's word copies may touch).
+    fn can_share(&self, n: usize, local: &[(usize, usize)]) -> bool {
+        self.share_min != 0
+            && n >= self.share_min
+            && !self.free_slots.is_empty()
+            && local.len() <= jobs::JOB_IOVS
+            && !local.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l))
+    }
+
+    /// Start a shared copy of `n` bytes between our `local` buffers and the
+    /// peer's `remote` ones, ask the peer (operation `msg_id`) to help, and
+    /// copy our share now.
+    #[allow(clippy::too_many_arguments)]
+    fn share(
+        &mut self,
+        n: usize,
+        we_read: bool,
+        local: Vec<(usize, usize)>,
+        remote: Vec<(usize, usize)>,
+        pid: u32,
+        peer: SocketAddr,
+        msg_id: u64,
+        what: JobFor,
+    ) {
+        let chunk = if self.share_chunk != 0 { self.share_chunk } else { (n / 8).clamp(16 << 10, 1 << 20) };
+        let slot = self.free_slots.pop().expect("can_share saw a free slot");
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        // We read from the peer exactly when the peer writes into us.
+        let opened = self.job_table.open(slot, gen, n, chunk, we_read, &local);
+        debug_assert!(opened, "can_share checked the iov count");
+        let job = Job {
+            slot,
+            gen,
+            nchunks: n.div_ceil(chunk) as u32,
+            chunk,
+            total: n,
+            we_read,
+            pid,
+            peer,
+            local,
+            remote,
+            abandoned: false,
+            what,
+        };
+        self.push_ctrl(peer, Hdr { op: op::CTS, msg_id, rma_addr: slot as u64, tag: gen as u64, ..Default::default() });
+        self.work(&job);
+        self.jobs.push(job);
+        self.finish_jobs();
+    }
+
+    /// Copy every chunk of `j` nobody has claimed yet.
+    fn work(&self, j: &Job) {
+        let t = self.job_table;
+        while let Some(k) = t.claim(j.slot, j.gen, j.nchunks) {
+            let (off, len) = jobs::chunk_range(j.total, j.chunk, k);
+            let l = cma::slice(&j.local, off, len);
+            let r = cma::slice(&j.remote, off, len);
+            let got = if j.we_read { cma::read_from(j.pid, &l, &r) } else { cma::write_to(j.pid, &l, &r) };
+            let ok = matches!(got, Ok(g) if g == len);
+            t.settle(j.slot, ok);
+            if !ok {
+                // Settle the rest unclaimed: the whole job is redone alone.
+                for _ in 0..t.close(j.slot, j.gen, j.nchunks) {
+                    t.settle(j.slot, false);
+                }
+            }
+        }
+    }
+
+    /// Complete the shared copies whose chunks are all settled.
+    fn finish_jobs(&mut self) {
+        let mut i = 0;
+        while i < self.jobs.len() {
+            let (_, settled, failed) = self.job_table.progress(self.jobs[i].slot);
+            let j = &self.jobs[i];
+            if settled < j.nchunks && !j.abandoned {
+                i += 1;
+                continue;
+            }
+            let j = self.jobs.swap_remove(i);
+            // No chunk is in flight any more (or its copier is dead): the
+            // slot can serve another job.
+            self.free_slots.push(j.slot);
+            let ok = settled >= j.nchunks && !failed && !j.abandoned;
+            match j.what {
+                JobFor::Recv { p, hdr } if ok => self.finish_recv(p, hdr, j.peer, 0),
+                JobFor::Recv { p, hdr } => self.recv_rts(p, hdr, j.peer, j.pid, &j.remote),
+                JobFor::Rma { hdr, hold } if ok => self.rma_done(hdr, j.peer, 0, Some(&hold)),
+                JobFor::Rma { hdr, hold } => self.rma_copy(hdr, j.peer, j.pid, j.local, j.remote, hold),
+            }
+        }
+    }
+
+    /// The peer's side of a shared copy: claim and copy chunks of the job
+    /// the owner (`from`) published for our operation `h.msg_id`.
+    fn help(&mut self, h: Hdr, from: SocketAddr) {
+        let (slot, gen) = (h.rma_addr as u32, h.tag as u32);
+        let Some(p) = self.pending.get(&h.msg_id) else { return };
+        let Some(t) = self.peers.get(&from).map(|x| x.region.jobs()) else { return };
+        if p.iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
+            return; // only our own word copies touch device memory
+        }
+        let Some(v) = t.view(slot, gen) else { return };
+        if v.total > total(&p.iovs) {
+            tracing::warn!("shared copy from {from} for operation {} is larger than it; not helping", h.msg_id);
+            return;
+        }
+        while let Some(k) = t.claim(slot, gen, v.nchunks) {
+            let (off, len) = jobs::chunk_range(v.total, v.chunk, k);
+            let l = cma::slice(&p.iovs, off, len);
+            let r = cma::slice(&v.iovs, off, len);
+            let got = if v.helper_writes { cma::write_to(h.pid, &l, &r) } else { cma::read_from(h.pid, &l, &r) };
+            let ok = matches!(got, Ok(g) if g == len);
+            t.settle(slot, ok);
+            if !ok {
+                tracing::debug!("shared copy chunk {k} for {from} failed ({got:?}); the owner redoes the job");
+                return;
+            }
+        }
     }
 
     /// Complete a receive whose data is in place (or failed with `status`),
@@ -784,6 +964,7 @@ impl Engine {
             }
             op::WRITE | op::WRITE_INLINE | op::READ => self.rma_target(h, from, pid, body),
             op::PULL => self.on_pull(h, from),
+            op::CTS => self.help(h, from),
             op::DATA => self.on_data(h, from, body),
             other => tracing::warn!("dropping a message of unknown kind {other} from {from}"),
         }
@@ -811,19 +992,36 @@ impl Engine {
             return self.rma_done(h, from, ffi::FI_EKEYREJECTED, None);
         }
         let local = region_slice(&g.region.iovs, g.offset, len);
-        let remote = || decode_iovs(body, h.iov_count as usize).unwrap_or_default();
-        let r = match h.op {
-            op::WRITE_INLINE => {
-                // SAFETY: `local` lies inside a registration the check just
-                // granted for remote write, held by `g`.
-                unsafe { cma::scatter(&local, &body[..len.min(body.len())]) };
-                Ok(len)
-            }
-            op::WRITE => cma::read_from(pid, &local, &remote()),
-            _ => cma::write_to(pid, &local, &remote()),
-        };
+        if h.op == op::WRITE_INLINE {
+            // SAFETY: `local` lies inside a registration the check just
+            // granted for remote write, held by `g`.
+            unsafe { cma::scatter(&local, &body[..len.min(body.len())]) };
+            return self.rma_done(h, from, 0, Some(&g.region));
+        }
+        let remote = decode_iovs(body, h.iov_count as usize).unwrap_or_default();
+        if h.msg_id != 0 && total(&remote) >= len && self.can_share(len, &local) {
+            let what = JobFor::Rma { hdr: h, hold: g.region };
+            return self.share(len, !read, local, clip(&remote, len), pid, from, h.msg_id, what);
+        }
+        self.rma_copy(h, from, pid, local, remote, g.region);
+    }
+
+    /// The target's copy of a checked RMA, alone (or the bounce path when
+    /// the kernel cannot reach the initiator's memory).
+    fn rma_copy(
+        &mut self,
+        h: Hdr,
+        from: SocketAddr,
+        pid: u32,
+        local: Vec<(usize, usize)>,
+        remote: Vec<(usize, usize)>,
+        region: Arc<crate::mr::registry::Region>,
+    ) {
+        let read = h.op == op::READ;
+        let len = h.len as usize;
+        let r = if read { cma::write_to(pid, &local, &remote) } else { cma::read_from(pid, &local, &remote) };
         match r {
-            Ok(_) => self.rma_done(h, from, 0, Some(&g.region)),
+            Ok(_) => self.rma_done(h, from, 0, Some(&region)),
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
                 // The initiator's buffer is memory CMA cannot reach: the
                 // side that owns the data moves it through the queue.
@@ -841,12 +1039,12 @@ impl Engine {
                         off: 0,
                         total: len,
                         after,
-                        _hold: Some(g.region),
+                        _hold: Some(region),
                     });
                 } else {
                     self.pulls.insert(
                         (from, h.msg_id),
-                        Pull { dest: local, total: len, got: 0, what: PullFor::Write { hdr: h, _hold: g.region } },
+                        Pull { dest: local, total: len, got: 0, what: PullFor::Write { hdr: h, _hold: region } },
                     );
                     self.push_ctrl(from, Hdr { op: op::PULL, msg_id: h.msg_id, len: len as u64, ..Default::default() });
                 }
@@ -899,6 +1097,9 @@ impl Engine {
     pub fn progress(&mut self) {
         self.flush_outbox();
         self.run_streams();
+        if !self.jobs.is_empty() {
+            self.finish_jobs();
+        }
         // Messages are handled in place, in their queue cell (which no
         // producer touches until it is released): no copy out of the queue.
         if let Some(mut rx) = self.rx.take() {
@@ -925,6 +1126,9 @@ impl Engine {
         for a in dead {
             tracing::warn!("peer {a} is gone; failing its pending operations");
             self.peers.remove(&a);
+            for j in self.jobs.iter_mut().filter(|j| j.peer == a) {
+                j.abandoned = true;
+            }
             let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
             for id in ids {
                 if let Some(p) = self.pending.remove(&id) {

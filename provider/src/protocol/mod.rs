@@ -32,6 +32,11 @@ pub mod op {
     /// A chunk of a pushed transfer: msg_id, offset in `rma_addr`, bytes
     /// inline.
     pub(crate) const DATA: u8 = 8;
+    /// "Help copy": sent by the owner of a shared copy (receiver of an
+    /// RTS, target of an RMA) to the peer whose operation it is: msg_id is
+    /// the peer's operation, rma_addr the job slot in the owner's region,
+    /// tag the job's generation (see shm::jobs).
+    pub(crate) const CTS: u8 = 9;
 }
 
 /// Header flags.

@@ -5,6 +5,7 @@
 //! ```text
 //! Header   magic, version, owner pid, cell count/size, ready flag, tail
 //!          (producers' line), head (the consumer's line)
+//! Jobs     JOBS x JobSlot (shared copies, see `shm::jobs`)
 //! Cells    CELLS x { seq: u64, len: u32, pad, data[CELL_DATA] }, 128-byte aligned
 //! ```
 //!
@@ -27,13 +28,15 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::jobs::{JobSlot, JobTable, JOBS};
+
 /// Cells in an endpoint's queue.
 pub(crate) const CELLS: usize = 256;
 /// Bytes of one cell's payload (message header included).
 pub(crate) const CELL_DATA: usize = 8192 - 16;
 
 const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 #[repr(C)]
 struct Header {
@@ -60,9 +63,10 @@ struct Cell {
 }
 
 const HDR: usize = size_of::<Header>();
+const JOBS_AT: usize = HDR.next_multiple_of(128);
 // 128-byte alignment: a cell's first line (sequence, message header)
 // and its second form one pair for the adjacent-line prefetcher.
-const CELLS_AT: usize = HDR.next_multiple_of(128);
+const CELLS_AT: usize = (JOBS_AT + JOBS * size_of::<JobSlot>()).next_multiple_of(128);
 /// Total bytes of a region.
 pub(crate) const REGION_SIZE: usize = CELLS_AT + CELLS * size_of::<Cell>();
 
@@ -242,6 +246,13 @@ impl Region {
             return Err(io::Error::from_raw_os_error(libc::EPROTO));
         }
         Ok(r)
+    }
+
+    /// The region's job table (shared copies, see `shm::jobs`); valid
+    /// while this region is.
+    pub fn jobs(&self) -> JobTable {
+        // SAFETY: the table lies inside the mapping at JOBS_AT.
+        JobTable(unsafe { self.base.add(JOBS_AT) } as *const JobSlot)
     }
 
     /// Pid of the region's owner.

@@ -1,0 +1,213 @@
+//! Shared copies: a large transfer copied by both processes at once.
+//!
+//! A single `process_vm_readv` runs on one core while the peer, which is
+//! waiting for the same transfer, spins on another. A *job* splits the
+//! transfer into chunks that both sides claim from one counter in the
+//! owner's region: the owner (the receiver of a send, the target of an
+//! RMA, which has already matched or checked the access) publishes the
+//! job with its own buffers and asks the peer to help (a CTS message); each
+//! side copies the chunks it claims with `process_vm_readv/writev`, and the
+//! owner completes the transfer once every claimed chunk is settled. The
+//! owner never waits for help: a peer that is busy elsewhere just claims
+//! nothing, and the owner copies every chunk itself.
+//!
+//! A slot is reused only after its job is over; every claim compares the
+//! generation the helper was told, so a late helper can never copy into a
+//! later job's buffers. All fields are atomics: a helper may read a slot
+//! while its owner rewrites it for the next job (it then sees a new
+//! generation and stops).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Job slots in a region.
+pub(crate) const JOBS: usize = 64;
+/// The most owner-side iovs a job can describe (more: no shared copy).
+pub(crate) const JOB_IOVS: usize = 28;
+
+/// One job, in the owner's region.
+#[repr(C, align(128))]
+pub struct JobSlot {
+    /// `gen << 32 | next unclaimed chunk`.
+    claim: AtomicU64,
+    /// Chunks copied (or failed) so far, by either side.
+    settled: AtomicU32,
+    /// Set when a helper could not copy a chunk (the owner redoes the job).
+    failed: AtomicU32,
+    total: AtomicU64,
+    chunk: AtomicU64,
+    nchunks: AtomicU32,
+    /// 1: the helper writes its buffers into the owner's (send, RMA
+    /// write); 0: the helper reads the owner's into its own (RMA read).
+    helper_writes: AtomicU32,
+    niov: AtomicU32,
+    _pad: u32,
+    iovs: [[AtomicU64; 2]; JOB_IOVS],
+}
+
+/// What a helper learns from a slot.
+pub struct JobView {
+    pub total: usize,
+    pub chunk: usize,
+    pub nchunks: u32,
+    pub helper_writes: bool,
+    /// The owner's buffers (addresses in the owner's process).
+    pub iovs: Vec<(usize, usize)>,
+}
+
+/// The job table of a mapped region (own or a peer's). A plain pointer
+/// into the mapping: valid while the `Region` it came from is alive, which
+/// its users (the engine that owns both) guarantee.
+#[derive(Clone, Copy)]
+pub struct JobTable(pub(super) *const JobSlot);
+
+// SAFETY: the slots are atomics in process-shared memory.
+unsafe impl Send for JobTable {}
+
+/// Which chunk a claim got, with its byte range.
+pub fn chunk_range(total: usize, chunk: usize, k: u32) -> (usize, usize) {
+    let off = k as usize * chunk;
+    (off, chunk.min(total - off))
+}
+
+impl JobTable {
+    fn slot(&self, i: u32) -> &JobSlot {
+        // SAFETY: i < JOBS (callers take it modulo JOBS); the table lies
+        // inside the mapping, which outlives self (see the type's docs).
+        unsafe { &*self.0.add(i as usize % JOBS) }
+    }
+
+    /// Owner: publish job `gen` in slot `i`. False when the buffers take
+    /// more iovs than a slot holds.
+    pub fn open(
+        &self,
+        i: u32,
+        gen: u32,
+        total: usize,
+        chunk: usize,
+        helper_writes: bool,
+        iovs: &[(usize, usize)],
+    ) -> bool {
+        if iovs.len() > JOB_IOVS || chunk == 0 {
+            return false;
+        }
+        let s = self.slot(i);
+        s.total.store(total as u64, Ordering::Relaxed);
+        s.chunk.store(chunk as u64, Ordering::Relaxed);
+        s.nchunks.store(total.div_ceil(chunk) as u32, Ordering::Relaxed);
+        s.helper_writes.store(helper_writes as u32, Ordering::Relaxed);
+        s.niov.store(iovs.len() as u32, Ordering::Relaxed);
+        for (d, &(a, l)) in s.iovs.iter().zip(iovs) {
+            d[0].store(a as u64, Ordering::Relaxed);
+            d[1].store(l as u64, Ordering::Relaxed);
+        }
+        s.settled.store(0, Ordering::Relaxed);
+        s.failed.store(0, Ordering::Relaxed);
+        // Publishes every field above to a helper that sees this generation.
+        s.claim.store((gen as u64) << 32, Ordering::Release);
+        true
+    }
+
+    /// Helper: the job in slot `i` if it is still generation `gen`.
+    pub fn view(&self, i: u32, gen: u32) -> Option<JobView> {
+        let s = self.slot(i);
+        if (s.claim.load(Ordering::Acquire) >> 32) as u32 != gen {
+            return None;
+        }
+        let niov = (s.niov.load(Ordering::Relaxed) as usize).min(JOB_IOVS);
+        let v = JobView {
+            total: s.total.load(Ordering::Relaxed) as usize,
+            chunk: s.chunk.load(Ordering::Relaxed) as usize,
+            nchunks: s.nchunks.load(Ordering::Relaxed),
+            helper_writes: s.helper_writes.load(Ordering::Relaxed) == 1,
+            iovs: s.iovs[..niov]
+                .iter()
+                .map(|d| (d[0].load(Ordering::Relaxed) as usize, d[1].load(Ordering::Relaxed) as usize))
+                .collect(),
+        };
+        // Still the same job: what we read is the owner's, not a rewrite.
+        let consistent = (s.claim.load(Ordering::Acquire) >> 32) as u32 == gen
+            && v.chunk > 0
+            && v.nchunks as usize == v.total.div_ceil(v.chunk);
+        consistent.then_some(v)
+    }
+
+    /// Either side: claim the next chunk of job `gen` (None: all claimed,
+    /// or the slot moved on to another job).
+    pub fn claim(&self, i: u32, gen: u32, nchunks: u32) -> Option<u32> {
+        let s = self.slot(i);
+        let mut cur = s.claim.load(Ordering::Acquire);
+        loop {
+            let next = cur as u32;
+            if (cur >> 32) as u32 != gen || next >= nchunks {
+                return None;
+            }
+            match s.claim.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(next),
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    /// Either side: a claimed chunk is done (`ok`) or could not be copied.
+    pub fn settle(&self, i: u32, ok: bool) {
+        let s = self.slot(i);
+        if !ok {
+            s.failed.store(1, Ordering::Relaxed);
+        }
+        s.settled.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Owner: (chunks claimed, chunks settled, whether a helper failed).
+    pub fn progress(&self, i: u32) -> (u32, u32, bool) {
+        let s = self.slot(i);
+        let settled = s.settled.load(Ordering::Acquire);
+        (s.claim.load(Ordering::Acquire) as u32, settled, s.failed.load(Ordering::Relaxed) != 0)
+    }
+
+    /// Owner: claim every chunk not yet claimed (the job is being given up
+    /// or redone alone); returns how many were still unclaimed.
+    pub fn close(&self, i: u32, gen: u32, nchunks: u32) -> u32 {
+        let mut n = 0;
+        while self.claim(i, gen, nchunks).is_some() {
+            n += 1;
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> (Vec<JobSlot>, JobTable) {
+        // SAFETY: all-zero is a valid JobSlot (atomics and integers).
+        let v: Vec<JobSlot> = (0..JOBS).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let t = JobTable(v.as_ptr());
+        (v, t)
+    }
+
+    #[test]
+    fn claims_are_unique_and_generations_fence_late_helpers() {
+        let (_keep, t) = table();
+        assert!(t.open(3, 7, 100, 30, true, &[(0x1000, 60), (0x9000, 40)]));
+        let v = t.view(3, 7).unwrap();
+        assert_eq!((v.total, v.chunk, v.nchunks, v.helper_writes), (100, 30, 4, true));
+        assert_eq!(v.iovs, vec![(0x1000, 60), (0x9000, 40)]);
+        assert_eq!(chunk_range(100, 30, 3), (90, 10));
+        assert_eq!(t.claim(3, 7, 4), Some(0));
+        assert_eq!(t.claim(3, 7, 4), Some(1));
+        t.settle(3, true);
+        t.settle(3, false);
+        assert_eq!(t.progress(3), (2, 2, true));
+        assert_eq!(t.close(3, 7, 4), 2);
+        assert_eq!(t.claim(3, 7, 4), None, "all claimed");
+        // Reused for generation 8: a helper told generation 7 gets nothing.
+        assert!(t.open(3, 8, 10, 10, false, &[(0x2000, 10)]));
+        assert!(t.view(3, 7).is_none());
+        assert_eq!(t.claim(3, 7, 4), None);
+        assert_eq!(t.claim(3, 8, 1), Some(0));
+        assert_eq!(t.progress(3), (1, 0, false));
+        let many = vec![(0usize, 1usize); JOB_IOVS + 1];
+        assert!(!t.open(4, 1, JOB_IOVS + 1, 1, true, &many), "too many iovs for a slot");
+    }
+}
