@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use oxmr_ffi as ffi;
 
 use super::hash::FastMap;
-use super::{decode_iovs, encode_iovs, flag, op, Hdr, HDR_LEN};
+use super::{decode_iovs, encode_iovs, flag, op, Hdr, HDR_MAX};
 use crate::boundary::{Error, Result};
 use crate::fail;
 use crate::info::addr;
@@ -43,8 +43,10 @@ use crate::shm::region::{Region, CELL_DATA};
 /// above every flag libfabric defines (its highest is 1 << 59).
 pub(crate) const INJECT_CALL: u64 = 1 << 63;
 
-/// Largest payload sent inline.
-pub(crate) const EAGER_MAX: usize = CELL_DATA - HDR_LEN;
+/// Largest payload sent inline (docs/wire.md; a cell holds the largest
+/// header and this).
+pub(crate) const EAGER_MAX: usize = 8080;
+const _: () = assert!(EAGER_MAX + HDR_MAX <= CELL_DATA);
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 /// Progress calls between two looks at the clock for the liveness check.
 const LIVENESS_CALLS: u32 = 64;
@@ -347,12 +349,14 @@ impl Engine {
         hdr.pid = self.pid;
         hdr.name = self.name;
         let p = self.peer(to)?;
-        let h = hdr.encode();
+        let mut hb = [0u8; HDR_MAX];
+        let hlen = hdr.encode(&mut hb);
+        let h = &hb[..hlen];
         let r = match body {
-            [] => p.region.push(&[&h]),
-            [b] => p.region.push(&[&h, b]),
+            [] => p.region.push(&[h]),
+            [b] => p.region.push(&[h, b]),
             _ => {
-                let mut parts: Vec<&[u8]> = vec![&h];
+                let mut parts: Vec<&[u8]> = vec![h];
                 parts.extend_from_slice(body);
                 p.region.push(&parts)
             }
@@ -374,7 +378,9 @@ impl Engine {
             Ok(p) => p,
             Err(_) => return,
         };
-        let bytes = h.encode().to_vec();
+        let mut hb = [0u8; HDR_MAX];
+        let hlen = h.encode(&mut hb);
+        let bytes = hb[..hlen].to_vec();
         if !queued && p.region.push(&[&bytes]).is_ok() {
             return;
         }
@@ -905,11 +911,11 @@ impl Engine {
     }
 
     fn on_message(&mut self, msg: &[u8]) {
-        let Some(h) = Hdr::decode(msg) else {
+        let Some((h, hlen)) = Hdr::decode(msg) else {
             tracing::warn!("dropping a malformed message of {} bytes", msg.len());
             return;
         };
-        let body = &msg[HDR_LEN..];
+        let body = &msg[hlen..];
         tracing::debug!("message op {} len {} tag {:#x} msg_id {} from pid {}", h.op, h.len, h.tag, h.msg_id, h.pid);
         let pid = h.pid;
         let Some(from) = addr::parse(&h.name) else {

@@ -8,8 +8,10 @@
 pub mod engine;
 pub mod hash;
 
-/// Bytes of the fixed message header.
-pub(crate) const HDR_LEN: usize = 96;
+/// Bytes of the fixed part of a message header.
+pub(crate) const HDR_BASE: usize = 32;
+/// The most bytes a message header takes (every optional field, IPv6).
+pub(crate) const HDR_MAX: usize = HDR_BASE + 5 * 8 + 24;
 
 /// Message kinds.
 pub mod op {
@@ -74,45 +76,109 @@ pub struct Hdr {
     pub name: [u8; 28],
 }
 
+/// Optional header fields, present when their bit is set (in this order).
+mod opt {
+    pub(super) const DATA: u8 = 1;
+    pub(super) const MSG_ID: u8 = 2;
+    pub(super) const RMA_ADDR: u8 = 4;
+    pub(super) const RMA_KEY: u8 = 8;
+    pub(super) const STATUS: u8 = 16;
+}
+
+const AF_INET: u16 = libc::AF_INET as u16;
+const AF_INET6: u16 = libc::AF_INET6 as u16;
+
 impl Hdr {
-    pub fn encode(&self) -> [u8; HDR_LEN] {
-        let mut b = [0u8; HDR_LEN];
+    /// Encode into `b`; returns the header's length. The fixed part
+    /// (op, flags, iov count, pid, len, tag, the sender's port, family and
+    /// IPv4 address) is 32 bytes; fields that are zero are left out
+    /// (a bit each), and an IPv6 sender adds 24 bytes. An eager send from
+    /// an IPv4 endpoint thus has a 32-byte header, and with the queue
+    /// cell's 8 bytes and up to 24 bytes of payload fits one cache line.
+    pub fn encode(&self, b: &mut [u8; HDR_MAX]) -> usize {
         b[0] = self.op;
         b[1] = self.flags;
-        b[2..4].copy_from_slice(&self.src_slot.to_le_bytes());
-        b[4..6].copy_from_slice(&self.iov_count.to_le_bytes());
+        b[2..4].copy_from_slice(&self.iov_count.to_le_bytes());
+        b[4..8].copy_from_slice(&self.pid.to_le_bytes());
         b[8..16].copy_from_slice(&self.len.to_le_bytes());
         b[16..24].copy_from_slice(&self.tag.to_le_bytes());
-        b[24..32].copy_from_slice(&self.data.to_le_bytes());
-        b[32..40].copy_from_slice(&self.msg_id.to_le_bytes());
-        b[40..48].copy_from_slice(&self.rma_addr.to_le_bytes());
-        b[48..56].copy_from_slice(&self.rma_key.to_le_bytes());
-        b[56..60].copy_from_slice(&self.status.to_le_bytes());
-        b[60..64].copy_from_slice(&self.pid.to_le_bytes());
-        b[64..92].copy_from_slice(&self.name);
-        b
+        // The sender's sockaddr: family (host order), port (network order),
+        // then sin_addr, or sin6_flowinfo, sin6_addr, sin6_scope_id.
+        let n = &self.name;
+        let fam = u16::from_ne_bytes([n[0], n[1]]);
+        b[24..26].copy_from_slice(&n[2..4]);
+        b[26] = if fam == AF_INET6 { 6 } else { 4 };
+        b[28..32].copy_from_slice(&n[4..8]);
+        let mut at = HDR_BASE;
+        let mut put = |v: &[u8], at: &mut usize| {
+            b[*at..*at + v.len()].copy_from_slice(v);
+            *at += v.len();
+        };
+        let mut present = 0u8;
+        for (bit, v) in [
+            (opt::DATA, self.data),
+            (opt::MSG_ID, self.msg_id),
+            (opt::RMA_ADDR, self.rma_addr),
+            (opt::RMA_KEY, self.rma_key),
+            (opt::STATUS, self.status as u64),
+        ] {
+            if v != 0 {
+                present |= bit;
+                put(&v.to_le_bytes(), &mut at);
+            }
+        }
+        if fam == AF_INET6 {
+            put(&n[8..28], &mut at);
+            put(&[0; 4], &mut at);
+        }
+        b[27] = present;
+        at
     }
 
-    pub fn decode(b: &[u8]) -> Option<Hdr> {
-        if b.len() < HDR_LEN {
+    /// Decode a header; returns it and its length (None: malformed).
+    pub fn decode(b: &[u8]) -> Option<(Hdr, usize)> {
+        if b.len() < HDR_BASE {
             return None;
         }
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
-        Some(Hdr {
+        let u64_at = |i: usize| b.get(i..i + 8).map(|x| u64::from_le_bytes(x.try_into().unwrap_or_default()));
+        let mut h = Hdr {
             op: b[0],
             flags: b[1],
-            src_slot: u16::from_le_bytes([b[2], b[3]]),
-            iov_count: u16::from_le_bytes([b[4], b[5]]),
-            len: u64_at(8),
-            tag: u64_at(16),
-            data: u64_at(24),
-            msg_id: u64_at(32),
-            rma_addr: u64_at(40),
-            rma_key: u64_at(48),
-            status: u32::from_le_bytes(b[56..60].try_into().unwrap_or_default()),
-            pid: u32::from_le_bytes(b[60..64].try_into().unwrap_or_default()),
-            name: b[64..92].try_into().unwrap_or_default(),
-        })
+            src_slot: 0,
+            iov_count: u16::from_le_bytes([b[2], b[3]]),
+            len: u64_at(8)?,
+            tag: u64_at(16)?,
+            pid: u32::from_le_bytes(b[4..8].try_into().unwrap_or_default()),
+            ..Default::default()
+        };
+        let present = b[27];
+        let mut at = HDR_BASE;
+        for bit in [opt::DATA, opt::MSG_ID, opt::RMA_ADDR, opt::RMA_KEY, opt::STATUS] {
+            if present & bit != 0 {
+                let v = u64_at(at)?;
+                at += 8;
+                match bit {
+                    opt::DATA => h.data = v,
+                    opt::MSG_ID => h.msg_id = v,
+                    opt::RMA_ADDR => h.rma_addr = v,
+                    opt::RMA_KEY => h.rma_key = v,
+                    _ => h.status = v as u32,
+                }
+            }
+        }
+        let n = &mut h.name;
+        n[2..4].copy_from_slice(&b[24..26]);
+        n[4..8].copy_from_slice(&b[28..32]);
+        match b[26] {
+            4 => n[0..2].copy_from_slice(&AF_INET.to_ne_bytes()),
+            6 => {
+                n[0..2].copy_from_slice(&AF_INET6.to_ne_bytes());
+                n[8..28].copy_from_slice(b.get(at..at + 20)?);
+                at += 24;
+            }
+            _ => return None,
+        }
+        (b.len() >= at).then_some((h, at))
     }
 }
 
@@ -148,22 +214,39 @@ mod tests {
 
     #[test]
     fn header_round_trip() {
-        let h = Hdr {
-            op: op::RTS,
-            flags: flag::TAGGED | flag::NEED_ACK,
-            src_slot: 7,
-            iov_count: 2,
-            len: 1 << 40,
-            tag: 0xdead_beef,
-            data: 5,
-            msg_id: 99,
-            rma_addr: 0x1000,
-            rma_key: u64::MAX - 1,
-            status: 13,
-            pid: 4242,
-            name: [7; 28],
-        };
-        assert_eq!(Hdr::decode(&h.encode()), Some(h));
+        let v4 = crate::info::addr::encode(&"10.1.2.3:4567".parse().unwrap());
+        let v6 = crate::info::addr::encode(&"[fe80::1:2]:9".parse().unwrap());
+        for (name_bytes, want_len) in [(&v4, HDR_MAX - 24), (&v6, HDR_MAX)] {
+            let mut name = [0u8; 28];
+            name[..name_bytes.len()].copy_from_slice(name_bytes);
+            let h = Hdr {
+                op: op::RTS,
+                flags: flag::TAGGED | flag::NEED_ACK,
+                src_slot: 0,
+                iov_count: 2,
+                len: 1 << 40,
+                tag: 0xdead_beef,
+                data: 5,
+                msg_id: 99,
+                rma_addr: 0x1000,
+                rma_key: u64::MAX - 1,
+                status: 13,
+                pid: 4242,
+                name,
+            };
+            let mut b = [0u8; HDR_MAX];
+            let n = h.encode(&mut b);
+            assert_eq!(n, want_len);
+            assert_eq!(Hdr::decode(&b[..n]), Some((h, n)));
+            assert_eq!(Hdr::decode(&b[..n - 1]), None, "a cut header is malformed");
+        }
+        // The common eager send: fixed part only.
+        let mut name = [0u8; 28];
+        name[..v4.len()].copy_from_slice(&v4);
+        let h = Hdr { op: op::EAGER, len: 8, pid: 1, name, ..Default::default() };
+        let mut b = [0u8; HDR_MAX];
+        assert_eq!(h.encode(&mut b), HDR_BASE);
+        assert_eq!(Hdr::decode(&b[..HDR_BASE]).map(|x| x.0), Some(h));
         assert_eq!(Hdr::decode(&[0; 10]), None);
         let iovs = vec![(0x1000, 5), (usize::MAX, 0)];
         assert_eq!(decode_iovs(&encode_iovs(&iovs), 2), Some(iovs));

@@ -6,7 +6,7 @@
 //! Header   magic, version, owner pid, cell count/size, ready flag, tail
 //!          (producers' line), head (the consumer's line)
 //! Jobs     JOBS x JobSlot (shared copies, see `shm::jobs`)
-//! Cells    CELLS x { seq: u64, len: u32, pad, data[CELL_DATA] }, 128-byte aligned
+//! Cells    CELLS x { seq: u32, len: u32, data[CELL_DATA] }, 128-byte aligned
 //! ```
 //!
 //! The queue is a bounded multi-producer, single-consumer ring. A producer
@@ -33,10 +33,10 @@ use super::jobs::{JobSlot, JobTable, JOBS};
 /// Cells in an endpoint's queue.
 pub(crate) const CELLS: usize = 256;
 /// Bytes of one cell's payload (message header included).
-pub(crate) const CELL_DATA: usize = 8192 - 16;
+pub(crate) const CELL_DATA: usize = 8192 - 8;
 
 const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 
 #[repr(C)]
 struct Header {
@@ -56,9 +56,9 @@ struct Header {
 
 #[repr(C)]
 struct Cell {
-    seq: AtomicU64,
+    /// `pos + 1` (mod 2^32) once the message at `pos` is published.
+    seq: AtomicU32,
     len: u32,
-    _pad: u32,
     data: [u8; CELL_DATA],
 }
 
@@ -293,7 +293,7 @@ impl Region {
                             off += p.len();
                         }
                         (*cell).len = len as u32;
-                        (*cell).seq.store(pos + 1, Ordering::Release);
+                        (*cell).seq.store((pos + 1) as u32, Ordering::Release);
                     }
                     return Ok(());
                 }
@@ -309,7 +309,7 @@ impl Region {
         let cell = self.cell(pos as usize);
         // SAFETY: inside the mapping; the producer published it (seq check).
         unsafe {
-            if (*cell).seq.load(Ordering::Acquire) != pos + 1 {
+            if (*cell).seq.load(Ordering::Acquire) != (pos + 1) as u32 {
                 return false;
             }
             let len = ((*cell).len as usize).min(CELL_DATA);
