@@ -98,6 +98,9 @@ pub struct Cq {
     pub size: usize,
     waiter: Waiter,
     queue: Mutex<VecDeque<Slot>>,
+    /// Entries in `queue` (written under its lock): an empty poll, the
+    /// common case, reads this instead of taking the lock.
+    queued: AtomicUsize,
     /// Successes queued plus slots reserved by posted operations.
     used: AtomicUsize,
     signaled: AtomicBool,
@@ -145,6 +148,7 @@ impl Cq {
             size,
             waiter: Waiter::new(attr.wait_obj)?,
             queue: Mutex::new(VecDeque::new()),
+            queued: AtomicUsize::new(0),
             used: AtomicUsize::new(0),
             signaled: AtomicBool::new(false),
             progress: Default::default(),
@@ -178,7 +182,10 @@ impl Cq {
     }
 
     fn push(&self, s: Slot) {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(s);
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.push_back(s);
+        self.queued.store(q.len(), Ordering::Release);
+        drop(q);
         self.waiter.notify();
     }
 
@@ -187,6 +194,9 @@ impl Cq {
     pub fn read(&self, count: usize, mut out: impl FnMut(usize, &CqEntry)) -> Result<usize> {
         // Manual progress: the endpoints bound here move data now.
         self.progress.run();
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return Err(Error::quiet(ffi::FI_EAGAIN));
+        }
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let mut n = 0;
         while n < count {
@@ -200,6 +210,7 @@ impl Cq {
                 _ => break,
             }
         }
+        self.queued.store(q.len(), Ordering::Release);
         drop(q);
         if n == 0 {
             return Err(Error::quiet(ffi::FI_EAGAIN));
@@ -215,6 +226,7 @@ impl Cq {
             Some(Slot::Err(e)) => {
                 let e = *e;
                 q.pop_front();
+                self.queued.store(q.len(), Ordering::Release);
                 Ok(e)
             }
             _ => Err(Error::quiet(ffi::FI_EAGAIN)),
