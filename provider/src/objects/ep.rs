@@ -62,7 +62,7 @@ pub struct Ep {
     /// The shared-memory queue, until fi_enable hands it to the engine.
     rx_region: Mutex<Option<Region>>,
     /// The data engine (RDM, after fi_enable).
-    engine: Mutex<Option<Engine>>,
+    engine: super::progress::EngineCell,
 }
 
 /// Default FI_OPT_MIN_MULTI_RECV (bytes left before a multi-recv buffer is released).
@@ -90,6 +90,15 @@ pub fn source_of(info: &Info, domain: &Domain) -> SocketAddr {
             a
         }))
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+}
+
+impl Drop for Ep {
+    fn drop(&mut self) {
+        // The progress lists of our CQs, counters and domain share the
+        // cell: stop the engine (its queue file goes, its CQ and counter
+        // references are released) so that no list runs it again.
+        self.engine.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
 }
 
 impl Ep {
@@ -140,7 +149,14 @@ impl Ep {
         } else {
             state.name = Some(src);
         }
-        Ok(Ep { hdr, domain, info, state: Mutex::new(state), rx_region: Mutex::new(region), engine: Mutex::new(None) })
+        Ok(Ep {
+            hdr,
+            domain,
+            info,
+            state: Mutex::new(state),
+            rx_region: Mutex::new(region),
+            engine: Default::default(),
+        })
     }
 
     /// Lock the endpoint's state.
@@ -303,12 +319,12 @@ impl Ep {
         };
         let name = s.name.expect("an RDM endpoint always has a name");
         for cq in [&s.tx_cq, &s.rx_cq].into_iter().flatten() {
-            cq.progress.attach(Arc::downgrade(self));
+            cq.progress.attach(self.engine.clone());
         }
         for c in s.cntrs.iter().flatten() {
-            c.progress.attach(Arc::downgrade(self));
+            c.progress.attach(self.engine.clone());
         }
-        self.domain.progress.attach(Arc::downgrade(self));
+        self.domain.progress.attach(self.engine.clone());
         drop(s);
         *eng = Some(Engine::new(region, name, self.domain.clone(), b));
         Ok(())

@@ -176,8 +176,6 @@ struct Job {
     /// Our buffers and the peer's, for the job's bytes.
     local: Vec<(usize, usize)>,
     remote: Vec<(usize, usize)>,
-    /// The peer is gone: do not wait for chunks it claimed.
-    abandoned: bool,
     what: JobFor,
 }
 
@@ -225,12 +223,10 @@ pub struct Engine {
     ticks: u32,
     pulls: FastMap<(SocketAddr, u64), Pull>,
     streams: VecDeque<Stream>,
-    /// Our region's job table, free slots, the next generation, and the
-    /// shared copies in flight.
+    /// Our region's job table, free slots and the next generation.
     job_table: JobTable,
     free_slots: Vec<u32>,
     next_gen: u32,
-    jobs: Vec<Job>,
     share_min: usize,
     share_chunk: usize,
 }
@@ -269,7 +265,6 @@ impl Engine {
             job_table: rx.jobs(),
             free_slots: (0..jobs::JOBS as u32).rev().collect(),
             next_gen: 1,
-            jobs: Vec::new(),
             share_min: cfg.share_min,
             share_chunk: cfg.share_chunk,
             rx: Some(rx),
@@ -685,13 +680,11 @@ impl Engine {
             peer,
             local,
             remote,
-            abandoned: false,
             what,
         };
         self.push_ctrl(peer, Hdr { op: op::CTS, msg_id, rma_addr: slot as u64, tag: gen as u64, ..Default::default() });
         self.work(&job);
-        self.jobs.push(job);
-        self.finish_jobs();
+        self.finish_job(job);
     }
 
     /// Copy every chunk of `j` nobody has claimed yet.
@@ -713,27 +706,36 @@ impl Engine {
         }
     }
 
-    /// Complete the shared copies whose chunks are all settled.
-    fn finish_jobs(&mut self) {
-        let mut i = 0;
-        while i < self.jobs.len() {
-            let (_, settled, failed) = self.job_table.progress(self.jobs[i].slot);
-            let j = &self.jobs[i];
-            if settled < j.nchunks && !j.abandoned {
-                i += 1;
-                continue;
+    /// Wait for the chunks the peer is still copying (at most one each,
+    /// since we claimed the rest), then complete the transfer. Completing
+    /// here, not later, keeps receive completions in matching order.
+    fn finish_job(&mut self, j: Job) {
+        let mut since = Instant::now();
+        let mut gone = false;
+        let (settled, failed) = loop {
+            let (_, settled, failed) = self.job_table.progress(j.slot);
+            if settled >= j.nchunks {
+                break (settled, failed);
             }
-            let j = self.jobs.swap_remove(i);
-            // No chunk is in flight any more (or its copier is dead): the
-            // slot can serve another job.
-            self.free_slots.push(j.slot);
-            let ok = settled >= j.nchunks && !failed && !j.abandoned;
-            match j.what {
-                JobFor::Recv { p, hdr } if ok => self.finish_recv(p, hdr, j.peer, 0),
-                JobFor::Recv { p, hdr } => self.recv_rts(p, hdr, j.peer, j.pid, &j.remote),
-                JobFor::Rma { hdr, hold } if ok => self.rma_done(hdr, j.peer, 0, Some(&hold)),
-                JobFor::Rma { hdr, hold } => self.rma_copy(hdr, j.peer, j.pid, j.local, j.remote, hold),
+            if since.elapsed() >= Duration::from_millis(1) {
+                // A helper killed mid-chunk never settles it.
+                if !crate::shm::region::pid_alive(j.pid) {
+                    gone = true;
+                    break (settled, true);
+                }
+                since = Instant::now();
             }
+            std::hint::spin_loop();
+        };
+        // No chunk is in flight any more (or its copier is dead): the slot
+        // can serve another job.
+        self.free_slots.push(j.slot);
+        let ok = settled >= j.nchunks && !failed && !gone;
+        match j.what {
+            JobFor::Recv { p, hdr } if ok => self.finish_recv(p, hdr, j.peer, 0),
+            JobFor::Recv { p, hdr } => self.recv_rts(p, hdr, j.peer, j.pid, &j.remote),
+            JobFor::Rma { hdr, hold } if ok => self.rma_done(hdr, j.peer, 0, Some(&hold)),
+            JobFor::Rma { hdr, hold } => self.rma_copy(hdr, j.peer, j.pid, j.local, j.remote, hold),
         }
     }
 
@@ -1103,9 +1105,6 @@ impl Engine {
     pub fn progress(&mut self) {
         self.flush_outbox();
         self.run_streams();
-        if !self.jobs.is_empty() {
-            self.finish_jobs();
-        }
         // Messages are handled in place, in their queue cell (which no
         // producer touches until it is released): no copy out of the queue.
         if let Some(mut rx) = self.rx.take() {
@@ -1132,9 +1131,6 @@ impl Engine {
         for a in dead {
             tracing::warn!("peer {a} is gone; failing its pending operations");
             self.peers.remove(&a);
-            for j in self.jobs.iter_mut().filter(|j| j.peer == a) {
-                j.abandoned = true;
-            }
             let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
             for id in ids {
                 if let Some(p) = self.pending.remove(&id) {

@@ -7,9 +7,10 @@
 //! RMA, which has already matched or checked the access) publishes the
 //! job with its own buffers and asks the peer to help (a CTS message); each
 //! side copies the chunks it claims with `process_vm_readv/writev`, and the
-//! owner completes the transfer once every claimed chunk is settled. The
-//! owner never waits for help: a peer that is busy elsewhere just claims
-//! nothing, and the owner copies every chunk itself.
+//! owner completes the transfer once every claimed chunk is settled (it
+//! waits for at most the one chunk the peer is copying). The owner never
+//! waits for help: a peer that is busy elsewhere just claims nothing, and
+//! the owner copies every chunk itself.
 //!
 //! A slot is reused only after its job is over; every claim compares the
 //! generation the helper was told, so a late helper can never copy into a
@@ -19,8 +20,10 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Job slots in a region.
-pub(crate) const JOBS: usize = 64;
+/// Job slots in a region (a job ends within the progress call that
+/// starts it; more than one slot lets a late helper's generation check
+/// meet a slot that has moved on rather than one being rewritten).
+pub(crate) const JOBS: usize = 8;
 /// The most owner-side iovs a job can describe (more: no shared copy).
 pub(crate) const JOB_IOVS: usize = 28;
 
