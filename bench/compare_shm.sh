@@ -46,7 +46,9 @@ bw() {
 }
 for sz in 8 256 4096 65536; do lat "$sz" 20000; done
 for sz in 65536 1048576 16777216; do
-    it=$((sz >= 16777216 ? 50 : 500))
+    # Enough iterations that a run lasts well over 10 ms: shorter ones
+    # measure start-up (first touches, first registrations) and noise.
+    it=$((sz >= 16777216 ? 100 : sz >= 1048576 ? 1000 : 5000))
     bw "send (tagged_bw)" "$sz" "$it" fi_rdm_tagged_bw
     bw "RMA write" "$sz" "$it" fi_rma_bw -e rdm -o write
     bw "RMA read" "$sz" "$it" fi_rma_bw -e rdm -o read
