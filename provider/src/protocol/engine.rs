@@ -48,6 +48,9 @@ pub(crate) const INJECT_CALL: u64 = 1 << 63;
 pub(crate) const EAGER_MAX: usize = 8080;
 const _: () = assert!(EAGER_MAX + HDR_MAX <= CELL_DATA);
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+/// How long a shared copy's owner waits for the peer's chunk in flight
+/// before leaving the job to a later progress call.
+const JOB_WAIT: Duration = Duration::from_millis(5);
 /// Progress calls between two looks at the clock for the liveness check.
 const LIVENESS_CALLS: u32 = 64;
 
@@ -223,10 +226,12 @@ pub struct Engine {
     ticks: u32,
     pulls: FastMap<(SocketAddr, u64), Pull>,
     streams: VecDeque<Stream>,
-    /// Our region's job table, free slots and the next generation.
+    /// Our region's job table, free slots, the next generation, and jobs
+    /// whose peer did not settle its chunk in time.
     job_table: JobTable,
     free_slots: Vec<u32>,
     next_gen: u32,
+    stalled: Vec<Job>,
     share_min: usize,
     share_chunk: usize,
 }
@@ -265,6 +270,7 @@ impl Engine {
             job_table: rx.jobs(),
             free_slots: (0..jobs::JOBS as u32).rev().collect(),
             next_gen: 1,
+            stalled: Vec::new(),
             share_min: cfg.share_min,
             share_chunk: cfg.share_chunk,
             rx: Some(rx),
@@ -708,29 +714,59 @@ impl Engine {
 
     /// Wait for the chunks the peer is still copying (at most one each,
     /// since we claimed the rest), then complete the transfer. Completing
-    /// here, not later, keeps receive completions in matching order.
+    /// here, not later, keeps receive completions in matching order. A peer
+    /// that does not settle within `JOB_WAIT` (stopped, descheduled) leaves
+    /// the job stalled: it completes from a later progress call, and this
+    /// one returns rather than hang.
     fn finish_job(&mut self, j: Job) {
-        let mut since = Instant::now();
-        let mut gone = false;
-        let (settled, failed) = loop {
-            let (_, settled, failed) = self.job_table.progress(j.slot);
-            if settled >= j.nchunks {
-                break (settled, failed);
-            }
-            if since.elapsed() >= Duration::from_millis(1) {
-                // A helper killed mid-chunk never settles it.
-                if !crate::shm::region::pid_alive(j.pid) {
-                    gone = true;
-                    break (settled, true);
+        let start = Instant::now();
+        loop {
+            match self.job_state(&j, false) {
+                Some(ok) => return self.complete_job(j, ok),
+                None if start.elapsed() >= JOB_WAIT => {
+                    if let Some(ok) = self.job_state(&j, true) {
+                        return self.complete_job(j, ok);
+                    }
+                    break;
                 }
-                since = Instant::now();
+                None => std::hint::spin_loop(),
             }
-            std::hint::spin_loop();
-        };
-        // No chunk is in flight any more (or its copier is dead): the slot
-        // can serve another job.
+        }
+        tracing::debug!("shared copy with {} stalled (its peer holds a chunk); completing it later", j.peer);
+        self.stalled.push(j);
+    }
+
+    /// Whether a job is over: Some(true) all chunks copied, Some(false)
+    /// some chunk failed or (`alive_check`, which reads /proc) its copier
+    /// is gone, None still copying.
+    fn job_state(&self, j: &Job, alive_check: bool) -> Option<bool> {
+        let (_, settled, failed) = self.job_table.progress(j.slot);
+        if settled >= j.nchunks {
+            return Some(!failed);
+        }
+        // A helper killed mid-chunk never settles it.
+        (alive_check && !crate::shm::region::pid_alive(j.pid)).then_some(false)
+    }
+
+    /// Complete stalled jobs that are over (`alive_check`: also those whose
+    /// peer died; on the liveness tick).
+    fn check_stalled(&mut self, alive_check: bool) {
+        let mut i = 0;
+        while i < self.stalled.len() {
+            match self.job_state(&self.stalled[i], alive_check) {
+                Some(ok) => {
+                    let j = self.stalled.swap_remove(i);
+                    self.complete_job(j, ok);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// A job is over: free its slot (no chunk is in flight any more, or its
+    /// copier is dead) and complete the transfer, or redo it alone.
+    fn complete_job(&mut self, j: Job, ok: bool) {
         self.free_slots.push(j.slot);
-        let ok = settled >= j.nchunks && !failed && !gone;
         match j.what {
             JobFor::Recv { p, hdr } if ok => self.finish_recv(p, hdr, j.peer, 0),
             JobFor::Recv { p, hdr } => self.recv_rts(p, hdr, j.peer, j.pid, &j.remote),
@@ -1105,6 +1141,9 @@ impl Engine {
     pub fn progress(&mut self) {
         self.flush_outbox();
         self.run_streams();
+        if !self.stalled.is_empty() {
+            self.check_stalled(false);
+        }
         // Messages are handled in place, in their queue cell (which no
         // producer touches until it is released): no copy out of the queue.
         if let Some(mut rx) = self.rx.take() {
@@ -1122,6 +1161,9 @@ impl Engine {
             }
             self.last_check = Instant::now();
             self.reap_dead_peers();
+            if !self.stalled.is_empty() {
+                self.check_stalled(true);
+            }
         }
     }
 
