@@ -76,7 +76,7 @@ pub(crate) const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"shm_share_chunk",
         kind: ffi::FI_PARAM_SIZE_T,
-        help: c"Bytes per chunk of a shared copy (default: 0, automatic: an eighth of the transfer, between 16 KiB and 1 MiB)",
+        help: c"Bytes per chunk of a shared copy (default: 0, automatic: half the transfer, between 16 KiB and 1 MiB)",
     },
 ];
 

@@ -668,7 +668,8 @@ impl Engine {
         msg_id: u64,
         what: JobFor,
     ) {
-        let chunk = if self.share_chunk != 0 { self.share_chunk } else { (n / 8).clamp(16 << 10, 1 << 20) };
+        let chunk = if self.share_chunk != 0 { self.share_chunk } else { (n / 2).clamp(16 << 10, 1 << 20) }
+            .max(n.div_ceil(jobs::MAX_CHUNKS));
         let slot = self.free_slots.pop().expect("can_share saw a free slot");
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
@@ -696,7 +697,7 @@ impl Engine {
     /// Copy every chunk of `j` nobody has claimed yet.
     fn work(&self, j: &Job) {
         let t = self.job_table;
-        while let Some(k) = t.claim(j.slot, j.gen, j.nchunks) {
+        while let Some(k) = t.claim(j.slot, j.gen, false) {
             let (off, len) = jobs::chunk_range(j.total, j.chunk, k);
             let l = cma::slice(&j.local, off, len);
             let r = cma::slice(&j.remote, off, len);
@@ -705,7 +706,7 @@ impl Engine {
             t.settle(j.slot, ok);
             if !ok {
                 // Settle the rest unclaimed: the whole job is redone alone.
-                for _ in 0..t.close(j.slot, j.gen, j.nchunks) {
+                for _ in 0..t.close(j.slot, j.gen) {
                     t.settle(j.slot, false);
                 }
             }
@@ -740,7 +741,7 @@ impl Engine {
     /// some chunk failed or (`alive_check`, which reads /proc) its copier
     /// is gone, None still copying.
     fn job_state(&self, j: &Job, alive_check: bool) -> Option<bool> {
-        let (_, settled, failed) = self.job_table.progress(j.slot);
+        let (settled, failed) = self.job_table.progress(j.slot);
         if settled >= j.nchunks {
             return Some(!failed);
         }
@@ -789,7 +790,7 @@ impl Engine {
             tracing::warn!("shared copy from {from} for operation {} is larger than it; not helping", h.msg_id);
             return;
         }
-        while let Some(k) = t.claim(slot, gen, v.nchunks) {
+        while let Some(k) = t.claim(slot, gen, true) {
             let (off, len) = jobs::chunk_range(v.total, v.chunk, k);
             let l = cma::slice(&p.iovs, off, len);
             let r = cma::slice(&v.iovs, off, len);

@@ -2,8 +2,10 @@
 //!
 //! A single `process_vm_readv` runs on one core while the peer, which is
 //! waiting for the same transfer, spins on another. A *job* splits the
-//! transfer into chunks that both sides claim from one counter in the
-//! owner's region: the owner (the receiver of a send, the target of an
+//! transfer into chunks that both sides claim from one word in the
+//! owner's region, the owner from the front and the peer from the back (so
+//! each side copies the same part of a buffer that is sent again, and its
+//! cache lines stay with that side): the owner (the receiver of a send, the target of an
 //! RMA, which has already matched or checked the access) publishes the
 //! job with its own buffers and asks the peer to help (a CTS message); each
 //! side copies the chunks it claims with `process_vm_readv/writev`, and the
@@ -30,7 +32,8 @@ pub(crate) const JOB_IOVS: usize = 28;
 /// One job, in the owner's region.
 #[repr(C, align(128))]
 pub struct JobSlot {
-    /// `gen << 32 | next unclaimed chunk`.
+    /// `gen << 32 | back << 16 | front`: chunks `front..back` are
+    /// unclaimed; the owner takes `front`, the helper `back - 1`.
     claim: AtomicU64,
     /// Chunks copied (or failed) so far, by either side.
     settled: AtomicU32,
@@ -66,6 +69,9 @@ pub struct JobTable(pub(super) *const JobSlot);
 // SAFETY: the slots are atomics in process-shared memory.
 unsafe impl Send for JobTable {}
 
+/// The most chunks a job has (16-bit halves of the claim word).
+pub(crate) const MAX_CHUNKS: usize = 0xffff;
+
 /// Which chunk a claim got, with its byte range.
 pub fn chunk_range(total: usize, chunk: usize, k: u32) -> (usize, usize) {
     let off = k as usize * chunk;
@@ -90,9 +96,10 @@ impl JobTable {
         helper_writes: bool,
         iovs: &[(usize, usize)],
     ) -> bool {
-        if iovs.len() > JOB_IOVS || chunk == 0 {
+        if iovs.len() > JOB_IOVS || chunk == 0 || total.div_ceil(chunk) > MAX_CHUNKS {
             return false;
         }
+        let nchunks = total.div_ceil(chunk) as u64;
         let s = self.slot(i);
         s.total.store(total as u64, Ordering::Relaxed);
         s.chunk.store(chunk as u64, Ordering::Relaxed);
@@ -106,7 +113,7 @@ impl JobTable {
         s.settled.store(0, Ordering::Relaxed);
         s.failed.store(0, Ordering::Relaxed);
         // Publishes every field above to a helper that sees this generation.
-        s.claim.store((gen as u64) << 32, Ordering::Release);
+        s.claim.store((gen as u64) << 32 | nchunks << 16, Ordering::Release);
         true
     }
 
@@ -134,18 +141,20 @@ impl JobTable {
         consistent.then_some(v)
     }
 
-    /// Either side: claim the next chunk of job `gen` (None: all claimed,
-    /// or the slot moved on to another job).
-    pub fn claim(&self, i: u32, gen: u32, nchunks: u32) -> Option<u32> {
+    /// Claim a chunk of job `gen`: the owner the first unclaimed one, the
+    /// helper (`from_back`) the last (None: all claimed, or the slot moved
+    /// on to another job).
+    pub fn claim(&self, i: u32, gen: u32, from_back: bool) -> Option<u32> {
         let s = self.slot(i);
         let mut cur = s.claim.load(Ordering::Acquire);
         loop {
-            let next = cur as u32;
-            if (cur >> 32) as u32 != gen || next >= nchunks {
+            let (front, back) = ((cur & 0xffff) as u32, ((cur >> 16) & 0xffff) as u32);
+            if (cur >> 32) as u32 != gen || front >= back {
                 return None;
             }
-            match s.claim.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(next),
+            let (next, k) = if from_back { (cur - (1 << 16), back - 1) } else { (cur + 1, front) };
+            match s.claim.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(k),
                 Err(c) => cur = c,
             }
         }
@@ -160,18 +169,17 @@ impl JobTable {
         s.settled.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Owner: (chunks claimed, chunks settled, whether a helper failed).
-    pub fn progress(&self, i: u32) -> (u32, u32, bool) {
+    /// Owner: (chunks settled, whether a helper failed).
+    pub fn progress(&self, i: u32) -> (u32, bool) {
         let s = self.slot(i);
-        let settled = s.settled.load(Ordering::Acquire);
-        (s.claim.load(Ordering::Acquire) as u32, settled, s.failed.load(Ordering::Relaxed) != 0)
+        (s.settled.load(Ordering::Acquire), s.failed.load(Ordering::Relaxed) != 0)
     }
 
     /// Owner: claim every chunk not yet claimed (the job is being given up
     /// or redone alone); returns how many were still unclaimed.
-    pub fn close(&self, i: u32, gen: u32, nchunks: u32) -> u32 {
+    pub fn close(&self, i: u32, gen: u32) -> u32 {
         let mut n = 0;
-        while self.claim(i, gen, nchunks).is_some() {
+        while self.claim(i, gen, false).is_some() {
             n += 1;
         }
         n
@@ -197,19 +205,22 @@ mod tests {
         assert_eq!((v.total, v.chunk, v.nchunks, v.helper_writes), (100, 30, 4, true));
         assert_eq!(v.iovs, vec![(0x1000, 60), (0x9000, 40)]);
         assert_eq!(chunk_range(100, 30, 3), (90, 10));
-        assert_eq!(t.claim(3, 7, 4), Some(0));
-        assert_eq!(t.claim(3, 7, 4), Some(1));
+        assert_eq!(t.claim(3, 7, false), Some(0), "the owner from the front");
+        assert_eq!(t.claim(3, 7, true), Some(3), "the helper from the back");
+        assert_eq!(t.claim(3, 7, false), Some(1));
         t.settle(3, true);
         t.settle(3, false);
-        assert_eq!(t.progress(3), (2, 2, true));
-        assert_eq!(t.close(3, 7, 4), 2);
-        assert_eq!(t.claim(3, 7, 4), None, "all claimed");
+        assert_eq!(t.progress(3), (2, true));
+        assert_eq!(t.close(3, 7), 1, "chunk 2 was left");
+        assert_eq!(t.claim(3, 7, true), None, "all claimed");
         // Reused for generation 8: a helper told generation 7 gets nothing.
         assert!(t.open(3, 8, 10, 10, false, &[(0x2000, 10)]));
         assert!(t.view(3, 7).is_none());
-        assert_eq!(t.claim(3, 7, 4), None);
-        assert_eq!(t.claim(3, 8, 1), Some(0));
-        assert_eq!(t.progress(3), (1, 0, false));
+        assert_eq!(t.claim(3, 7, true), None);
+        assert_eq!(t.claim(3, 8, true), Some(0));
+        assert_eq!(t.claim(3, 8, false), None);
+        assert_eq!(t.progress(3), (0, false));
+        assert!(!t.open(5, 1, MAX_CHUNKS + 1, 1, true, &[(0, 1)]), "more chunks than a claim word counts");
         let many = vec![(0usize, 1usize); JOB_IOVS + 1];
         assert!(!t.open(4, 1, JOB_IOVS + 1, 1, true, &many), "too many iovs for a slot");
     }
