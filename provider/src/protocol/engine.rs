@@ -780,7 +780,8 @@ impl Engine {
     /// the owner (`from`) published for our operation `h.msg_id`.
     fn help(&mut self, h: Hdr, from: SocketAddr) {
         let (slot, gen) = (h.rma_addr as u32, h.tag as u32);
-        let Some(p) = self.pending.get(&h.msg_id) else { return };
+        // Only the peer the operation went to may ask us to copy its data.
+        let Some(p) = self.pending.get(&h.msg_id).filter(|p| p.peer == from) else { return };
         let Some(t) = self.peers.get(&from).map(|x| x.region.jobs()) else { return };
         if p.iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
             return; // only our own word copies touch device memory
@@ -858,8 +859,8 @@ impl Engine {
 
     /// The owner's side of a pull: push our own bytes of operation `msg_id`.
     fn on_pull(&mut self, h: Hdr, from: SocketAddr) {
-        let Some(p) = self.pending.get(&h.msg_id) else {
-            tracing::warn!("pull from {from} for unknown operation {}", h.msg_id);
+        let Some(p) = self.pending.get(&h.msg_id).filter(|p| p.peer == from) else {
+            tracing::warn!("pull from {from} for an operation {} that is not one of ours with it", h.msg_id);
             return;
         };
         let src = clip(&p.iovs, h.len as usize);
@@ -898,8 +899,9 @@ impl Engine {
                     PullFor::Write { hdr, _hold } => self.rma_done(hdr, from, 0, Some(&_hold)),
                 }
             }
-        } else if let Some(p) = self.pending.get(&h.msg_id) {
-            // Our RMA read, pushed by the target.
+        } else if let Some(p) = self.pending.get(&h.msg_id).filter(|p| p.kind == Kind::Read && p.peer == from) {
+            // Our RMA read, pushed by its target (only a read's buffers are
+            // ever written by DATA, and only by the peer it went to).
             let dest = region_slice(&p.iovs, off, chunk.len());
             // SAFETY: the destination buffers of our pending read.
             unsafe { cma::scatter(&dest, chunk) };
