@@ -18,10 +18,11 @@ use crate::fail;
 use crate::info::attrs;
 use crate::objects::ep::Ep;
 use crate::protocol::engine::{RmaOp, TxOp};
+use crate::protocol::Iovs;
 
 /// # Safety
 /// `iov` is NULL or holds `count` iovecs.
-unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Vec<(usize, usize)>> {
+unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Iovs> {
     if count > attrs::IOV_LIMIT {
         return Err(fail!(ffi::FI_EINVAL, "{count} iovs; oxmr takes at most {} (iov_limit)", attrs::IOV_LIMIT));
     }
@@ -29,14 +30,15 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Vec<(usize, usize)>> {
         return Err(fail!(ffi::FI_EINVAL, "NULL iov array with count {count}"));
     }
     // SAFETY: `count` iovecs per the caller's contract.
-    Ok((0..count).map(|i| unsafe { ((*iov.add(i)).iov_base as usize, (*iov.add(i)).iov_len) }).collect())
+    let all = (0..count).map(|i| unsafe { ((*iov.add(i)).iov_base as usize, (*iov.add(i)).iov_len) });
+    Iovs::collect(all).ok_or_else(|| fail!(ffi::FI_EINVAL, "{count} iovs; oxmr takes at most {}", attrs::IOV_LIMIT))
 }
 
-fn one(buf: *const c_void, len: usize) -> Result<Vec<(usize, usize)>> {
+fn one(buf: *const c_void, len: usize) -> Result<Iovs> {
     if buf.is_null() && len > 0 {
         return Err(fail!(ffi::FI_EINVAL, "NULL buffer with length {len}"));
     }
-    Ok(vec![(buf as usize, len)])
+    Ok(Iovs::one(buf as usize, len))
 }
 
 /// # Safety
@@ -58,7 +60,7 @@ unsafe fn recv_common(
     name: &'static str,
     ep: *mut fid_ep,
     ctx: *mut c_void,
-    v: Result<Vec<(usize, usize)>>,
+    v: Result<Iovs>,
     src: fi_addr_t,
     tag: Option<(u64, u64)>,
     flags: Option<u64>,
@@ -74,7 +76,7 @@ unsafe fn rma_common(name: &'static str, ep: *mut fid_ep, o: Result<RmaOp>) -> i
 
 fn tx(
     ctx: *mut c_void,
-    iovs: Result<Vec<(usize, usize)>>,
+    iovs: Result<Iovs>,
     dest: u64,
     tag: Option<u64>,
     data: Option<u64>,
@@ -354,7 +356,7 @@ pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {
 #[allow(clippy::too_many_arguments)]
 fn rma(
     ctx: *mut c_void,
-    v: Result<Vec<(usize, usize)>>,
+    v: Result<Iovs>,
     dest: u64,
     addr: u64,
     key: u64,

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use oxmr_ffi as ffi;
 
 use super::hash::FastMap;
-use super::{decode_iovs, encode_iovs, flag, op, Hdr, HDR_MAX};
+use super::{decode_iovs, encode_iovs, flag, op, Hdr, Iovs, HDR_MAX};
 use crate::boundary::{Error, Result};
 use crate::fail;
 use crate::info::addr;
@@ -83,7 +83,7 @@ struct TxPeer {
 
 struct Posted {
     ctx: usize,
-    iovs: Vec<(usize, usize)>,
+    iovs: Iovs,
     src: Option<SocketAddr>,
     tag: u64,
     ignore: u64,
@@ -127,7 +127,7 @@ struct Pending {
     report: bool,
     /// The application's buffers of the operation (source of a send or
     /// write, destination of a read), for an owner-side push.
-    iovs: Vec<(usize, usize)>,
+    iovs: Iovs,
 }
 
 /// What a pulled transfer fills when its DATA has all arrived.
@@ -185,7 +185,7 @@ struct Job {
 /// A transmit operation, decoded from the C call.
 pub struct TxOp {
     pub ctx: usize,
-    pub iovs: Vec<(usize, usize)>,
+    pub iovs: Iovs,
     pub dest: u64,
     pub tag: Option<u64>,
     pub data: Option<u64>,
@@ -196,7 +196,7 @@ pub struct TxOp {
 /// An RMA operation.
 pub struct RmaOp {
     pub ctx: usize,
-    pub iovs: Vec<(usize, usize)>,
+    pub iovs: Iovs,
     pub dest: u64,
     pub addr: u64,
     pub key: u64,
@@ -425,7 +425,7 @@ impl Engine {
         if len <= EAGER_MAX {
             hdr.op = op::EAGER;
             let mut data = Vec::new();
-            let body: &[u8] = match o.iovs.as_slice() {
+            let body: &[u8] = match &o.iovs[..] {
                 // SAFETY: the application's send buffer, valid for this call.
                 [one] if !crate::mr::phys::is_device(one.0, one.1) => unsafe { cma::view(*one) },
                 many => {
@@ -450,7 +450,7 @@ impl Engine {
                         credit,
                         peer: to,
                         report: true,
-                        iovs: Vec::new(),
+                        iovs: Iovs::default(),
                     },
                 );
             } else {
@@ -515,7 +515,7 @@ impl Engine {
     pub fn recv(
         &mut self,
         ctx: usize,
-        iovs: Vec<(usize, usize)>,
+        iovs: Iovs,
         src: u64,
         tag: Option<(u64, u64)>,
         flags: Option<u64>,

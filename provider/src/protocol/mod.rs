@@ -182,6 +182,42 @@ impl Hdr {
     }
 }
 
+/// The (address, length) pairs of one operation, held inline: an
+/// operation takes at most `iov_limit` (4) of them, so posting one
+/// allocates nothing.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Iovs {
+    n: u8,
+    v: [(usize, usize); crate::info::attrs::IOV_LIMIT],
+}
+
+impl Iovs {
+    /// One buffer.
+    pub fn one(addr: usize, len: usize) -> Iovs {
+        let mut i = Iovs::default();
+        i.v[0] = (addr, len);
+        i.n = 1;
+        i
+    }
+
+    /// Up to `iov_limit` pairs (None: more).
+    pub fn collect(it: impl IntoIterator<Item = (usize, usize)>) -> Option<Iovs> {
+        let mut i = Iovs::default();
+        for x in it {
+            *i.v.get_mut(i.n as usize)? = x;
+            i.n += 1;
+        }
+        Some(i)
+    }
+}
+
+impl std::ops::Deref for Iovs {
+    type Target = [(usize, usize)];
+    fn deref(&self) -> &[(usize, usize)] {
+        &self.v[..self.n as usize]
+    }
+}
+
 /// Encode (addr, len) pairs.
 pub fn encode_iovs(iovs: &[(usize, usize)]) -> Vec<u8> {
     let mut v = Vec::with_capacity(iovs.len() * 16);
