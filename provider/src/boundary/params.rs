@@ -71,7 +71,7 @@ pub(crate) const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"shm_share_min",
         kind: ffi::FI_PARAM_SIZE_T,
-        help: c"Same-host transfers of at least this many bytes (rendezvous sends, RMA) are copied by both processes at once, in chunks claimed from a shared counter; 0 turns shared copies off (default: 262144; at 64 KiB the exchange costs more than half a copy saves)",
+        help: c"Same-host transfers of at least this many bytes (rendezvous sends, RMA) are copied by both processes at once, in chunks claimed from a shared counter; 0 turns shared copies off; a transfer with nothing else queued behind it is shared from a quarter of this (default: 262144)",
     },
     ParamDef {
         name: c"shm_share_chunk",

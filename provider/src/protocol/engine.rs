@@ -232,6 +232,8 @@ pub struct Engine {
     free_slots: Vec<u32>,
     next_gen: u32,
     stalled: Vec<Job>,
+    /// More messages wait behind the one being handled.
+    busy: bool,
     share_min: usize,
     share_chunk: usize,
 }
@@ -271,6 +273,7 @@ impl Engine {
             free_slots: (0..jobs::JOBS as u32).rev().collect(),
             next_gen: 1,
             stalled: Vec::new(),
+            busy: false,
             share_min: cfg.share_min,
             share_chunk: cfg.share_chunk,
             rx: Some(rx),
@@ -646,8 +649,13 @@ impl Engine {
     /// can describe, and none of them device memory (which only its
     /// owner's word copies may touch).
     fn can_share(&self, n: usize, local: &[(usize, usize)]) -> bool {
+        // Sharing costs a message and a wait for the peer's half; it pays
+        // from `share_min`, and from `share_min / 4` when nothing else is
+        // queued (a lone transfer: the latency case, where our core has
+        // nothing better to do than wait for it).
+        let min = if self.busy { self.share_min } else { self.share_min / 4 };
         self.share_min != 0
-            && n >= self.share_min
+            && n >= min
             && !self.free_slots.is_empty()
             && local.len() <= jobs::JOB_IOVS
             && !local.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l))
@@ -1151,7 +1159,10 @@ impl Engine {
         // producer touches until it is released): no copy out of the queue.
         if let Some(mut rx) = self.rx.take() {
             let mut n = 0;
-            while n < 64 && rx.pop(|msg| self.on_message(msg)) {
+            while n < 64 && {
+                self.busy = rx.more_queued();
+                rx.pop(|msg| self.on_message(msg))
+            } {
                 n += 1;
             }
             self.rx = Some(rx);

@@ -303,6 +303,14 @@ impl Region {
     }
 
     /// Pop one message into `f` (owner only). Returns false when empty.
+    /// Whether the message after the next one is already published (the
+    /// consumer has more queued work than the message it is handling).
+    pub fn more_queued(&self) -> bool {
+        let pos = self.head + 1;
+        // SAFETY: inside the mapping; an atomic load.
+        unsafe { (*self.cell(pos as usize)).seq.load(Ordering::Relaxed) == (pos + 1) as u32 }
+    }
+
     pub fn pop(&mut self, f: impl FnOnce(&[u8])) -> bool {
         debug_assert!(self.owned);
         let pos = self.head;
