@@ -45,6 +45,15 @@
 #define BIG (16 * MiB)
 #define BUFLEN (BIG + 64 * KiB)
 #define EAGER_MAX 8080 /* docs/wire.md: inline payload limit */
+
+/* The inline limit in effect: FI_OXMR_SHM_EAGER_MAX lowers it. */
+static size_t eager_max(void)
+{
+	const char *v = getenv("FI_OXMR_SHM_EAGER_MAX");
+	size_t m = v ? strtoull(v, NULL, 0) : EAGER_MAX;
+
+	return m < EAGER_MAX ? m : EAGER_MAX;
+}
 #define RING_CELLS 256 /* docs/wire.md: cells per endpoint queue */
 #define TMO_MS 10000   /* one completion */
 #define CTL_TMO_MS 20000 /* one control message */
@@ -734,15 +743,16 @@ static void t_sizes(struct node *n, bool ps)
  */
 static void t_boundary(struct node *n, bool ps)
 {
-	static const size_t sizes[] = { 8079, 8080, 8081, 8096 };
+	const size_t m = eager_max();
+	const size_t sizes[] = { m - 1, m, m + 1, m + 16 };
 	bool snd = n->parent == ps;
 	struct comp c;
 
-	OXT_GROUP(gname("1. eager up to 8080 B completes without the receiver, RTS from 8081 B waits for it (docs/wire.md), %s",
+	OXT_GROUP(gname("1. eager up to FI_OXMR_SHM_EAGER_MAX (8080 B) completes without the receiver, RTS above waits for it (docs/wire.md), %s",
 			dir(ps)));
 	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
 		size_t size = sizes[k];
-		bool eager = size <= EAGER_MAX, got = false;
+		bool eager = size <= m, got = false;
 		uint64_t seed = 500 + size * 2 + ps;
 
 		if (snd) {
@@ -753,11 +763,11 @@ static void t_boundary(struct node *n, bool ps)
 			     "send of %zu B", size);
 			got = next_comp(&n->e1, &c, eager ? 500 : 200);
 			if (eager)
-				EXPECT(got, "a %zu B send (<= 8080 B: eager, complete once its cell is written): no completion within 500 ms while the receiver does nothing",
-				       size);
+				EXPECT(got, "a %zu B send (<= %zu B: eager, complete once its cell is written): no completion within 500 ms while the receiver does nothing",
+				       size, m);
 			else
-				EXPECT(!got, "a %zu B send (> 8080 B: RTS, complete on the receiver's ACK) completed while the receiver did nothing: %s",
-				       size, describe(&c));
+				EXPECT(!got, "a %zu B send (> %zu B: RTS, complete on the receiver's ACK) completed while the receiver did nothing: %s",
+				       size, m, describe(&c));
 			if (got)
 				EXPECT(!c.err && c.e.op_context == CTX(1),
 				       "send of %zu B: %s", size, describe(&c));

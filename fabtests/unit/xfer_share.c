@@ -18,6 +18,11 @@
  *    chunk was already copied) within seconds, never a hang.
  *
  * The three transfers use one endpoint pair per child; the parent receives.
+ *
+ * 0. First, FI_OXMR_SHM_EAGER_MAX (set to 1024 here, also before loading):
+ *    a 1024 B send goes inline and completes while the receiver has posted
+ *    nothing; a 1025 B send is a rendezvous and completes only once the
+ *    receiver has taken it; both arrive intact.
  */
 #include "oxt.h"
 
@@ -69,6 +74,39 @@ static int child(int sock, unsigned seed)
 	return oxt_done();
 }
 
+/* The sender of group 0: a 1024 B and a 1025 B send around the inline
+ * limit; tells the parent what completed before it posted anything. */
+static int child_eager(int sock)
+{
+	struct oxt_side s;
+	struct fi_context c1, c2;
+	struct fi_cq_tagged_entry ent;
+	unsigned char b1[1024], b2[1025];
+	char r[2];
+	double until;
+	int n1 = 0, n2 = 0;
+
+	fill(b1, sizeof b1 & ~7UL, 10);
+	fill(b2, sizeof b2 & ~7UL, 11);
+	oxt_side_open(&s, sock);
+	REQUIRE_RC(fi_send(s.ep, b1, sizeof b1, NULL, s.peer, &c1), 0);
+	REQUIRE_RC(fi_send(s.ep, b2, sizeof b2, NULL, s.peer, &c2), 0);
+	until = oxt_now_ms() + 300;
+	while (oxt_now_ms() < until)
+		if (fi_cq_read(s.cq, &ent, 1) == 1) {
+			n1 += ent.op_context == &c1;
+			n2 += ent.op_context == &c2;
+		}
+	r[0] = n1 == 1 ? 'y' : 'n'; /* the inline send completed alone */
+	r[1] = n2 == 0 ? 'y' : 'n'; /* the rendezvous one waited */
+	REQUIRE(write(sock, r, 2) == 2, "socketpair write");
+	if (n2 == 0)
+		EXPECT_RC(oxt_wait_one(&s, &c2), 0);
+	REQUIRE(read(sock, r, 1) == 1, "socketpair read"); /* the parent is done */
+	oxt_side_close(&s);
+	return oxt_done();
+}
+
 struct stopper {
 	pid_t pid;
 	int sig1, sig2;
@@ -103,7 +141,7 @@ static pid_t spawn(struct oxt_side *s, int *sock, unsigned seed)
 	REQUIRE(pid >= 0, "fork");
 	if (pid == 0) {
 		close(sv[0]);
-		exit(child(sv[1], seed));
+		exit(seed ? child(sv[1], seed) : child_eager(sv[1]));
 	}
 	close(sv[1]);
 	oxt_side_open(s, sv[0]);
@@ -128,8 +166,31 @@ int main(int argc, char **argv)
 	 * 4 KiB chunks, so both processes take many chunks. */
 	setenv("FI_OXMR_SHM_SHARE_MIN", "65536", 1);
 	setenv("FI_OXMR_SHM_SHARE_CHUNK", "4096", 1);
+	setenv("FI_OXMR_SHM_EAGER_MAX", "1024", 1);
 	rbuf = malloc(MSG);
 	REQUIRE(rbuf, "malloc");
+
+	OXT_GROUP("0. FI_OXMR_SHM_EAGER_MAX=1024: a 1024 B send completes before any receive is posted, a 1025 B send waits for its receive");
+	{
+		struct fi_context c1, c2;
+		char r[2];
+
+		pid = spawn(&s, &sock, 0);
+		REQUIRE(read(sock, r, 2) == 2, "socketpair read");
+		EXPECT(r[0] == 'y', "the 1024 B send did not complete alone (inline)");
+		EXPECT(r[1] == 'y', "the 1025 B send completed before its receive was posted (not a rendezvous)");
+		memset(rbuf, 0xee, 4096);
+		REQUIRE_RC(fi_recv(s.ep, rbuf, 1024, NULL, FI_ADDR_UNSPEC, &c1), 0);
+		REQUIRE_RC(fi_recv(s.ep, rbuf + 2048, 1025, NULL, FI_ADDR_UNSPEC, &c2), 0);
+		EXPECT_RC(oxt_wait_one(&s, &c1), 0);
+		EXPECT_RC(oxt_wait_one(&s, &c2), 0);
+		EXPECT(same(rbuf, 1024, 10) && same(rbuf + 2048, 1024, 11), "the receiver got different bytes");
+		REQUIRE(write(sock, r, 1) == 1, "socketpair write");
+		waitpid(pid, &status, 0);
+		EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "sender failed (status %d)", status);
+		oxt_side_close(&s);
+		close(sock);
+	}
 
 	OXT_GROUP("1. a 64 MiB send copied by both processes arrives intact; the sender's buffer is unchanged");
 	pid = spawn(&s, &sock, 1);

@@ -69,6 +69,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         help: c"Register device memory that cannot be pinned (VM_PFNMAP/VM_IO mappings from remap_pfn_range) by physical address; only such memory, checked page by page, revoked when its mapping changes (default: 0; per call: OXMR_MR_PHYS_FALLBACK in fi_mr_regattr flags)",
     },
     ParamDef {
+        name: c"shm_eager_max",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Same-host sends up to this many bytes travel inline through the receiver's queue (two copies); larger ones are copied once by the receiver with process_vm_readv. At most 8080; injects always go inline (default: 8080)",
+    },
+    ParamDef {
         name: c"shm_share_min",
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"Same-host transfers of at least this many bytes (rendezvous sends, RMA) are copied by both processes at once, in chunks claimed from a shared counter; 0 turns shared copies off; a transfer with nothing else queued behind it is shared from a quarter of this (default: 262144)",
@@ -97,10 +102,14 @@ pub struct Config {
     pub share_min: usize,
     /// FI_OXMR_SHM_SHARE_CHUNK (0: automatic).
     pub share_chunk: usize,
+    /// FI_OXMR_SHM_EAGER_MAX.
+    pub eager_max: usize,
 }
 
 /// Default of FI_OXMR_SHM_SHARE_MIN.
 pub(crate) const SHARE_MIN: usize = 256 << 10;
+/// Default of FI_OXMR_SHM_EAGER_MAX.
+pub(crate) const EAGER_MAX: usize = crate::protocol::engine::EAGER_MAX;
 
 impl Default for Config {
     fn default() -> Self {
@@ -112,6 +121,7 @@ impl Default for Config {
             phys_fallback: false,
             share_min: SHARE_MIN,
             share_chunk: 0,
+            eager_max: EAGER_MAX,
         }
     }
 }
@@ -185,5 +195,7 @@ pub fn define_and_load() {
     let phys_fallback = get_bool(c"mr_phys_fallback").unwrap_or(false);
     let share_min = get_size(c"shm_share_min").unwrap_or(SHARE_MIN);
     let share_chunk = get_size(c"shm_share_chunk").unwrap_or(0);
-    let _ = CONFIG.set(Config { ifaces, pin_mode, max_pinned, cache, phys_fallback, share_min, share_chunk });
+    let eager_max = get_size(c"shm_eager_max").unwrap_or(EAGER_MAX);
+    let _ =
+        CONFIG.set(Config { ifaces, pin_mode, max_pinned, cache, phys_fallback, share_min, share_chunk, eager_max });
 }

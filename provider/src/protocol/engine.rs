@@ -236,6 +236,8 @@ pub struct Engine {
     busy: bool,
     share_min: usize,
     share_chunk: usize,
+    /// Sends up to this many bytes go inline (FI_OXMR_SHM_EAGER_MAX).
+    eager_max: usize,
 }
 
 fn total(iovs: &[(usize, usize)]) -> usize {
@@ -276,6 +278,7 @@ impl Engine {
             busy: false,
             share_min: cfg.share_min,
             share_chunk: cfg.share_chunk,
+            eager_max: cfg.eager_max.min(EAGER_MAX),
             rx: Some(rx),
             name: {
                 let mut n = [0u8; 28];
@@ -425,7 +428,10 @@ impl Engine {
             ..Default::default()
         };
         let delivery = flags & ffi::FI_DELIVERY_COMPLETE as u64 != 0;
-        if len <= EAGER_MAX {
+        // Injects (up to inject_size) always go inline: their buffer is
+        // the application's again when the call returns.
+        let inject = flags & ffi::FI_INJECT as u64 != 0;
+        if len <= self.eager_max || (inject && len <= EAGER_MAX) {
             hdr.op = op::EAGER;
             let mut data = Vec::new();
             let body: &[u8] = match &o.iovs[..] {
@@ -462,7 +468,7 @@ impl Engine {
             }
             return Ok(());
         }
-        if flags & ffi::FI_INJECT as u64 != 0 {
+        if inject {
             return Err(fail!(ffi::FI_EMSGSIZE, "inject of {len} bytes is over inject_size"));
         }
         hdr.op = op::RTS;
