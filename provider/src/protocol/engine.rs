@@ -1165,10 +1165,12 @@ impl Engine {
         // producer touches until it is released): no copy out of the queue.
         if let Some(mut rx) = self.rx.take() {
             let mut n = 0;
-            while n < 64 && {
-                self.busy = rx.more_queued();
-                rx.pop(|msg| self.on_message(msg))
-            } {
+            while n < 64
+                && rx.pop(|msg, more| {
+                    self.busy = more;
+                    self.on_message(msg)
+                })
+            {
                 n += 1;
             }
             self.rx = Some(rx);

@@ -302,16 +302,10 @@ impl Region {
         }
     }
 
-    /// Pop one message into `f` (owner only). Returns false when empty.
-    /// Whether the message after the next one is already published (the
-    /// consumer has more queued work than the message it is handling).
-    pub fn more_queued(&self) -> bool {
-        let pos = self.head + 1;
-        // SAFETY: inside the mapping; an atomic load.
-        unsafe { (*self.cell(pos as usize)).seq.load(Ordering::Relaxed) == (pos + 1) as u32 }
-    }
-
-    pub fn pop(&mut self, f: impl FnOnce(&[u8])) -> bool {
+    /// Pop one message into `f(message, more)` (owner only); `more` says
+    /// whether the next message is already published too (the consumer has
+    /// queued work behind this one). Returns false when empty.
+    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool)) -> bool {
         debug_assert!(self.owned);
         let pos = self.head;
         let cell = self.cell(pos as usize);
@@ -321,7 +315,9 @@ impl Region {
                 return false;
             }
             let len = ((*cell).len as usize).min(CELL_DATA);
-            f(&(&(*cell).data)[..len]);
+            let next = pos + 1;
+            let more = (*self.cell(next as usize)).seq.load(Ordering::Relaxed) == (next + 1) as u32;
+            f(&(&(*cell).data)[..len], more);
         }
         self.head = pos + 1;
         // Frees the cell: everything read from it happens before.
@@ -359,12 +355,15 @@ mod tests {
         assert_eq!(peer.push(&[b"full"]).unwrap_err().raw_os_error(), Some(libc::EAGAIN));
         for i in 0..CELLS {
             let mut got = Vec::new();
-            assert!(own.pop(|b| got = b.to_vec()));
+            assert!(own.pop(|b, _| got = b.to_vec()));
             assert_eq!(&got[..4], &(i as u32).to_le_bytes());
         }
-        assert!(!own.pop(|_| ()));
+        assert!(!own.pop(|_, _| ()));
         peer.push(&[b"again"]).unwrap();
-        assert!(own.pop(|b| assert_eq!(b, b"again")));
+        assert!(own.pop(|b, more| {
+            assert_eq!(b, b"again");
+            assert!(!more, "nothing after it");
+        }));
         drop(peer);
         drop(own);
         assert!(Region::open(&addr).is_err(), "the owner unlinks its file");
