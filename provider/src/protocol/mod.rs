@@ -288,4 +288,14 @@ mod tests {
         assert_eq!(decode_iovs(&encode_iovs(&iovs), 2), Some(iovs));
         assert_eq!(decode_iovs(&[0; 8], 1), None);
     }
+
+    #[test]
+    fn iovs_hold_up_to_the_limit_inline() {
+        assert_eq!(&Iovs::one(0x10, 3)[..], &[(0x10, 3)]);
+        let four = Iovs::collect((0..4).map(|i| (i * 0x100, i + 1))).unwrap();
+        assert_eq!(four.len(), 4);
+        assert_eq!(four.iter().map(|x| x.1).sum::<usize>(), 10);
+        assert_eq!(Iovs::collect((0..5).map(|i| (i, 1))), None, "more than iov_limit");
+        assert!(Iovs::default().is_empty());
+    }
 }
