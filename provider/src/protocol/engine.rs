@@ -689,7 +689,6 @@ impl Engine {
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
         // We read from the peer exactly when the peer writes into us.
         let opened = self.job_table.open(slot, gen, n, chunk, we_read, &local);
-        debug_assert!(opened, "can_share checked the iov count");
         let job = Job {
             slot,
             gen,
@@ -703,6 +702,11 @@ impl Engine {
             remote,
             what,
         };
+        if !opened {
+            // (can_share checked what a slot holds; should it still not
+            // take the job, copy alone rather than trust the slot.)
+            return self.complete_job(job, false);
+        }
         self.push_ctrl(peer, Hdr { op: op::CTS, msg_id, rma_addr: slot as u64, tag: gen as u64, ..Default::default() });
         self.work(&job);
         self.finish_job(job);
