@@ -35,6 +35,9 @@ pub(crate) const CELLS: usize = 256;
 /// Bytes of one cell's payload (message header included).
 pub(crate) const CELL_DATA: usize = 8192 - 8;
 
+/// Message bytes in a cell's first cache line (after `seq` and `len`).
+const FIRST_LINE: usize = 64 - 8;
+
 const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 const VERSION: u32 = 4;
 
@@ -287,9 +290,31 @@ impl Region {
                     // consumer freed it (head > pos - CELLS, read with
                     // Acquire) and the CAS gave `pos` to us alone.
                     unsafe {
+                        // The bytes past the cell's first cache line first,
+                        // then the first line in one go (message start,
+                        // length, sequence): the consumer polls that line,
+                        // and a second visit to it would mean taking it
+                        // back from the consumer once more.
+                        let dst = (*cell).data.as_mut_ptr();
                         let mut off = 0;
                         for p in parts {
-                            std::ptr::copy_nonoverlapping(p.as_ptr(), (*cell).data.as_mut_ptr().add(off), p.len());
+                            if off + p.len() > FIRST_LINE {
+                                let skip = FIRST_LINE.saturating_sub(off);
+                                std::ptr::copy_nonoverlapping(
+                                    p.as_ptr().add(skip),
+                                    dst.add(off + skip),
+                                    p.len() - skip,
+                                );
+                            }
+                            off += p.len();
+                        }
+                        let mut off = 0;
+                        for p in parts {
+                            if off >= FIRST_LINE {
+                                break;
+                            }
+                            let n = p.len().min(FIRST_LINE - off);
+                            std::ptr::copy_nonoverlapping(p.as_ptr(), dst.add(off), n);
                             off += p.len();
                         }
                         (*cell).len = len as u32;
@@ -364,6 +389,14 @@ mod tests {
             assert_eq!(b, b"again");
             assert!(!more, "nothing after it");
         }));
+        // Parts split anywhere around the first cache line come out whole.
+        let msg: Vec<u8> = (0..300u32).map(|i| (i * 7 + 1) as u8).collect();
+        for cut in [0, 1, 40, FIRST_LINE - 1, FIRST_LINE, FIRST_LINE + 1, 200, 300] {
+            for cut2 in [cut, (cut + 17).min(300)] {
+                peer.push(&[&msg[..cut], &msg[cut..cut2], &msg[cut2..]]).unwrap();
+                assert!(own.pop(|b, _| assert_eq!(b, &msg[..], "parts cut at {cut}, {cut2}")));
+            }
+        }
         drop(peer);
         drop(own);
         assert!(Region::open(&addr).is_err(), "the owner unlinks its file");
