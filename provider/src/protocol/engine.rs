@@ -48,9 +48,6 @@ pub(crate) const INJECT_CALL: u64 = 1 << 63;
 pub(crate) const EAGER_MAX: usize = 8080;
 const _: () = assert!(EAGER_MAX + HDR_MAX <= CELL_DATA);
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
-/// Payload bytes one progress call handles before it returns (it always
-/// handles at least one message).
-const PROGRESS_BYTES: usize = 256 << 10;
 /// How long a shared copy's owner waits for the peer's chunk in flight
 /// before leaving the job to a later progress call.
 const JOB_WAIT: Duration = Duration::from_millis(5);
@@ -237,8 +234,6 @@ pub struct Engine {
     stalled: Vec<Job>,
     /// More messages wait behind the one being handled.
     busy: bool,
-    /// Payload bytes the current progress call has handled.
-    moved: usize,
     share_min: usize,
     share_chunk: usize,
     /// Sends up to this many bytes go inline (FI_OXMR_SHM_EAGER_MAX).
@@ -281,7 +276,6 @@ impl Engine {
             next_gen: 1,
             stalled: Vec::new(),
             busy: false,
-            moved: 0,
             share_min: cfg.share_min,
             share_chunk: cfg.share_chunk,
             eager_max: cfg.eager_max.min(EAGER_MAX),
@@ -983,9 +977,6 @@ impl Engine {
         let body = &msg[hlen..];
         tracing::debug!("message op {} len {} tag {:#x} msg_id {} from pid {}", h.op, h.len, h.tag, h.msg_id, h.pid);
         let pid = h.pid;
-        if matches!(h.op, op::EAGER | op::RTS | op::WRITE | op::WRITE_INLINE | op::READ | op::DATA) {
-            self.moved += h.len as usize;
-        }
         let Some(from) = addr::parse(&h.name) else {
             tracing::warn!("dropping a message without a valid sender name");
             return;
@@ -1178,13 +1169,7 @@ impl Engine {
         // producer touches until it is released): no copy out of the queue.
         if let Some(mut rx) = self.rx.take() {
             let mut n = 0;
-            self.moved = 0;
-            // A bounded amount of work per call: the application gets back
-            // to post its next operations (a peer may be waiting on them)
-            // instead of sitting in one call while a window of large
-            // copies is served.
             while n < 64
-                && self.moved < PROGRESS_BYTES
                 && rx.pop(|msg, more| {
                     self.busy = more;
                     self.on_message(msg)
