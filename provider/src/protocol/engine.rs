@@ -714,7 +714,7 @@ impl Engine {
 
     /// Copy every chunk of `j` nobody has claimed yet.
     fn work(&self, j: &Job) {
-        let t = self.job_table;
+        let t = &self.job_table;
         while let Some(k) = t.claim(j.slot, j.gen, false) {
             let (off, len) = jobs::chunk_range(j.total, j.chunk, k);
             let l = cma::slice(&j.local, off, len);

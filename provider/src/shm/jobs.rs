@@ -21,6 +21,9 @@
 //! generation and stops).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::region::Mapping;
 
 /// Job slots in a region (a job ends within the progress call that
 /// starts it; more than one slot lets a late helper's generation check
@@ -60,13 +63,17 @@ pub struct JobView {
     pub iovs: Vec<(usize, usize)>,
 }
 
-/// The job table of a mapped region (own or a peer's). A plain pointer
-/// into the mapping: valid while the `Region` it came from is alive, which
-/// its users (the engine that owns both) guarantee.
-#[derive(Clone, Copy)]
-pub struct JobTable(pub(super) *const JobSlot);
+/// The job table of a mapped region (own or a peer's). It holds the
+/// mapping, so the slots stay mapped as long as the table exists.
+#[derive(Clone)]
+pub struct JobTable {
+    /// Held, never read: it keeps `slots` mapped.
+    _map: Arc<Mapping>,
+    slots: *const JobSlot,
+}
 
-// SAFETY: the slots are atomics in process-shared memory.
+// SAFETY: the slots are atomics in process-shared memory that `map` keeps
+// mapped.
 unsafe impl Send for JobTable {}
 
 /// The most chunks a job has (16-bit halves of the claim word).
@@ -79,10 +86,18 @@ pub fn chunk_range(total: usize, chunk: usize, k: u32) -> (usize, usize) {
 }
 
 impl JobTable {
+    /// The table at byte `at` of `map` (JOBS slots must fit there).
+    pub(super) fn new(map: Arc<Mapping>, at: usize) -> JobTable {
+        const { assert!(JOBS * size_of::<JobSlot>() < super::region::REGION_SIZE) };
+        // SAFETY: `at` is the region layout's JOBS_AT, inside the mapping.
+        let slots = unsafe { map.base().add(at) } as *const JobSlot;
+        JobTable { _map: map, slots }
+    }
+
     fn slot(&self, i: u32) -> &JobSlot {
-        // SAFETY: i < JOBS (callers take it modulo JOBS); the table lies
-        // inside the mapping, which outlives self (see the type's docs).
-        unsafe { &*self.0.add(i as usize % JOBS) }
+        // SAFETY: index < JOBS; the slots lie inside the mapping that
+        // `self._map` keeps alive.
+        unsafe { &*self.slots.add(i as usize % JOBS) }
     }
 
     /// Owner: publish job `gen` in slot `i`. False when the buffers take
@@ -190,11 +205,10 @@ impl JobTable {
 mod tests {
     use super::*;
 
-    fn table() -> (Vec<JobSlot>, JobTable) {
-        // SAFETY: all-zero is a valid JobSlot (atomics and integers).
-        let v: Vec<JobSlot> = (0..JOBS).map(|_| unsafe { std::mem::zeroed() }).collect();
-        let t = JobTable(v.as_ptr());
-        (v, t)
+    fn table() -> (super::super::region::Region, JobTable) {
+        let r = super::super::region::Region::create(&"127.0.0.1:3".parse().unwrap()).unwrap();
+        let t = r.jobs();
+        (r, t)
     }
 
     #[test]

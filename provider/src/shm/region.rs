@@ -78,9 +78,35 @@ pub fn path_for(addr: &SocketAddr) -> String {
     format!("/oxmr-{}-{}", addr.ip().to_string().replace(':', "_"), addr.port())
 }
 
+/// A region's mapping, unmapped when its last holder (the region, job
+/// tables handed out) is gone.
+pub(super) struct Mapping(*mut u8);
+
+// SAFETY: process-wide shared memory; everything shared in it is an atomic
+// or written by its single owner (see the queue protocol and shm::jobs).
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    pub(super) fn base(&self) -> *mut u8 {
+        self.0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping of REGION_SIZE bytes, which no
+        // holder uses any more.
+        unsafe { libc::munmap(self.0 as *mut libc::c_void, REGION_SIZE) };
+    }
+}
+
 /// A mapped region (own or a peer's).
 pub struct Region {
+    /// `map`'s address, kept at hand.
     base: *mut u8,
+    map: std::sync::Arc<Mapping>,
     name: String,
     owned: bool,
     /// Consumer position (owner only).
@@ -211,7 +237,7 @@ impl Region {
             // SAFETY: valid C string.
             unsafe { libc::shm_unlink(c.as_ptr()) };
         })?;
-        let r = Region { base, name, owned: true, head: 0, head_seen: 0.into() };
+        let r = Region { base, map: Mapping(base).into(), name, owned: true, head: 0, head_seen: 0.into() };
         // SAFETY: freshly zeroed mapping we own; initialise before `ready`.
         unsafe {
             let h = &mut *(base as *mut Header);
@@ -243,7 +269,8 @@ impl Region {
         });
         // SAFETY: our fd.
         unsafe { libc::close(fd) };
-        let r = Region { base: base?, name, owned: false, head: 0, head_seen: 0.into() };
+        let base = base?;
+        let r = Region { base, map: Mapping(base).into(), name, owned: false, head: 0, head_seen: 0.into() };
         let h = r.header();
         if h.magic != MAGIC || h.version != VERSION || h.ready.load(Ordering::Acquire) != 1 {
             return Err(io::Error::from_raw_os_error(libc::EPROTO));
@@ -254,8 +281,7 @@ impl Region {
     /// The region's job table (shared copies, see `shm::jobs`); valid
     /// while this region is.
     pub fn jobs(&self) -> JobTable {
-        // SAFETY: the table lies inside the mapping at JOBS_AT.
-        JobTable(unsafe { self.base.add(JOBS_AT) } as *const JobSlot)
+        JobTable::new(self.map.clone(), JOBS_AT)
     }
 
     /// Pid of the region's owner.
@@ -353,8 +379,7 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping of REGION_SIZE bytes.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, REGION_SIZE) };
+        // (The mapping goes with the last holder of `map`.)
         if self.owned {
             if let Ok(c) = CString::new(self.name.clone()) {
                 // SAFETY: valid C string.
