@@ -140,6 +140,11 @@ static pid_t spawn(struct oxt_side *s, int *sock, unsigned seed)
 	pid = fork();
 	REQUIRE(pid >= 0, "fork");
 	if (pid == 0) {
+		/* The child reports its own checks, not the parent's group. */
+		oxt_group_name = NULL;
+		oxt_groups_total = oxt_groups_failed = oxt_failed_total = 0;
+		oxt_prog = "xfer_share[sender]";
+		OXT_GROUP(seed ? "the sender's side" : "the sender's side of the inline limit");
 		close(sv[0]);
 		exit(seed ? child(sv[1], seed) : child_eager(sv[1]));
 	}
