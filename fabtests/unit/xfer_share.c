@@ -154,6 +154,22 @@ static pid_t spawn(struct oxt_side *s, int *sock, unsigned seed)
 	return pid;
 }
 
+/* The end of a group with a live sender: it reports whether its buffer is
+ * unchanged, exits cleanly, and the endpoint pair is closed. */
+static void finish_sender(struct oxt_side *s, int sock, pid_t pid)
+{
+	int status;
+	char ok;
+
+	REQUIRE(read(sock, &ok, 1) == 1, "socketpair read");
+	EXPECT(ok == 'y', "the sender's buffer changed during the send");
+	REQUIRE(write(sock, &ok, 1) == 1, "socketpair write");
+	waitpid(pid, &status, 0);
+	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "sender failed (status %d)", status);
+	oxt_side_close(s);
+	close(sock);
+}
+
 int main(int argc, char **argv)
 {
 	unsigned char *rbuf;
@@ -204,19 +220,13 @@ int main(int argc, char **argv)
 	REQUIRE(write(sock, &ok, 1) == 1, "socketpair write");
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	EXPECT(same(rbuf, MSG, 1), "the receiver got different bytes");
-	REQUIRE(read(sock, &ok, 1) == 1, "socketpair read");
-	EXPECT(ok == 'y', "the sender's buffer changed during the send");
-	REQUIRE(write(sock, &ok, 1) == 1, "socketpair write");
-	waitpid(pid, &status, 0);
-	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "sender failed (status %d)", status);
-	oxt_side_close(&s);
-	close(sock);
+	finish_sender(&s, sock, pid);
 
 	OXT_GROUP("2. a sender stopped mid-transfer: the receiver's fi_cq_read keeps returning; after SIGCONT the data arrives intact");
 	{
 		struct stopper st = { 0 };
 		pthread_t t;
-		int returns_while_stopped = 0;
+		int returns_while_stopped = 0, phase_at_done = -1;
 		double until;
 		bool done = false;
 
@@ -242,22 +252,21 @@ int main(int argc, char **argv)
 				EXPECT(0, "error completion: %s", fi_strerror(err.err));
 				done = true;
 			}
+			if (done)
+				phase_at_done = phase;
 		}
 		pthread_join(t, NULL);
 		EXPECT(done, "no completion within 20 s");
 		/* If the whole transfer finished before the stop, there was
-		 * nothing to wait for: the check needs a stop that found it
-		 * running. */
-		EXPECT(returns_while_stopped > 0 || st.phase == 2,
-		       "fi_cq_read did not return while the sender was stopped");
+		 * nothing to wait for; otherwise fi_cq_read must have returned
+		 * while the sender was stopped. */
+		if (phase_at_done == 0)
+			printf("# the transfer ended before the stop; nothing to check there\n");
+		else
+			EXPECT(returns_while_stopped > 0,
+			       "fi_cq_read did not return while the sender was stopped");
 		EXPECT(same(rbuf, MSG, 2), "the receiver got different bytes");
-		REQUIRE(read(sock, &ok, 1) == 1, "socketpair read");
-		EXPECT(ok == 'y', "the sender's buffer changed during the send");
-		REQUIRE(write(sock, &ok, 1) == 1, "socketpair write");
-		waitpid(pid, &status, 0);
-		EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "sender failed (status %d)", status);
-		oxt_side_close(&s);
-		close(sock);
+		finish_sender(&s, sock, pid);
 	}
 
 	OXT_GROUP("3. a sender killed mid-transfer: the receive completes (error, or intact data) within seconds");

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use oxmr_ffi as ffi;
 
 use super::provider::provider_ptr;
+use crate::protocol::engine::EAGER_MAX;
 
 /// One variable: `name` is the suffix after `FI_OXMR_`, lower case.
 pub struct ParamDef {
@@ -108,8 +109,6 @@ pub struct Config {
 
 /// Default of FI_OXMR_SHM_SHARE_MIN.
 pub(crate) const SHARE_MIN: usize = 256 << 10;
-/// Default of FI_OXMR_SHM_EAGER_MAX.
-pub(crate) const EAGER_MAX: usize = crate::protocol::engine::EAGER_MAX;
 
 impl Default for Config {
     fn default() -> Self {

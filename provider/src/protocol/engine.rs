@@ -168,7 +168,6 @@ enum JobFor {
 struct Job {
     slot: u32,
     gen: u32,
-    nchunks: u32,
     chunk: usize,
     total: usize,
     /// Our side of a chunk: process_vm_readv from the peer (send, RMA
@@ -689,19 +688,7 @@ impl Engine {
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
         // We read from the peer exactly when the peer writes into us.
         let opened = self.job_table.open(slot, gen, n, chunk, we_read, &local);
-        let job = Job {
-            slot,
-            gen,
-            nchunks: n.div_ceil(chunk) as u32,
-            chunk,
-            total: n,
-            we_read,
-            pid,
-            peer,
-            local,
-            remote,
-            what,
-        };
+        let job = Job { slot, gen, chunk, total: n, we_read, pid, peer, local, remote, what };
         if !opened {
             // (can_share checked what a slot holds; should it still not
             // take the job, copy alone rather than trust the slot.)
@@ -716,11 +703,7 @@ impl Engine {
     fn work(&self, j: &Job) {
         let t = &self.job_table;
         while let Some(k) = t.claim(j.slot, j.gen, false) {
-            let (off, len) = jobs::chunk_range(j.total, j.chunk, k);
-            let l = cma::slice(&j.local, off, len);
-            let r = cma::slice(&j.remote, off, len);
-            let got = if j.we_read { cma::read_from(j.pid, &l, &r) } else { cma::write_to(j.pid, &l, &r) };
-            let ok = matches!(got, Ok(g) if g == len);
+            let ok = jobs::copy_chunk(j.pid, j.we_read, &j.local, &j.remote, j.total, j.chunk, k);
             t.settle(j.slot, ok);
             if !ok {
                 // Settle the rest unclaimed: the whole job is redone alone.
@@ -760,7 +743,7 @@ impl Engine {
     /// is gone, None still copying.
     fn job_state(&self, j: &Job, alive_check: bool) -> Option<bool> {
         let (settled, failed) = self.job_table.progress(j.slot);
-        if settled >= j.nchunks {
+        if settled as usize >= j.total.div_ceil(j.chunk) {
             return Some(!failed);
         }
         // A helper killed mid-chunk never settles it.
@@ -810,14 +793,10 @@ impl Engine {
             return;
         }
         while let Some(k) = t.claim(slot, gen, true) {
-            let (off, len) = jobs::chunk_range(v.total, v.chunk, k);
-            let l = cma::slice(&p.iovs, off, len);
-            let r = cma::slice(&v.iovs, off, len);
-            let got = if v.helper_writes { cma::write_to(h.pid, &l, &r) } else { cma::read_from(h.pid, &l, &r) };
-            let ok = matches!(got, Ok(g) if g == len);
+            let ok = jobs::copy_chunk(h.pid, !v.helper_writes, &p.iovs, &v.iovs, v.total, v.chunk, k);
             t.settle(slot, ok);
             if !ok {
-                tracing::debug!("shared copy chunk {k} for {from} failed ({got:?}); the owner redoes the job");
+                tracing::debug!("shared copy chunk {k} for {from} failed; the owner redoes the job");
                 return;
             }
         }

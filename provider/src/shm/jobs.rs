@@ -85,6 +85,26 @@ pub fn chunk_range(total: usize, chunk: usize, k: u32) -> (usize, usize) {
     (off, chunk.min(total - off))
 }
 
+/// Copy chunk `k` of a `total`-byte job cut in `chunk`-byte pieces between
+/// our buffers `local` and the other process's `remote` (pid `pid`):
+/// reading from it (`read`) or writing into it. True when every byte moved.
+#[allow(clippy::too_many_arguments)]
+pub fn copy_chunk(
+    pid: u32,
+    read: bool,
+    local: &[(usize, usize)],
+    remote: &[(usize, usize)],
+    total: usize,
+    chunk: usize,
+    k: u32,
+) -> bool {
+    let (off, len) = chunk_range(total, chunk, k);
+    let l = super::cma::slice(local, off, len);
+    let r = super::cma::slice(remote, off, len);
+    let got = if read { super::cma::read_from(pid, &l, &r) } else { super::cma::write_to(pid, &l, &r) };
+    matches!(got, Ok(g) if g == len)
+}
+
 impl JobTable {
     /// The table at byte `at` of `map` (JOBS slots must fit there).
     pub(super) fn new(map: Arc<Mapping>, at: usize) -> JobTable {
