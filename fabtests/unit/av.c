@@ -371,6 +371,99 @@ static void test_unspec_type(void)
 		EXPECT_RC(fi_close(&av->fid), 0);
 }
 
+/* An endpoint with its own CQ on the shared AV `av`, and its name. */
+static struct fid_ep *cache_ep(struct fid_av *av, struct fid_cq **cq, char name[64])
+{
+	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 16 };
+	struct fid_ep *ep = NULL;
+	size_t len = 64;
+
+	REQUIRE_RC(fi_cq_open(env.domain, &ca, cq, NULL), 0);
+	REQUIRE_RC(fi_endpoint(env.domain, env.info, &ep, NULL), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+	REQUIRE_RC(fi_enable(ep), 0);
+	REQUIRE_RC(fi_getname(&ep->fid, name, &len), 0);
+	return ep;
+}
+
+/* Receive one message on `ep` within 5 s; its source fi_addr, or -1 if
+ * none came. `expect` is the byte the sender put in it. */
+static fi_addr_t cache_recv(struct fid_ep *ep, struct fid_cq *cq, char expect)
+{
+	struct fi_cq_tagged_entry e;
+	fi_addr_t src = (fi_addr_t)-1;
+	char buf[8] = { 0 };
+	double until = oxt_now_ms() + 5000;
+	ssize_t n;
+
+	REQUIRE_RC(fi_recv(ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, buf), 0);
+	while ((n = fi_cq_readfrom(cq, &e, 1, &src)) == -FI_EAGAIN && oxt_now_ms() < until)
+		;
+	EXPECT_RC(n, 1);
+	EXPECT(buf[0] == expect, "received byte %d, expected %d", buf[0], expect);
+	return n == 1 ? src : (fi_addr_t)-1;
+}
+
+/* Whether anything arrives at `cq` within 200 ms. */
+static bool cache_quiet(struct fid_cq *cq)
+{
+	struct fi_cq_tagged_entry e;
+	double until = oxt_now_ms() + 200;
+
+	while (oxt_now_ms() < until)
+		if (fi_cq_read(cq, &e, 1) != -FI_EAGAIN)
+			return false;
+	return true;
+}
+
+/* Engines keep the AV entries they used last (no AV lock per message);
+ * every fi_av_insert / fi_av_remove must reach them at once: a removed
+ * sender is no longer reported as a source, and a reused fi_addr sends to
+ * its new address. */
+static void test_changes_reach_transfers(void)
+{
+	struct fi_av_attr aa = { .type = FI_AV_MAP };
+	struct fid_av *av = NULL;
+	struct fid_ep *a, *b, *c;
+	struct fid_cq *qa, *qb, *qc;
+	char na[64], nb[64], nc[64], one = 1, two = 2, three = 3;
+	fi_addr_t fa, fb, fc;
+
+	REQUIRE_RC(fi_av_open(env.domain, &aa, &av, NULL), 0);
+	a = cache_ep(av, &qa, na);
+	b = cache_ep(av, &qb, nb);
+	c = cache_ep(av, &qc, nc);
+	REQUIRE_RC(fi_av_insert(av, nb, 1, &fb, 0, NULL), 1);
+	REQUIRE_RC(fi_av_insert(av, na, 1, &fa, 0, NULL), 1);
+
+	OXT_GROUP("[FI_AV_MAP] a message from an AV entry reports its fi_addr as source");
+	REQUIRE_RC(fi_inject(a, &one, 1, fb), 0);
+	EXPECT_EQ(cache_recv(b, qb, one), fa);
+
+	OXT_GROUP("[FI_AV_MAP] after fi_av_remove of the sender, its messages report FI_ADDR_NOTAVAIL");
+	EXPECT_RC(fi_av_remove(av, &fa, 1, 0), 0);
+	REQUIRE_RC(fi_inject(a, &two, 1, fb), 0);
+	EXPECT_EQ(cache_recv(b, qb, two), FI_ADDR_NOTAVAIL);
+
+	OXT_GROUP("[FI_AV_MAP] a removed fi_addr reused for another endpoint sends there, not to the old one");
+	EXPECT_RC(fi_av_remove(av, &fb, 1, 0), 0);
+	REQUIRE_RC(fi_av_insert(av, nc, 1, &fc, 0, NULL), 1);
+	/* FI_AV_MAP reuses freed indexes (av.rs); the point is the reuse. */
+	EXPECT_EQ(fc == fa || fc == fb, 1);
+	REQUIRE_RC(fi_inject(a, &three, 1, fc), 0);
+	EXPECT_EQ(cache_recv(c, qc, three), FI_ADDR_NOTAVAIL);
+	EXPECT(cache_quiet(qb), "the endpoint that left the AV still got a message");
+
+	fi_close(&a->fid);
+	fi_close(&b->fid);
+	fi_close(&c->fid);
+	fi_close(&qa->fid);
+	fi_close(&qb->fid);
+	fi_close(&qc->fid);
+	EXPECT_RC(fi_close(&av->fid), 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const enum fi_av_type types[] = { FI_AV_TABLE, FI_AV_MAP };
@@ -391,6 +484,7 @@ int main(int argc, char **argv)
 	for (i = 0; i < 2; i++)
 		test_async_is_opt_in(types[i]);
 	test_unspec_type();
+	test_changes_reach_transfers();
 	OXT_GROUP("close domain and fabric");
 	oxt_close(&env);
 	return oxt_done();

@@ -13,6 +13,7 @@
 //! inserts are synchronous even with an EQ bound.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use oxmr_ffi as ffi;
@@ -42,6 +43,10 @@ pub struct Av {
     pub events: bool,
     eq: Mutex<Option<Arc<Eq>>>,
     table: RwLock<Table>,
+    /// Bumped after every change to `table`: engines keep the entries they
+    /// use most recently and trust them while this is unchanged, so a
+    /// message's path reads no lock here (see [`Av::version`]).
+    version: AtomicU64,
 }
 
 /// What an insert did, for the boundary to report.
@@ -90,7 +95,15 @@ impl Av {
         let table =
             Table { slots: Vec::with_capacity(attr.count.min(1 << 16)), free: Vec::new(), rev: Default::default() };
         let events = attr.flags & ffi::FI_EVENT as u64 != 0;
-        Ok(Av { hdr, domain, av_type, events, eq: Mutex::new(None), table: RwLock::new(table) })
+        Ok(Av {
+            hdr,
+            domain,
+            av_type,
+            events,
+            eq: Mutex::new(None),
+            table: RwLock::new(table),
+            version: AtomicU64::new(0),
+        })
     }
 
     /// Bind an EQ: inserts become asynchronous.
@@ -153,6 +166,7 @@ impl Av {
                 }
             })
             .collect();
+        self.version.fetch_add(1, Ordering::Release);
         drop(t);
         let bad = results.iter().filter(|r| r.is_err()).count();
         if bad > 0 {
@@ -204,7 +218,15 @@ impl Av {
                 t.free.push(a as usize);
             }
         }
+        self.version.fetch_add(1, Ordering::Release);
         Ok(())
+    }
+
+    /// The table's version: it changes after every insert and remove, so a
+    /// copy of an entry read when the version was `v` is still the entry
+    /// while `version() == v` (read the version first, then the entry).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// The address stored for an fi_addr.

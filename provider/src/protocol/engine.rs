@@ -81,6 +81,20 @@ struct TxPeer {
     region: Region,
 }
 
+/// The AV entries and sender name this engine used last, so that a run of
+/// messages to or from one peer reads no AV lock and parses no name. The
+/// name -> address part is pure; the fi_addr parts hold while the AV's
+/// version is `version` (checked on every use, see `Av::version`).
+#[derive(Default)]
+struct AvCache {
+    version: u64,
+    /// The last fi_addr resolved, and its address.
+    to: Option<(u64, SocketAddr)>,
+    /// The last sender: its name bytes, address and fi_addr (None: not
+    /// looked up since the AV last changed, or not in it).
+    from: Option<([u8; 28], SocketAddr, Option<u64>)>,
+}
+
 struct Posted {
     ctx: usize,
     iovs: Iovs,
@@ -237,6 +251,7 @@ pub struct Engine {
     share_chunk: usize,
     /// Sends up to this many bytes go inline (FI_OXMR_SHM_EAGER_MAX).
     eager_max: usize,
+    avc: AvCache,
 }
 
 fn total(iovs: &[(usize, usize)]) -> usize {
@@ -295,6 +310,7 @@ impl Engine {
             next_id: 1,
             outbox: VecDeque::new(),
             last_check: Instant::now(),
+            avc: AvCache::default(),
             ticks: 0,
             pulls: FastMap::default(),
             streams: VecDeque::new(),
@@ -329,9 +345,41 @@ impl Engine {
         }
     }
 
-    fn resolve(&self, fi_addr: u64) -> Result<SocketAddr> {
+    /// Forget cached AV entries if the AV changed since they were read.
+    fn av_check(&mut self) {
+        let v = self.b.av.as_ref().map_or(0, |av| av.version());
+        if v != self.avc.version {
+            self.avc.version = v;
+            self.avc.to = None;
+            if let Some(f) = &mut self.avc.from {
+                f.2 = None;
+            }
+        }
+    }
+
+    fn resolve(&mut self, fi_addr: u64) -> Result<SocketAddr> {
+        self.av_check();
+        if let Some((a, to)) = self.avc.to {
+            if a == fi_addr {
+                return Ok(to);
+            }
+        }
         let av = self.b.av.as_ref().ok_or_else(|| fail!(ffi::FI_ENOAV, "no AV bound"))?;
-        av.lookup(fi_addr)
+        let to = av.lookup(fi_addr)?;
+        self.avc.to = Some((fi_addr, to));
+        Ok(to)
+    }
+
+    /// The address a message's sender name encodes (None: malformed).
+    fn sender(&mut self, name: &[u8; 28]) -> Option<SocketAddr> {
+        if let Some((n, from, _)) = &self.avc.from {
+            if n == name {
+                return Some(*from);
+            }
+        }
+        let from = addr::parse(name)?;
+        self.avc.from = Some((*name, from, None));
+        Some(from)
     }
 
     fn peer(&mut self, to: SocketAddr) -> Result<&TxPeer> {
@@ -606,8 +654,21 @@ impl Engine {
         }
     }
 
-    fn src_fi_addr(&self, from: &SocketAddr) -> u64 {
-        self.b.av.as_ref().and_then(|av| av.reverse(from)).unwrap_or(ffi::FI_ADDR_NOTAVAIL)
+    /// The fi_addr of a sender (FI_SOURCE), FI_ADDR_NOTAVAIL if not in the AV.
+    fn src_fi_addr(&mut self, from: &SocketAddr) -> u64 {
+        self.av_check();
+        if let Some((_, a, Some(fi))) = &self.avc.from {
+            if a == from {
+                return *fi;
+            }
+        }
+        let fi = self.b.av.as_ref().and_then(|av| av.reverse(from));
+        if let Some(f) = &mut self.avc.from {
+            if f.1 == *from {
+                f.2 = fi;
+            }
+        }
+        fi.unwrap_or(ffi::FI_ADDR_NOTAVAIL)
     }
 
     /// Put a matched message into a posted receive and complete both ends.
@@ -956,7 +1017,7 @@ impl Engine {
         let body = &msg[hlen..];
         tracing::debug!("message op {} len {} tag {:#x} msg_id {} from pid {}", h.op, h.len, h.tag, h.msg_id, h.pid);
         let pid = h.pid;
-        let Some(from) = addr::parse(&h.name) else {
+        let Some(from) = self.sender(&h.name) else {
             tracing::warn!("dropping a message without a valid sender name");
             return;
         };
@@ -1119,9 +1180,9 @@ impl Engine {
                 }
             }
             if h.flags & flag::CQ_DATA != 0 {
+                let src = self.src_fi_addr(&from);
                 if let Some(cq) = &self.b.rx_cq {
                     let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
-                    let src = self.src_fi_addr(&from);
                     cq.push_unsolicited(CqEntry {
                         flags,
                         len: h.len as usize,
@@ -1146,7 +1207,10 @@ impl Engine {
         }
         // Messages are handled in place, in their queue cell (which no
         // producer touches until it is released): no copy out of the queue.
-        if let Some(mut rx) = self.rx.take() {
+        // (Checked in place first: moving the region out and back costs an
+        // empty poll more than the check.)
+        let ready = self.rx.as_ref().is_some_and(|r| r.ready());
+        if let Some(mut rx) = self.rx.take_if(|_| ready) {
             let mut n = 0;
             while n < 64
                 && rx.pop(|msg, more| {

@@ -356,6 +356,13 @@ impl Region {
     /// Pop one message into `f(message, more)` (owner only); `more` says
     /// whether the next message is already published too (the consumer has
     /// queued work behind this one). Returns false when empty.
+    /// Whether a message waits (owner only): one load, for the empty poll.
+    pub fn ready(&self) -> bool {
+        let pos = self.head;
+        // SAFETY: inside the mapping; an atomic load of a published field.
+        unsafe { (*self.cell(pos as usize)).seq.load(Ordering::Acquire) == (pos + 1) as u32 }
+    }
+
     pub fn pop(&mut self, f: impl FnOnce(&[u8], bool)) -> bool {
         debug_assert!(self.owned);
         let pos = self.head;
