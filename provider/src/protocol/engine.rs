@@ -78,7 +78,48 @@ pub struct Bindings {
 }
 
 struct TxPeer {
+    addr: SocketAddr,
     region: Region,
+}
+
+/// The peers whose queues we opened, the last one used first: a run of
+/// messages to one peer compares one address instead of hashing it.
+#[derive(Default)]
+struct Peers {
+    list: Vec<TxPeer>,
+    index: FastMap<SocketAddr, usize>,
+    last: usize,
+}
+
+impl Peers {
+    fn find(&mut self, to: &SocketAddr) -> Option<usize> {
+        if self.list.get(self.last).is_some_and(|p| p.addr == *to) {
+            return Some(self.last);
+        }
+        let i = *self.index.get(to)?;
+        self.last = i;
+        Some(i)
+    }
+
+    fn get(&mut self, to: &SocketAddr) -> Option<&TxPeer> {
+        self.find(to).map(|i| &self.list[i])
+    }
+
+    fn insert(&mut self, p: TxPeer) -> &TxPeer {
+        self.index.insert(p.addr, self.list.len());
+        self.list.push(p);
+        self.last = self.list.len() - 1;
+        &self.list[self.last]
+    }
+
+    fn remove(&mut self, to: &SocketAddr) {
+        if let Some(i) = self.index.remove(to) {
+            self.list.swap_remove(i);
+            if let Some(moved) = self.list.get(i) {
+                self.index.insert(moved.addr, i);
+            }
+        }
+    }
 }
 
 /// The AV entries and sender name this engine used last, so that a run of
@@ -227,7 +268,7 @@ pub struct Engine {
     pid: u32,
     domain: Arc<Domain>,
     b: Bindings,
-    peers: FastMap<SocketAddr, TxPeer>,
+    peers: Peers,
     posted: [VecDeque<Posted>; 2],
     unexpected: [VecDeque<Unexpected>; 2],
     pending: FastMap<u64, Pending>,
@@ -303,7 +344,7 @@ impl Engine {
             pid: std::process::id(),
             domain,
             b,
-            peers: FastMap::default(),
+            peers: Peers::default(),
             posted: [VecDeque::new(), VecDeque::new()],
             unexpected: [VecDeque::new(), VecDeque::new()],
             pending: FastMap::default(),
@@ -383,19 +424,16 @@ impl Engine {
     }
 
     fn peer(&mut self, to: SocketAddr) -> Result<&TxPeer> {
-        use std::collections::hash_map::Entry;
-        match self.peers.entry(to) {
-            Entry::Occupied(e) => Ok(e.into_mut()),
-            Entry::Vacant(v) => {
-                let region = Region::open(&to).map_err(|e| {
-                    fail!(
-                        ffi::FI_EHOSTUNREACH,
-                        "no oxmr endpoint at {to} on this host ({e}); cross-host transfers need the TCP wire, which is not implemented yet"
-                    )
-                })?;
-                Ok(v.insert(TxPeer { region }))
-            }
+        if let Some(i) = self.peers.find(&to) {
+            return Ok(&self.peers.list[i]);
         }
+        let region = Region::open(&to).map_err(|e| {
+            fail!(
+                ffi::FI_EHOSTUNREACH,
+                "no oxmr endpoint at {to} on this host ({e}); cross-host transfers need the TCP wire, which is not implemented yet"
+            )
+        })?;
+        Ok(self.peers.insert(TxPeer { addr: to, region }))
     }
 
     /// Push a message to `to`; -FI_EAGAIN when its queue is full.
@@ -434,11 +472,10 @@ impl Engine {
         };
         let mut hb = [0u8; HDR_MAX];
         let hlen = h.encode(&mut hb);
-        let bytes = hb[..hlen].to_vec();
-        if !queued && p.region.push(&[&bytes]).is_ok() {
+        if !queued && p.region.push(&[&hb[..hlen]]).is_ok() {
             return;
         }
-        self.outbox.push_back((to, bytes));
+        self.outbox.push_back((to, hb[..hlen].to_vec()));
     }
 
     fn flush_outbox(&mut self) {
@@ -1238,7 +1275,7 @@ impl Engine {
 
     fn reap_dead_peers(&mut self) {
         let dead: Vec<SocketAddr> =
-            self.peers.iter().filter(|(_, p)| !p.region.owner_alive()).map(|(a, _)| *a).collect();
+            self.peers.list.iter().filter(|p| !p.region.owner_alive()).map(|p| p.addr).collect();
         for a in dead {
             tracing::warn!("peer {a} is gone; failing its pending operations");
             self.peers.remove(&a);

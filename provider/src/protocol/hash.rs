@@ -31,9 +31,9 @@ impl Hasher for FastHasher {
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
+            // (Byte by byte: a copy of a variable-length tail would be a
+            // memcpy call, longer than the hash itself.)
+            self.add(rest.iter().rev().fold(0u64, |w, &b| w << 8 | b as u64));
         }
     }
     fn write_u8(&mut self, i: u8) {
