@@ -260,6 +260,10 @@ pub struct RmaOp {
     pub read: bool,
 }
 
+/// Messages kept for later (see `Engine::take_message`) before the queue
+/// is left to fill (and the peer to see -FI_EAGAIN: flow control).
+const DEFER_MAX: usize = 256;
+
 /// The engine of one RDM endpoint.
 pub struct Engine {
     /// Our queue; `None` only while `progress` reads it.
@@ -293,6 +297,9 @@ pub struct Engine {
     /// Sends up to this many bytes go inline (FI_OXMR_SHM_EAGER_MAX).
     eager_max: usize,
     avc: AvCache,
+    /// Messages taken from the queue, to handle after the control messages
+    /// behind them (see `take_message`).
+    deferred: VecDeque<Vec<u8>>,
 }
 
 fn total(iovs: &[(usize, usize)]) -> usize {
@@ -352,6 +359,7 @@ impl Engine {
             outbox: VecDeque::new(),
             last_check: Instant::now(),
             avc: AvCache::default(),
+            deferred: VecDeque::new(),
             ticks: 0,
             pulls: FastMap::default(),
             streams: VecDeque::new(),
@@ -1250,15 +1258,17 @@ impl Engine {
         if let Some(mut rx) = self.rx.take_if(|_| ready) {
             let mut n = 0;
             while n < 64
+                && self.deferred.len() < DEFER_MAX
                 && rx.pop(|msg, more| {
-                    self.busy = more;
-                    self.on_message(msg)
+                    self.busy = more || !self.deferred.is_empty();
+                    self.take_message(msg, more)
                 })
             {
                 n += 1;
             }
             self.rx = Some(rx);
         }
+        self.serve_deferred();
         self.ticks += 1;
         if self.ticks >= LIVENESS_CALLS {
             self.ticks = 0;
@@ -1269,6 +1279,44 @@ impl Engine {
             self.reap_dead_peers();
             if !self.stalled.is_empty() {
                 self.check_stalled(true);
+            }
+        }
+    }
+
+    /// Handle a message now, or keep it for `serve_deferred`.
+    ///
+    /// A copy the peer asked for (rendezvous send, RMA) takes microseconds
+    /// to milliseconds, and the queue is FIFO: handled in arrival order, a
+    /// burst of the peer's requests would hold back the ACKs behind them,
+    /// so our own operations would complete (and the application post its
+    /// next ones, the work the peer is idle without) only after all of the
+    /// peer's copies are done, and two processes writing to each other
+    /// would take turns instead of copying at once. So control messages
+    /// (ACK, CTS, PULL, DATA: they complete or serve our own operations)
+    /// are handled at once, and a copy is kept unless it is the last
+    /// message waiting, along with every data message after it (so data
+    /// messages from a peer still take effect in the order sent).
+    fn take_message(&mut self, msg: &[u8], more: bool) {
+        // (The kind is the header's first byte; on_message checks the rest.)
+        let op = msg.first().copied();
+        let control = matches!(op, Some(op::ACK | op::CTS | op::PULL | op::DATA));
+        let copy = matches!(op, Some(op::RTS | op::WRITE))
+            && Hdr::decode(msg).is_some_and(|(h, _)| self.share_min == 0 || (h.len as usize) < self.share_min);
+        if control || (self.deferred.is_empty() && !(copy && more)) {
+            return self.on_message(msg);
+        }
+        self.deferred.push_back(msg.to_vec());
+    }
+
+    /// Handle kept messages, up to and including one copy, so a progress
+    /// call returns to the application after at most one peer's copy.
+    fn serve_deferred(&mut self) {
+        while let Some(m) = self.deferred.pop_front() {
+            let copy = matches!(m.first(), Some(&(op::RTS | op::WRITE | op::READ)));
+            self.busy = !self.deferred.is_empty();
+            self.on_message(&m);
+            if copy {
+                break;
             }
         }
     }
