@@ -14,8 +14,9 @@
  *     the eager/RTS boundary (an eager send completes without the
  *     receiver, an RTS one on its ACK), fi_sendv/fi_recvv, fi_senddata,
  *     fi_inject, FI_DELIVERY_COMPLETE;
- *  2. unexpected messages in order; FI_SOURCE (FI_ADDR_NOTAVAIL, then the
- *     inserted fi_addr);
+ *  2. unexpected messages in order; messages queued behind a copy the
+ *     receiver keeps for later, in order; FI_SOURCE (FI_ADDR_NOTAVAIL,
+ *     then the inserted fi_addr);
  *  3. tags and ignore masks, tagged/untagged separation, directed receive;
  *  4. truncation (FI_ETRUNC, olen) on the eager and the RTS path;
  *  5. RMA write/read/writedata/inject_write at the child's registration;
@@ -1074,6 +1075,58 @@ static void t_unexpected(struct node *n, bool ps)
 	}
 	SYNC(n);
 	EXPECT_NONE(&n->e1, 0, "after the unexpected messages");
+}
+
+/* Messages queued behind a copy the receiver keeps for later (engine.rs
+ * take_message: rendezvous sends under FI_OXMR_SHM_SHARE_MIN are served
+ * after the control messages behind them) still complete in the order
+ * sent, each in its own buffer. The receiver posts first, then does not
+ * poll until all six sit in its queue. */
+static void t_kept(struct node *n, bool ps)
+{
+	static const size_t sizes[] = { 60000, 100, 60000, 7, 30000, 9 };
+	bool snd = n->parent == ps;
+	struct comp c;
+
+	OXT_GROUP(gname("2. RTS, eager, RTS, eager, RTS, eager queued before the receiver polls: received in order, %s",
+		      dir(ps)));
+	if (!snd) {
+		for (int i = 0; i < 6; i++) {
+			memset(n->rx + i * 64 * KiB, POISON, 64 * KiB);
+			POST(&n->e1,
+			     fi_recv(n->e1.ep, n->rx + i * 64 * KiB, 64 * KiB,
+				     n->rxd, FI_ADDR_UNSPEC, CTX(40 + i)),
+			     "recv %d", i);
+		}
+	}
+	SYNC(n);
+	if (snd) {
+		for (int i = 0; i < 6; i++) {
+			fill(n->tx + i * 64 * KiB, sizes[i], 6000 + i + ps);
+			POST(&n->e1,
+			     fi_send(n->e1.ep, n->tx + i * 64 * KiB, sizes[i],
+				     n->txd, n->peer, CTX(50 + i)),
+			     "send %d", i);
+		}
+	}
+	SYNC(n);
+	if (snd) {
+		for (int i = 0; i < 6; i++)
+			if (!next_comp(&n->e1, &c, TMO_MS) || c.err)
+				EXPECT(false, "send completion %d of 6: none or an error", i);
+	} else {
+		for (int i = 0; i < 6; i++) {
+			if (!EXPECT_OK(&n->e1, CTX(40 + i), FI_RECV | FI_MSG, &c,
+				       "message %d (%zu B)", i, sizes[i]))
+				break;
+			EXPECT(c.e.len == sizes[i], "message %d: len: expected %zu, got %zu",
+			       i, sizes[i], c.e.len);
+			EXPECT_PAT(n->rx + i * 64 * KiB, sizes[i], 6000 + i + ps,
+				   "message %d", i);
+		}
+	}
+	SYNC(n);
+	EXPECT_NONE(&n->e1, 0, "after the six messages");
 }
 
 /* The parent receives from the child's second endpoint. */
@@ -2279,6 +2332,8 @@ static void run_groups(struct node *n, const struct hello *peer)
 		t_delivery(n, ps);
 	for (int ps = 1; ps >= 0; ps--)
 		t_unexpected(n, ps);
+	for (int ps = 1; ps >= 0; ps--)
+		t_kept(n, ps);
 	t_source(n, peer);
 	for (int ps = 1; ps >= 0; ps--)
 		t_tags(n, ps);
