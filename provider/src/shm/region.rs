@@ -366,13 +366,13 @@ impl Region {
 
     pub fn pop(&mut self, f: impl FnOnce(&[u8], bool)) -> bool {
         debug_assert!(self.owned);
+        if !self.ready() {
+            return false;
+        }
         let pos = self.head;
         let cell = self.cell(pos as usize);
-        // SAFETY: inside the mapping; the producer published it (seq check).
+        // SAFETY: inside the mapping; the producer published it (`ready`).
         unsafe {
-            if (*cell).seq.load(Ordering::Acquire) != (pos + 1) as u32 {
-                return false;
-            }
             let len = ((*cell).len as usize).min(CELL_DATA);
             let next = pos + 1;
             let more = (*self.cell(next as usize)).seq.load(Ordering::Relaxed) == (next + 1) as u32;
