@@ -1082,51 +1082,69 @@ static void t_unexpected(struct node *n, bool ps)
  * after the control messages behind them) still complete in the order
  * sent, each in its own buffer. The receiver posts first, then does not
  * poll until all six sit in its queue. */
-static void t_kept(struct node *n, bool ps)
+/*
+ * Messages of `sizes` (each in its own `slot` of the buffers) posted before
+ * the receiver polls complete in order with intact data. Kept copies (RTS
+ * under FI_OXMR_SHM_SHARE_MIN, served after the control messages) and
+ * shared copies left open while the next one starts must not let a later
+ * message overtake an earlier one.
+ */
+static void in_order(struct node *n, bool ps, const size_t *sizes, int count, size_t slot)
 {
-	static const size_t sizes[] = { 60000, 100, 60000, 7, 30000, 9 };
 	bool snd = n->parent == ps;
 	struct comp c;
 
-	OXT_GROUP(gname("2. RTS, eager, RTS, eager, RTS, eager queued before the receiver polls: received in order, %s",
-		      dir(ps)));
 	if (!snd) {
-		for (int i = 0; i < 6; i++) {
-			memset(n->rx + i * 64 * KiB, POISON, 64 * KiB);
+		for (int i = 0; i < count; i++) {
+			memset(n->rx + i * slot, POISON, slot);
 			POST(&n->e1,
-			     fi_recv(n->e1.ep, n->rx + i * 64 * KiB, 64 * KiB,
+			     fi_recv(n->e1.ep, n->rx + i * slot, slot,
 				     n->rxd, FI_ADDR_UNSPEC, CTX(40 + i)),
 			     "recv %d", i);
 		}
 	}
 	SYNC(n);
 	if (snd) {
-		for (int i = 0; i < 6; i++) {
-			fill(n->tx + i * 64 * KiB, sizes[i], 6000 + i + ps);
+		for (int i = 0; i < count; i++) {
+			fill(n->tx + i * slot, sizes[i], 6000 + i + ps);
 			POST(&n->e1,
-			     fi_send(n->e1.ep, n->tx + i * 64 * KiB, sizes[i],
-				     n->txd, n->peer, CTX(50 + i)),
+			     fi_send(n->e1.ep, n->tx + i * slot, sizes[i],
+				     n->txd, n->peer, CTX(60 + i)),
 			     "send %d", i);
 		}
 	}
 	SYNC(n);
 	if (snd) {
-		for (int i = 0; i < 6; i++)
+		for (int i = 0; i < count; i++)
 			if (!next_comp(&n->e1, &c, TMO_MS) || c.err)
-				EXPECT(false, "send completion %d of 6: none or an error", i);
+				EXPECT(false, "send completion %d of %d: none or an error", i, count);
 	} else {
-		for (int i = 0; i < 6; i++) {
+		for (int i = 0; i < count; i++) {
 			if (!EXPECT_OK(&n->e1, CTX(40 + i), FI_RECV | FI_MSG, &c,
 				       "message %d (%zu B)", i, sizes[i]))
 				break;
 			EXPECT(c.e.len == sizes[i], "message %d: len: expected %zu, got %zu",
 			       i, sizes[i], c.e.len);
-			EXPECT_PAT(n->rx + i * 64 * KiB, sizes[i], 6000 + i + ps,
+			EXPECT_PAT(n->rx + i * slot, sizes[i], 6000 + i + ps,
 				   "message %d", i);
 		}
 	}
 	SYNC(n);
-	EXPECT_NONE(&n->e1, 0, "after the six messages");
+	EXPECT_NONE(&n->e1, 0, "after the %d messages", count);
+}
+
+static void t_kept(struct node *n, bool ps)
+{
+	static const size_t kept[] = { 60000, 100, 60000, 7, 30000, 9 };
+	static const size_t shared[] = { 100000, 9, 200000, 300000, 70000, 5, 131072, 65536, 1 };
+
+	OXT_GROUP(gname("2. RTS, eager, RTS, eager, RTS, eager queued before the receiver polls: received in order, %s",
+			dir(ps)));
+	in_order(n, ps, kept, 6, 64 * KiB);
+	OXT_GROUP(gname("2. shared copies (64-300 KiB) between eager messages, queued before the receiver polls: "
+			"received in order, %s",
+			dir(ps)));
+	in_order(n, ps, shared, 9, 512 * KiB);
 }
 
 /* The parent receives from the child's second endpoint. */

@@ -290,8 +290,13 @@ pub struct Engine {
     free_slots: Vec<u32>,
     next_gen: u32,
     stalled: Vec<Job>,
+    /// A receive's shared copy whose helper may still hold a chunk, left
+    /// open while the next copy starts (see `share`).
+    open_job: Option<Job>,
     /// More messages wait behind the one being handled.
     busy: bool,
+    /// What our region's `idle` word says (written on change only).
+    idle_shown: bool,
     share_min: usize,
     share_chunk: usize,
     /// Sends up to this many bytes go inline (FI_OXMR_SHM_EAGER_MAX).
@@ -329,6 +334,14 @@ fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
     (!tagged || (p.tag | p.ignore) == (tag | p.ignore)) && p.src.is_none_or(|s| s == *from)
 }
 
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // A receive left open completes (its helper may still be writing
+        // into the application's buffer).
+        self.finish_open_job();
+    }
+}
+
 impl Engine {
     pub fn new(rx: Region, name: SocketAddr, domain: Arc<Domain>, b: Bindings) -> Self {
         let cfg = crate::boundary::params::config();
@@ -337,7 +350,9 @@ impl Engine {
             free_slots: (0..jobs::JOBS as u32).rev().collect(),
             next_gen: 1,
             stalled: Vec::new(),
+            open_job: None,
             busy: false,
+            idle_shown: false,
             share_min: cfg.share_min,
             share_chunk: cfg.share_chunk,
             eager_max: cfg.eager_max.min(EAGER_MAX),
@@ -727,7 +742,7 @@ impl Engine {
             return self.finish_recv(p, u.hdr, u.from, 0);
         }
         let dest = clip(&p.iovs, n);
-        if self.can_share(n, &dest) {
+        if self.can_share(n, &dest, &u.from) {
             let remote = clip(&u.iovs, n);
             return self.share(n, true, dest, remote, u.pid, u.from, u.hdr.msg_id, JobFor::Recv { p, hdr: u.hdr });
         }
@@ -759,12 +774,19 @@ impl Engine {
     /// shared with the peer: large enough, a free job slot, buffers a slot
     /// can describe, and none of them device memory (which only its
     /// owner's word copies may touch).
-    fn can_share(&self, n: usize, local: &[(usize, usize)]) -> bool {
+    fn can_share(&mut self, n: usize, local: &[(usize, usize)], peer: &SocketAddr) -> bool {
         // Sharing costs a message and a wait for the peer's half; it pays
         // from `share_min`, and from `share_min / 4` when nothing else is
         // queued (a lone transfer: the latency case, where our core has
-        // nothing better to do than wait for it).
-        let min = if self.busy { self.share_min } else { self.share_min / 4 };
+        // nothing better to do than wait for it) or when the peer says it
+        // is idle (one-way streams: its core would only spin; when both
+        // sides have copies of their own, as in two-way RMA, splitting
+        // 64 KiB copies only adds messages and waits).
+        let min = if !self.busy || self.peers.get(peer).is_some_and(|p| p.region.idle()) {
+            self.share_min / 4
+        } else {
+            self.share_min
+        };
         self.share_min != 0
             && n >= min
             && !self.free_slots.is_empty()
@@ -802,7 +824,28 @@ impl Engine {
         }
         self.push_ctrl(peer, Hdr { op: op::CTS, msg_id, rma_addr: slot as u64, tag: gen as u64, ..Default::default() });
         self.work(&job);
-        self.finish_job(job);
+        // The previous receive's job, left open while we started this one
+        // (its helper's chunk had the time of our own chunks to finish),
+        // completes first: receives complete in matching order.
+        self.finish_open_job();
+        if self.busy && matches!(job.what, JobFor::Recv { .. }) {
+            // More is queued: rather than wait for the helper's chunk now
+            // (its CTS latency and its copy on our critical path), start the
+            // next copy first. Only receives: each has its own buffer, so
+            // their copies may overlap; RMA writes to one region must not.
+            self.open_job = Some(job);
+        } else {
+            self.finish_job(job);
+        }
+    }
+
+    /// Complete the receive job left open by `share`, if any (waiting for
+    /// its helper's chunk). Called before any other receive completes and
+    /// before any other data message takes effect.
+    fn finish_open_job(&mut self) {
+        if let Some(j) = self.open_job.take() {
+            self.finish_job(j);
+        }
     }
 
     /// Copy every chunk of `j` nobody has claimed yet.
@@ -911,6 +954,7 @@ impl Engine {
     /// Complete a receive whose data is in place (or failed with `status`),
     /// and answer the sender if it waits for us.
     fn finish_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
+        self.finish_open_job();
         let room = total(&p.iovs);
         let len = hdr.len as usize;
         let n = len.min(room);
@@ -1066,6 +1110,11 @@ impl Engine {
             tracing::warn!("dropping a message without a valid sender name");
             return;
         };
+        if !matches!(h.op, op::EAGER | op::RTS | op::ACK | op::CTS | op::PULL | op::DATA) {
+            // RMA and the rest take effect after an open receive's job
+            // (sends and receives order themselves in finish_recv).
+            self.finish_open_job();
+        }
         match h.op {
             op::EAGER | op::RTS => {
                 let tagged = h.flags & flag::TAGGED != 0;
@@ -1149,7 +1198,7 @@ impl Engine {
             return self.rma_done(h, from, 0, Some(&g.region));
         }
         let remote = decode_iovs(body, h.iov_count as usize).unwrap_or_default();
-        if h.msg_id != 0 && total(&remote) >= len && self.can_share(len, &local) {
+        if h.msg_id != 0 && total(&remote) >= len && self.can_share(len, &local, &from) {
             let what = JobFor::Rma { hdr: h, hold: g.region };
             return self.share(len, !read, local, clip(&remote, len), pid, from, h.msg_id, what);
         }
@@ -1269,6 +1318,19 @@ impl Engine {
             self.rx = Some(rx);
         }
         self.serve_deferred();
+        if self.open_job.is_some() && self.deferred.is_empty() && !self.rx.as_ref().is_some_and(|r| r.ready()) {
+            // Nothing to overlap it with.
+            self.finish_open_job();
+        }
+        // Idle: no copy of our own waiting, so a peer's shared copy gets
+        // our core at once.
+        let idle = self.deferred.is_empty();
+        if idle != self.idle_shown {
+            if let Some(rx) = &self.rx {
+                rx.set_idle(idle);
+                self.idle_shown = idle;
+            }
+        }
         self.ticks += 1;
         if self.ticks >= LIVENESS_CALLS {
             self.ticks = 0;

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! Header   magic, version, owner pid, cell count/size, ready flag, tail
-//!          (producers' line), head (the consumer's line)
+//!          (producers' line), head (the consumer's line), idle (the
+//!          owner's line: it has no copy of its own waiting)
 //! Jobs     JOBS x JobSlot (shared copies, see `shm::jobs`)
 //! Cells    CELLS x { seq: u32, len: u32, data[CELL_DATA] }, 128-byte aligned
 //! ```
@@ -39,7 +40,7 @@ pub(crate) const CELL_DATA: usize = 8192 - 8;
 const FIRST_LINE: usize = 64 - 8;
 
 const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 
 #[repr(C)]
 struct Header {
@@ -55,6 +56,10 @@ struct Header {
     /// The consumer's position: every cell before it is free.
     head: AtomicU64,
     _pad3: [u64; 15],
+    /// 1 while the owner has no copy of its own waiting (it would help
+    /// with a shared copy at once); written by the owner on change only.
+    idle: AtomicU32,
+    _pad4: [u32; 31],
 }
 
 #[repr(C)]
@@ -354,9 +359,6 @@ impl Region {
         }
     }
 
-    /// Pop one message into `f(message, more)` (owner only); `more` says
-    /// whether the next message is already published too (the consumer has
-    /// queued work behind this one). Returns false when empty.
     /// Whether a message waits (owner only): one load, for the empty poll.
     pub fn ready(&self) -> bool {
         let pos = self.head;
@@ -364,6 +366,20 @@ impl Region {
         unsafe { (*self.cell(pos as usize)).seq.load(Ordering::Acquire) == (pos + 1) as u32 }
     }
 
+    /// Say whether the owner is idle (owner only; see `Header::idle`).
+    pub fn set_idle(&self, idle: bool) {
+        self.header().idle.store(idle as u32, Ordering::Relaxed);
+    }
+
+    /// Whether the region's owner said it is idle (a hint: it may have
+    /// become busy since).
+    pub fn idle(&self) -> bool {
+        self.header().idle.load(Ordering::Relaxed) == 1
+    }
+
+    /// Pop one message into `f(message, more)` (owner only); `more` says
+    /// whether the next message is already published too (the consumer has
+    /// queued work behind this one). Returns false when empty.
     pub fn pop(&mut self, f: impl FnOnce(&[u8], bool)) -> bool {
         debug_assert!(self.owned);
         if !self.ready() {
