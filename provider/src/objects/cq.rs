@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
@@ -21,6 +21,7 @@ use super::wait::{deadline, Waiter};
 use crate::boundary::fid::Header;
 use crate::boundary::{Error, Result};
 use crate::fail;
+use crate::sys::SpinLock;
 
 /// A successful completion, with every field any format can show.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -97,7 +98,8 @@ pub struct Cq {
     pub format: CqFormat,
     pub size: usize,
     waiter: Waiter,
-    queue: Mutex<VecDeque<Slot>>,
+    /// A spin lock (held for one push or pop; see `sys::SpinLock`).
+    queue: SpinLock<VecDeque<Slot>>,
     /// Entries in `queue` (written under its lock): an empty poll, the
     /// common case, reads this instead of taking the lock.
     queued: AtomicUsize,
@@ -147,7 +149,7 @@ impl Cq {
             format,
             size,
             waiter: Waiter::new(attr.wait_obj)?,
-            queue: Mutex::new(VecDeque::new()),
+            queue: SpinLock::new(VecDeque::new()),
             queued: AtomicUsize::new(0),
             used: AtomicUsize::new(0),
             signaled: AtomicBool::new(false),
@@ -182,7 +184,7 @@ impl Cq {
     }
 
     fn push(&self, s: Slot) {
-        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self.queue.lock();
         q.push_back(s);
         self.queued.store(q.len(), Ordering::Release);
         drop(q);
@@ -197,7 +199,7 @@ impl Cq {
         if self.queued.load(Ordering::Acquire) == 0 {
             return Err(Error::quiet(ffi::FI_EAGAIN));
         }
-        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self.queue.lock();
         let mut n = 0;
         while n < count {
             match q.front() {
@@ -221,7 +223,7 @@ impl Cq {
 
     /// Pop the error at the head (-FI_EAGAIN if the head is not an error).
     pub fn readerr(&self) -> Result<CqError> {
-        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self.queue.lock();
         match q.front() {
             Some(Slot::Err(e)) => {
                 let e = *e;
@@ -234,7 +236,7 @@ impl Cq {
     }
 
     fn ready(&self, threshold: usize) -> bool {
-        let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let q = self.queue.lock();
         match q.front() {
             Some(Slot::Err(_)) => true,
             Some(Slot::Ok(_)) => q.len() >= threshold || q.iter().any(|s| matches!(s, Slot::Err(_))),

@@ -97,7 +97,7 @@ impl Drop for Ep {
         // The progress lists of our CQs, counters and domain share the
         // cell: stop the engine (its queue file goes, its CQ and counter
         // references are released) so that no list runs it again.
-        self.engine.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.engine.lock().take();
     }
 }
 
@@ -270,19 +270,19 @@ impl Ep {
 
     /// Run the data engine (manual progress).
     pub fn progress(&self) {
-        if let Some(e) = self.engine.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        if let Some(e) = self.engine.lock().as_mut() {
             e.progress();
         }
     }
 
     /// Whether the data engine runs (RDM after fi_enable).
     pub fn is_started(&self) -> bool {
-        self.engine.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.engine.lock().is_some()
     }
 
     /// Run `f` on the engine; -FI_EOPBADSTATE before fi_enable.
     pub fn with_engine<T>(&self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
-        let mut g = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.engine.lock();
         match g.as_mut() {
             Some(e) => f(e),
             None if self.info.ep.type_ == ffi::FI_EP_MSG => {
@@ -298,7 +298,7 @@ impl Ep {
         if self.info.ep.type_ != ffi::FI_EP_RDM {
             return Ok(());
         }
-        let mut eng = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        let mut eng = self.engine.lock();
         if eng.is_some() {
             return Ok(());
         }

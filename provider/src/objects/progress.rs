@@ -17,9 +17,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::protocol::engine::Engine;
+use crate::sys::SpinLock;
 
 /// An endpoint's engine: `None` before fi_enable and after close.
-pub type EngineCell = Arc<Mutex<Option<Engine>>>;
+pub type EngineCell = Arc<SpinLock<Option<Engine>>>;
 
 /// Cells a poll reaches without taking the list's lock.
 const FIXED: usize = 4;
@@ -52,7 +53,7 @@ impl ProgressList {
             self.fixed_len.store(n + 1, Ordering::Release);
             return;
         }
-        v.retain(|c| c.try_lock().map_or(true, |g| g.is_some()));
+        v.retain(|c| c.try_lock().is_none_or(|g| g.is_some()));
         v.push(cell);
         self.more_len.store(v.len(), Ordering::Release);
     }
@@ -66,7 +67,7 @@ impl ProgressList {
     pub fn run(&self) {
         let n = self.fixed_len.load(Ordering::Acquire);
         for c in self.fixed[..n].iter().filter_map(OnceLock::get) {
-            if let Some(e) = c.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            if let Some(e) = c.lock().as_mut() {
                 e.progress();
             }
         }
@@ -77,7 +78,7 @@ impl ProgressList {
         // does), so this cannot deadlock, and it allocates nothing.
         let v = self.more.lock().unwrap_or_else(|p| p.into_inner());
         for c in v.iter() {
-            if let Some(e) = c.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            if let Some(e) = c.lock().as_mut() {
                 e.progress();
             }
         }
@@ -89,7 +90,7 @@ mod tests {
     use super::*;
 
     fn cell() -> EngineCell {
-        Arc::new(Mutex::new(None))
+        Arc::new(SpinLock::new(None))
     }
 
     #[test]
