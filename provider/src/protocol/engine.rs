@@ -809,6 +809,8 @@ impl Engine {
         msg_id: u64,
         what: JobFor,
     ) {
+        // A receive with more queued is pipelined (see below).
+        let pipelined = self.busy && matches!(what, JobFor::Recv { .. });
         let chunk = if self.share_chunk != 0 { self.share_chunk } else { (n / 2).clamp(16 << 10, 1 << 20) }
             .max(n.div_ceil(jobs::MAX_CHUNKS));
         let slot = self.free_slots.pop().expect("can_share saw a free slot");
@@ -823,35 +825,48 @@ impl Engine {
             return self.complete_job(job, false);
         }
         self.push_ctrl(peer, Hdr { op: op::CTS, msg_id, rma_addr: slot as u64, tag: gen as u64, ..Default::default() });
-        self.work(&job);
-        // The previous receive's job, left open while we started this one
-        // (its helper's chunk had the time of our own chunks to finish),
-        // completes first: receives complete in matching order.
-        self.finish_open_job();
-        if self.busy && matches!(job.what, JobFor::Recv { .. }) {
-            // More is queued: rather than wait for the helper's chunk now
-            // (its CTS latency and its copy on our critical path), start the
-            // next copy first. Only receives: each has its own buffer, so
-            // their copies may overlap; RMA writes to one region must not.
+        if pipelined {
+            // More is queued: rather than copy our share and wait for the
+            // helper's now (its CTS latency and its copy on our critical
+            // path), copy one chunk and start the next transfer; the
+            // helper's chunks of this one overlap it, and what it has not
+            // claimed by then we copy when the job completes. (Taking every
+            // chunk the late helper had not claimed yet, as a lone job
+            // does, left it idle: one-way 64 KiB sends 14 -> 16.9 GB/s
+            // medians of 6 alternating runs, by taking one.) Only
+            // receives: each has its own buffer, so their copies may
+            // overlap; RMA writes to one region must not.
+            self.work(&job, 1);
+            // The previous receive's job completes first: receives
+            // complete in matching order.
+            self.finish_open_job();
             self.open_job = Some(job);
         } else {
+            self.work(&job, usize::MAX);
+            self.finish_open_job();
             self.finish_job(job);
         }
     }
 
-    /// Complete the receive job left open by `share`, if any (waiting for
-    /// its helper's chunk). Called before any other receive completes and
-    /// before any other data message takes effect.
+    /// Complete the receive job left open by `share`, if any: copy what
+    /// its helper has not claimed, wait for the chunks it holds. Called
+    /// before any other receive completes and before any other data
+    /// message takes effect.
     fn finish_open_job(&mut self) {
         if let Some(j) = self.open_job.take() {
+            self.work(&j, usize::MAX);
             self.finish_job(j);
         }
     }
 
-    /// Copy every chunk of `j` nobody has claimed yet.
-    fn work(&self, j: &Job) {
+    /// Copy every chunk of `j` nobody has claimed yet (`max`: at most that
+    /// many).
+    fn work(&self, j: &Job, max: usize) {
         let t = &self.job_table;
-        while let Some(k) = t.claim(j.slot, j.gen, false) {
+        let mut n = 0;
+        while n < max {
+            let Some(k) = t.claim(j.slot, j.gen, false) else { break };
+            n += 1;
             let ok = jobs::copy_chunk(j.pid, j.we_read, &j.local, &j.remote, j.total, j.chunk, k);
             t.settle(j.slot, ok);
             if !ok {
