@@ -1377,6 +1377,8 @@ impl Engine {
         // (The kind is the header's first byte; on_message checks the rest.)
         let op = msg.first().copied();
         let control = matches!(op, Some(op::ACK | op::CTS | op::PULL | op::DATA));
+        // (Not READ: two-way reads copy into the buffer the peer's copy
+        // reads from, and overlap less served in order; docs/architecture.md.)
         let copy = matches!(op, Some(op::RTS | op::WRITE))
             && Hdr::decode(msg).is_some_and(|(h, _)| self.share_min == 0 || (h.len as usize) < self.share_min);
         if control || (self.deferred.is_empty() && !(copy && more)) {
