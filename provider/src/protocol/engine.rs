@@ -17,7 +17,10 @@
 //! complete on the ACK (delivery complete).
 //!
 //! Manual progress: `progress` runs from CQ, counter and EQ reads.
-//! Locking: the engine's mutex is taken first, CQ queue locks second.
+//! Locking: the engine's lock (a `sys::SpinLock` in its cell) is taken
+//! first, CQ queue locks second; the AV, registration and counter locks
+//! taken under an engine are leaves (they call back into no engine), and no
+//! progress list runs while an engine is held, so no engine is locked twice.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
