@@ -219,6 +219,7 @@ enum {
 	CMD_QUIET,
 	CMD_CLOSE, /* a=region */
 	CMD_SEND_RTS,
+	CMD_HOLD, /* a=ms: reply, then make no progress for that long */
 	CMD_END,
 };
 
@@ -1733,6 +1734,10 @@ static void child_serve(struct node *n, struct treg *r)
 			      fmt("fi_close(mr) of %s: %d", rdef[m.a].name, rc));
 			break;
 		}
+		case CMD_HOLD:
+			reply(n, m.op, true, "");
+			usleep((useconds_t)m.a * 1000);
+			break;
 		case CMD_END:
 			reply(n, m.op, true, "");
 			return;
@@ -2020,6 +2025,105 @@ static void t_rma_err(struct node *n, const struct rinfo *ri)
 	}
 	CMD(n, CMD_QUIET, 0, 0, 0, 0);
 	EXPECT_NONE(&n->e1, 0, "after the RMA errors");
+}
+
+/*
+ * RMA writes that reach the target while it makes no progress are served
+ * together (a run of one peer's writes is copied with one
+ * process_vm_readv, FI_OXMR_SHM_WRITE_BATCH): each is still checked alone
+ * (a wrong key and a read-only region in the middle are refused, the
+ * writes around them land), inline and shared writes end a run, and every
+ * write completes exactly once (in any order: comp_order is
+ * FI_ORDER_NONE) with its bytes in place.
+ */
+static void t_rma_queued(struct node *n, const struct rinfo *ri)
+{
+	static const struct {
+		int reg;
+		bool badkey, data;
+		size_t off, len;
+		int err;
+	} w[] = {
+		{ R_MAIN, false, false, 0, 20000, 0 },
+		{ R_MAIN, false, false, 20000 + 7, 30000, 0 },
+		{ R_MAIN, false, true, 60000, 9000, 0 },
+		{ R_MAIN, false, false, 70000, 50000, 0 },
+		{ R_ERR, true, false, 0, 20000, FI_EKEYREJECTED },
+		{ R_MAIN, false, false, 130000, 40000, 0 },
+		{ R_MAIN, false, false, 180000, 100, 0 },
+		{ R_MAIN, false, false, 190000, 60000, 0 },
+		{ R_RO, false, false, 0, 10000, FI_EACCES },
+		{ R_MAIN, false, false, 260000, 65536, 0 },
+		{ R_MAIN, false, false, 330000, 12345, 0 },
+		{ R_MAIN, false, false, 350000, 20000, 0 },
+		{ R_MAIN, false, false, 380000, 64000, 0 },
+		{ R_MAIN, false, false, 450000, 8081, 0 },
+	};
+	enum { COUNT = sizeof w / sizeof w[0], CTX0 = 200 };
+	bool seen[COUNT] = { false };
+	size_t at[COUNT], tx = 0;
+	struct comp c;
+
+	OXT_GROUP("5. RMA writes queued at the target before it polls (runs copied with one process_vm_readv): "
+		  "refused ones in the middle refused, every write completes once, its bytes in place");
+	CMD(n, CMD_HOLD, 300, 0, 0, 0);
+	for (int i = 0; i < COUNT; i++) {
+		const struct rinfo *r = &ri[w[i].reg];
+		uint64_t key = r->key + (w[i].badkey ? 1 : 0);
+
+		at[i] = tx;
+		tx += (w[i].len + 4095) & ~(size_t)4095;
+		fill(n->tx + at[i], w[i].len, 18000 + i);
+		if (w[i].data)
+			POST(&n->e1,
+			     fi_writedata(n->e1.ep, n->tx + at[i], w[i].len, n->txd,
+					  0xDA7A0000ULL + i, n->peer, r->addr + w[i].off,
+					  key, CTX(CTX0 + i)),
+			     "queued fi_writedata %d", i);
+		else
+			POST(&n->e1,
+			     fi_write(n->e1.ep, n->tx + at[i], w[i].len, n->txd,
+				      n->peer, r->addr + w[i].off, key, CTX(CTX0 + i)),
+			     "queued fi_write %d", i);
+	}
+	for (int k = 0; k < COUNT; k++) {
+		if (!next_comp(&n->e1, &c, TMO_MS)) {
+			EXPECT(false, "queued writes: %d of %d completed, then none within %d ms",
+			       k, COUNT, TMO_MS);
+			break;
+		}
+		void *ctx = c.err ? c.ee.op_context : c.e.op_context;
+		int i = (int)((struct fi_context2 *)ctx - ctxs) - CTX0;
+
+		if (i < 0 || i >= COUNT || seen[i]) {
+			EXPECT(false, "queued writes: unexpected or repeated %s", describe(&c));
+			continue;
+		}
+		seen[i] = true;
+		if (w[i].err == 0 && c.err)
+			EXPECT(false, "queued write %d (%zu B): expected success, got an %s", i,
+			       w[i].len, describe(&c));
+		else if (w[i].err != 0 && !c.err)
+			EXPECT(false, "queued write %d: expected err %s, got a successful %s", i,
+			       oxt_errname(w[i].err), describe(&c));
+		else if (w[i].err != 0 && c.ee.err != w[i].err)
+			EXPECT(false, "queued write %d: err: expected %s, got %s", i,
+			       oxt_errname(w[i].err), oxt_errname(c.ee.err));
+		else if (!c.err && c.e.flags != (FI_RMA | FI_WRITE))
+			EXPECT(false, "queued write %d: flags: expected FI_RMA|FI_WRITE, got 0x%llx", i,
+			       (unsigned long long)c.e.flags);
+	}
+	for (int i = 0; i < COUNT; i++) {
+		if (w[i].err == 0)
+			CMD(n, CMD_VERIFY, w[i].reg, w[i].off, w[i].len, 18000 + i);
+		if (w[i].data)
+			CMD(n, CMD_CQDATA, 0xDA7A0000ULL + i, w[i].len, 0, 0);
+	}
+	CMD(n, CMD_INTACT, R_MAIN, 0, 0, 0);
+	CMD(n, CMD_INTACT, R_ERR, 1, 0, 0);
+	CMD(n, CMD_INTACT, R_RO, 1, 0, 0);
+	CMD(n, CMD_QUIET, 0, 0, 0, 0);
+	EXPECT_NONE(&n->e1, 0, "after the queued writes");
 }
 
 /* ------------------------------------------------- 8. flow control */
@@ -2366,6 +2470,7 @@ static void run_groups(struct node *n, const struct hello *peer)
 		memcpy(ri, m.text, sizeof ri);
 		t_rma(n, ri);
 		t_rma_err(n, ri);
+		t_rma_queued(n, ri);
 		CMD(n, CMD_END, 0, 0, 0, 0);
 	} else {
 		OXT_GROUP("5/6. RMA target: serving the parent's accesses");

@@ -84,6 +84,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"Bytes per chunk of a shared copy (default: 0, automatic: half the transfer, between 16 KiB and 1 MiB)",
     },
+    ParamDef {
+        name: c"shm_write_batch",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"A run of one peer's queued RMA writes (each checked as alone) is copied with one process_vm_readv of up to this many bytes; 0 copies each write alone (default: 262144)",
+    },
 ];
 
 /// The values read at load time.
@@ -105,10 +110,14 @@ pub struct Config {
     pub share_chunk: usize,
     /// FI_OXMR_SHM_EAGER_MAX.
     pub eager_max: usize,
+    /// FI_OXMR_SHM_WRITE_BATCH (0: off).
+    pub write_batch: usize,
 }
 
 /// Default of FI_OXMR_SHM_SHARE_MIN.
 pub(crate) const SHARE_MIN: usize = 256 << 10;
+/// Default of FI_OXMR_SHM_WRITE_BATCH.
+pub(crate) const WRITE_BATCH: usize = 256 << 10;
 
 impl Default for Config {
     fn default() -> Self {
@@ -121,6 +130,7 @@ impl Default for Config {
             share_min: SHARE_MIN,
             share_chunk: 0,
             eager_max: EAGER_MAX,
+            write_batch: WRITE_BATCH,
         }
     }
 }
@@ -195,6 +205,16 @@ pub fn define_and_load() {
     let share_min = get_size(c"shm_share_min").unwrap_or(SHARE_MIN);
     let share_chunk = get_size(c"shm_share_chunk").unwrap_or(0);
     let eager_max = get_size(c"shm_eager_max").unwrap_or(EAGER_MAX);
-    let _ =
-        CONFIG.set(Config { ifaces, pin_mode, max_pinned, cache, phys_fallback, share_min, share_chunk, eager_max });
+    let write_batch = get_size(c"shm_write_batch").unwrap_or(WRITE_BATCH);
+    let _ = CONFIG.set(Config {
+        ifaces,
+        pin_mode,
+        max_pinned,
+        cache,
+        phys_fallback,
+        share_min,
+        share_chunk,
+        eager_max,
+        write_batch,
+    });
 }

@@ -194,8 +194,19 @@ impl Cq {
     /// Pop up to `count` successes, handing each to `out(index, entry)`.
     /// -FI_EAGAIN when empty, -FI_EAVAIL when an error is at the head.
     pub fn read(&self, count: usize, mut out: impl FnMut(usize, &CqEntry)) -> Result<usize> {
-        // Manual progress: the endpoints bound here move data now.
-        self.progress.run();
+        // Manual progress: the endpoints bound here move data now. While
+        // completions wait here, the copies the engines kept for their
+        // peers (RMA writes and rendezvous sends under the shared-copy
+        // size, docs/architecture.md) wait for the next read: the
+        // application reads these first and posts its next operations,
+        // the work its peers wait for. Otherwise an application that
+        // reads one completion per call serves one peer copy per
+        // completion, and two processes writing to each other take
+        // turns, both cores on one direction (two-way 64 KiB RMA writes,
+        // traced). Messages are still handled (ACKs, a peer's request to
+        // help with a shared copy), and the next read of an empty queue
+        // serves the kept copies.
+        self.progress.run_with(count == 0 || self.queued.load(Ordering::Acquire) == 0);
         if self.queued.load(Ordering::Acquire) == 0 {
             return Err(Error::quiet(ffi::FI_EAGAIN));
         }

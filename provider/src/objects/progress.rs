@@ -65,10 +65,16 @@ impl ProgressList {
 
     /// Progress every attached engine that still runs.
     pub fn run(&self) {
+        self.run_with(true);
+    }
+
+    /// Run every engine; `serve`: false leaves the copies its peers asked
+    /// for and that it kept (see `Engine::progress_with`) for a later call.
+    pub fn run_with(&self, serve: bool) {
         let n = self.fixed_len.load(Ordering::Acquire);
         for c in self.fixed[..n].iter().filter_map(OnceLock::get) {
             if let Some(e) = c.lock().as_mut() {
-                e.progress();
+                e.progress_with(serve);
             }
         }
         if self.more_len.load(Ordering::Acquire) == 0 {
@@ -79,7 +85,7 @@ impl ProgressList {
         let v = self.more.lock().unwrap_or_else(|p| p.into_inner());
         for c in v.iter() {
             if let Some(e) = c.lock().as_mut() {
-                e.progress();
+                e.progress_with(serve);
             }
         }
     }

@@ -15,6 +15,10 @@
 
 use std::io;
 
+/// The most iovs one process_vm_readv/writev call takes (the kernel's
+/// UIO_MAXIOV); longer lists take several calls.
+pub(crate) const IOV_MAX: usize = 1024;
+
 fn to_iov(v: &[(usize, usize)]) -> Vec<libc::iovec> {
     v.iter().map(|&(a, l)| libc::iovec { iov_base: a as *mut libc::c_void, iov_len: l }).collect()
 }
@@ -110,18 +114,18 @@ fn transfer_direct(pid: u32, local: &[(usize, usize)], remote: &[(usize, usize)]
                 libc::process_vm_writev(
                     pid as i32,
                     l.as_ptr(),
-                    l.len().min(1024) as u64,
+                    l.len().min(IOV_MAX) as u64,
                     r.as_ptr(),
-                    r.len().min(1024) as u64,
+                    r.len().min(IOV_MAX) as u64,
                     0,
                 )
             } else {
                 libc::process_vm_readv(
                     pid as i32,
                     l.as_ptr(),
-                    l.len().min(1024) as u64,
+                    l.len().min(IOV_MAX) as u64,
                     r.as_ptr(),
-                    r.len().min(1024) as u64,
+                    r.len().min(IOV_MAX) as u64,
                     0,
                 )
             }
