@@ -498,6 +498,11 @@ impl Engine {
 
     /// A control message that must not be lost (ACK): queued if full.
     fn push_ctrl(&mut self, to: SocketAddr, hdr: Hdr) {
+        self.push_ctrl_body(to, hdr, &[]);
+    }
+
+    /// `push_ctrl` with a body after the header.
+    fn push_ctrl_body(&mut self, to: SocketAddr, hdr: Hdr, body: &[u8]) {
         let queued = !self.outbox.is_empty();
         let mut h = hdr;
         h.pid = self.pid;
@@ -508,10 +513,12 @@ impl Engine {
         };
         let mut hb = [0u8; HDR_MAX];
         let hlen = h.encode(&mut hb);
-        if !queued && p.region.push(&[&hb[..hlen]]).is_ok() {
+        if !queued && p.region.push(&[&hb[..hlen], body]).is_ok() {
             return;
         }
-        self.outbox.push_back((to, hb[..hlen].to_vec()));
+        let mut m = hb[..hlen].to_vec();
+        m.extend_from_slice(body);
+        self.outbox.push_back((to, m));
     }
 
     fn flush_outbox(&mut self) {
@@ -1143,7 +1150,7 @@ impl Engine {
             tracing::warn!("dropping a message without a valid sender name");
             return;
         };
-        if !matches!(h.op, op::EAGER | op::RTS | op::ACK | op::CTS | op::PULL | op::DATA) {
+        if !matches!(h.op, op::EAGER | op::RTS | op::ACK | op::ACKS | op::CTS | op::PULL | op::DATA) {
             // RMA and the rest take effect after an open receive's job
             // (sends and receives order themselves in finish_recv).
             self.finish_open_job();
@@ -1191,6 +1198,16 @@ impl Engine {
                             );
                         }
                         self.fail_tx(p, h.status);
+                    }
+                }
+            }
+            op::ACKS => {
+                for id in body.chunks_exact(8).take(h.iov_count as usize) {
+                    let id = u64::from_le_bytes(id.try_into().expect("chunks of 8"));
+                    // (Only our operations with that peer.)
+                    if self.pending.get(&id).is_some_and(|p| p.peer == from) {
+                        let p = self.pending.remove(&id).expect("just seen");
+                        self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
                     }
                 }
             }
@@ -1291,8 +1308,18 @@ impl Engine {
     /// Finish a remote access at the target: count it, raise remote CQ
     /// data, and answer the initiator.
     fn rma_done(&mut self, h: Hdr, from: SocketAddr, status: u32, region: Option<&crate::mr::registry::Region>) {
-        let read = h.op == op::READ;
         if status == 0 {
+            self.rma_took_effect(&h, from, region);
+        }
+        if h.msg_id != 0 {
+            self.push_ctrl(from, Hdr { op: op::ACK, msg_id: h.msg_id, status, ..Default::default() });
+        }
+    }
+
+    /// A remote access succeeded: count it and raise remote CQ data.
+    fn rma_took_effect(&mut self, h: &Hdr, from: SocketAddr, region: Option<&crate::mr::registry::Region>) {
+        let read = h.op == op::READ;
+        {
             self.count(if read { C_RREAD } else { C_RWRITE }, true);
             // A counter bound to the MR itself (fi_mr_bind, FI_RMA_EVENT).
             let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
@@ -1319,9 +1346,6 @@ impl Engine {
                     });
                 }
             }
-        }
-        if h.msg_id != 0 {
-            self.push_ctrl(from, Hdr { op: op::ACK, msg_id: h.msg_id, status, ..Default::default() });
         }
     }
 
@@ -1408,7 +1432,7 @@ impl Engine {
     fn take_message(&mut self, msg: &[u8], more: bool) {
         // (The kind is the header's first byte; on_message checks the rest.)
         let op = msg.first().copied();
-        let control = matches!(op, Some(op::ACK | op::CTS | op::PULL | op::DATA));
+        let control = matches!(op, Some(op::ACK | op::ACKS | op::CTS | op::PULL | op::DATA));
         // (Not READ: two-way reads copy into the buffer the peer's copy
         // reads from, and overlap less served in order; docs/architecture.md.)
         let copy = matches!(op, Some(op::RTS | op::WRITE))
@@ -1497,9 +1521,14 @@ impl Engine {
         let local: Vec<_> = run.iter().flat_map(|w| w.2.iter().copied()).collect();
         let remote: Vec<_> = run.iter().flat_map(|w| w.3.iter().copied()).collect();
         if cma::read_from(first.pid, &local, &remote).is_ok_and(|n| n == bytes) {
-            for (h, region, _, _) in run {
-                self.rma_done(h, peer, 0, Some(&region));
+            // One answer for the run (op::ACKS).
+            let mut ids = Vec::with_capacity(run.len() * 8);
+            for (h, region, _, _) in &run {
+                self.rma_took_effect(h, peer, Some(region));
+                ids.extend_from_slice(&h.msg_id.to_le_bytes());
             }
+            let acks = Hdr { op: op::ACKS, iov_count: run.len() as u16, ..Default::default() };
+            self.push_ctrl_body(peer, acks, &ids);
         } else {
             // Part of it could not be copied (memory CMA cannot reach, a
             // peer gone): each write alone, with its own bounce path or

@@ -39,6 +39,9 @@ pub mod op {
     /// the peer's operation, rma_addr the job slot in the owner's region,
     /// tag the job's generation (see shm::jobs).
     pub(crate) const CTS: u8 = 9;
+    /// Successful answers to several RMA writes at once (a run the target
+    /// copied together): `iov_count` operation ids follow, 8 bytes each.
+    pub(crate) const ACKS: u8 = 10;
 }
 
 /// Header flags.
