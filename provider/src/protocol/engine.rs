@@ -56,6 +56,9 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 const JOB_WAIT: Duration = Duration::from_millis(5);
 /// Progress calls between two looks at the clock for the liveness check.
 const LIVENESS_CALLS: u32 = 64;
+/// The most operation ids one ACKS message carries (it fits a queue cell).
+const ACKS_MAX: usize = (CELL_DATA - HDR_MAX) / 8;
+const _: () = assert!(HDR_MAX + ACKS_MAX * 8 <= CELL_DATA);
 /// Progress calls that may leave kept copies unserved in a row (see
 /// `Engine::progress_with`).
 const SERVE_EVERY: u32 = 64;
@@ -1493,7 +1496,10 @@ impl Engine {
         self.finish_open_job();
         let mut run = Vec::new();
         let (mut nl, mut nr, mut bytes) = (0, 0, 0);
-        while bytes < self.write_batch_max {
+        // (A run is answered by one ACKS message, which must fit a cell:
+        // writes are over EAGER_MAX bytes, so a 256 KiB run holds 33 at
+        // most, but the cap holds whatever a peer sends.)
+        while bytes < self.write_batch_max && run.len() < ACKS_MAX {
             let Some(m) = self.deferred.front() else { break };
             let Some((h, hlen)) = Hdr::decode(m).filter(|(h, _)| batchable(h)) else { break };
             let len = h.len as usize;
