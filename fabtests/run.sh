@@ -108,6 +108,8 @@ skip_run() {
 extra_run "xfer[FI_OXMR_SHM_SHARE_MIN=8192,FI_OXMR_SHM_SHARE_CHUNK=4096]" xfer \
 	FI_OXMR_SHM_SHARE_MIN=8192 FI_OXMR_SHM_SHARE_CHUNK=4096
 extra_run "xfer[FI_OXMR_SHM_SHARE_MIN=0]" xfer FI_OXMR_SHM_SHARE_MIN=0
+# Queued RMA writes each copied alone (no runs copied together).
+extra_run "xfer[FI_OXMR_SHM_WRITE_BATCH=0]" xfer FI_OXMR_SHM_WRITE_BATCH=0
 extra_run "xfer_bounce[FI_OXMR_SHM_SHARE_MIN=8192,FI_OXMR_SHM_SHARE_CHUNK=4096]" xfer_bounce \
 	FI_OXMR_SHM_SHARE_MIN=8192 FI_OXMR_SHM_SHARE_CHUNK=4096
 

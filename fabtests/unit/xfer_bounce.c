@@ -6,8 +6,10 @@
  * owner: the receiver (or RMA target) asks the process that owns the memory
  * to push it in chunks through the shared-memory queue. Checked for a large
  * send (RTS path), an RMA write whose source is secret memory, and an RMA
- * read whose destination is secret memory. The child is an ordinary process
- * with ordinary buffers. Skipped (exit 0 with a message) where memfd_secret
+ * read whose destination is secret memory, and for four RMA writes from
+ * secret memory that reach the target together (a run it would copy with
+ * one process_vm_readv: the kernel refuses it, and each write falls back to
+ * its owner's push). The child is an ordinary process with ordinary buffers. Skipped (exit 0 with a message) where memfd_secret
  * is unavailable.
  */
 #include "oxt.h"
@@ -22,6 +24,7 @@
 
 #define MSG (1UL << 20)
 #define RMA (64UL << 10)
+#define QUEUED 4
 
 static void fill(unsigned char *p, size_t n, unsigned seed)
 {
@@ -42,14 +45,15 @@ static int child(int sock)
 	struct oxt_side s;
 	struct fid_mr *mr;
 	struct fi_context rctx;
-	unsigned char *rbuf = malloc(MSG), *tbuf = malloc(2 * RMA);
+	unsigned char *rbuf = malloc(MSG), *tbuf = malloc(3 * RMA);
 	uint64_t info[2];
 	char done = 0;
 	struct fi_cq_tagged_entry ent;
 
 	oxt_side_open(&s, sock);
 	fill(tbuf + RMA, RMA, 3);
-	REQUIRE_RC(fi_mr_reg(s.e.domain, tbuf, 2 * RMA, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
+	memset(tbuf + 2 * RMA, 0, RMA);
+	REQUIRE_RC(fi_mr_reg(s.e.domain, tbuf, 3 * RMA, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
 	info[0] = fi_mr_key(mr);
 	/* The address peers name byte 0 with: virtual under FI_MR_VIRT_ADDR, else 0. */
 	info[1] = s.virt ? (uint64_t)(uintptr_t)tbuf : 0;
@@ -58,6 +62,8 @@ static int child(int sock)
 	EXPECT_RC(oxt_wait_one(&s, &rctx), 0);
 	done = same(rbuf, MSG, 1) ? 'y' : 'n';
 	REQUIRE(write(sock, &done, 1) == 1, "socketpair write");
+	/* No progress for a while: the parent's queued writes arrive together. */
+	usleep(300 * 1000);
 	/* Serve the parent's RMA until it says it is done. */
 	for (;;) {
 		struct pollfd p = { .fd = sock, .events = POLLIN };
@@ -66,7 +72,7 @@ static int child(int sock)
 			break;
 	}
 	REQUIRE(read(sock, &done, 1) == 1, "socketpair read");
-	done = same(tbuf, RMA, 2) ? 'y' : 'n';
+	done = same(tbuf, RMA, 2) && same(tbuf + 2 * RMA, RMA, 4) ? 'y' : 'n';
 	REQUIRE(write(sock, &done, 1) == 1, "socketpair write");
 	fi_close(&mr->fid);
 	oxt_side_close(&s);
@@ -110,6 +116,30 @@ int main(int argc, char **argv)
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	REQUIRE(read(sv[0], &ok, 1) == 1, "socketpair read");
 	EXPECT(ok == 'y', "the receiver got different bytes");
+
+	OXT_GROUP("4 RMA writes of 16 KiB from secret memory, queued at the target together");
+	{
+		struct fi_context qctx[QUEUED];
+		size_t part = RMA / QUEUED;
+
+		fill(sec, RMA, 4);
+		for (int i = 0; i < QUEUED; i++)
+			EXPECT_RC(fi_write(s.ep, sec + i * part, part, NULL, s.peer,
+					   info[1] + 2 * RMA + i * part, info[0], &qctx[i]),
+				  0);
+		for (int i = 0; i < QUEUED; i++) {
+			struct fi_cq_tagged_entry e;
+			double end = oxt_now_ms() + 10000;
+			ssize_t n;
+
+			while ((n = fi_cq_read(s.cq, &e, 1)) == -FI_EAGAIN && oxt_now_ms() < end)
+				;
+			EXPECT(n == 1, "queued write completion %d of %d: fi_cq_read gave %zd", i + 1,
+			       QUEUED, n);
+			if (n != 1)
+				break;
+		}
+	}
 
 	OXT_GROUP("RMA write of 64 KiB whose source is secret memory");
 	fill(sec, RMA, 2);

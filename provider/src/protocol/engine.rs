@@ -1540,6 +1540,7 @@ impl Engine {
             // peer gone): each write alone, with its own bounce path or
             // error. Copying bytes again is harmless: the initiator's
             // buffers stay as they are until our ACK.
+            tracing::debug!("a run of {} writes from {peer} could not be copied at once; each alone", run.len());
             for (h, region, l, r) in run {
                 self.rma_copy(h, peer, first.pid, l, r, region);
             }
