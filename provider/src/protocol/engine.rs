@@ -1206,10 +1206,12 @@ impl Engine {
             }
             op::ACKS => {
                 for id in body.chunks_exact(8).take(h.iov_count as usize) {
-                    let id = u64::from_le_bytes(id.try_into().expect("chunks of 8"));
+                    let id = u64::from_le_bytes(id.try_into().unwrap_or_default());
                     // (Only our operations with that peer.)
-                    if self.pending.get(&id).is_some_and(|p| p.peer == from) {
-                        let p = self.pending.remove(&id).expect("just seen");
+                    if self.pending.get(&id).is_none_or(|p| p.peer != from) {
+                        continue;
+                    }
+                    if let Some(p) = self.pending.remove(&id) {
                         self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
                     }
                 }
@@ -1322,32 +1324,18 @@ impl Engine {
     /// A remote access succeeded: count it and raise remote CQ data.
     fn rma_took_effect(&mut self, h: &Hdr, from: SocketAddr, region: Option<&crate::mr::registry::Region>) {
         let read = h.op == op::READ;
-        {
-            self.count(if read { C_RREAD } else { C_RWRITE }, true);
-            // A counter bound to the MR itself (fi_mr_bind, FI_RMA_EVENT).
-            let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
-            if let Some(r) = region {
-                let bound = r.cntr.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                if let Some((c, flags)) = bound {
-                    if flags & access != 0 {
-                        if let Some(c) = c.upgrade() {
-                            c.add(1);
-                        }
-                    }
-                }
-            }
-            if h.flags & flag::CQ_DATA != 0 {
-                let src = self.src_fi_addr(&from);
-                if let Some(cq) = &self.b.rx_cq {
-                    let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
-                    cq.push_unsolicited(CqEntry {
-                        flags,
-                        len: h.len as usize,
-                        data: h.data,
-                        src,
-                        ..Default::default()
-                    });
-                }
+        self.count(if read { C_RREAD } else { C_RWRITE }, true);
+        // A counter bound to the MR itself (fi_mr_bind, FI_RMA_EVENT).
+        let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
+        let bound = region.and_then(|r| r.cntr.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        if let Some(c) = bound.filter(|(_, flags)| flags & access != 0).and_then(|(c, _)| c.upgrade()) {
+            c.add(1);
+        }
+        if h.flags & flag::CQ_DATA != 0 {
+            let src = self.src_fi_addr(&from);
+            if let Some(cq) = &self.b.rx_cq {
+                let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
+                cq.push_unsolicited(CqEntry { flags, len: h.len as usize, data: h.data, src, ..Default::default() });
             }
         }
     }
