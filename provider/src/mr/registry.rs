@@ -118,7 +118,7 @@ pub struct Registry {
     counter: AtomicU32,
 }
 
-fn random_u32() -> u32 {
+pub(crate) fn random_u32() -> u32 {
     let mut b = [0u8; 4];
     // SAFETY: getrandom fills the 4-byte buffer; a short read leaves zeros,
     // which only weakens, never breaks, uniqueness (the counter ensures it).

@@ -54,6 +54,9 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 /// How long a shared copy's owner waits for the peer's chunk in flight
 /// before leaving the job to a later progress call.
 const JOB_WAIT: Duration = Duration::from_millis(5);
+/// How long closing an endpoint waits for a peer's chunk of a stalled
+/// shared copy.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// Progress calls between two looks at the clock for the liveness check.
 const LIVENESS_CALLS: u32 = 64;
 /// The most operation ids one ACKS message carries (it fits a queue cell).
@@ -161,6 +164,9 @@ struct Unexpected {
     /// Inline data (EAGER) or the sender's iovs (RTS).
     data: Vec<u8>,
     iovs: Vec<(usize, usize)>,
+    /// An RTS whose sender's endpoint closed before a receive matched it:
+    /// its buffers may belong to something else now (see `peer_gone`).
+    gone: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -300,8 +306,10 @@ pub struct Engine {
     next_gen: u32,
     stalled: Vec<Job>,
     /// A receive's shared copy whose helper may still hold a chunk, left
-    /// open while the next copy starts (see `share`).
+    /// open while the next copy starts (see `share`), and the progress
+    /// calls since it was opened.
     open_job: Option<Job>,
+    open_calls: u32,
     /// More messages wait behind the one being handled.
     busy: bool,
     /// What our region's `idle` word says (written on change only).
@@ -321,8 +329,11 @@ pub struct Engine {
     unserved: u32,
 }
 
+/// Bytes an iov list names (saturating: a peer's lengths may add up past
+/// usize::MAX; such a list names more than any buffer and is refused where
+/// it matters).
 fn total(iovs: &[(usize, usize)]) -> usize {
-    iovs.iter().map(|x| x.1).sum()
+    iovs.iter().fold(0usize, |s, x| s.saturating_add(x.1))
 }
 
 /// The first `len` bytes of `iovs`.
@@ -353,6 +364,28 @@ impl Drop for Engine {
         // A receive left open completes (its helper may still be writing
         // into the application's buffer).
         self.finish_open_job();
+        // So do stalled jobs: their helper may still be copying into (or
+        // out of) a receive buffer or a registration, which the
+        // application may free once fi_close returns. We copy what is
+        // unclaimed and wait, for a bounded time, for the chunks in flight.
+        let start = Instant::now();
+        for j in &self.stalled {
+            self.work(j, usize::MAX);
+        }
+        while !self.stalled.is_empty() {
+            self.check_stalled(start.elapsed() >= Duration::from_millis(10));
+            if self.stalled.is_empty() {
+                break;
+            }
+            if start.elapsed() >= CLOSE_WAIT {
+                tracing::warn!(
+                    "closing with {} shared copies whose peer still holds a chunk (stopped?); it may still write into their buffers",
+                    self.stalled.len()
+                );
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 }
 
@@ -365,6 +398,7 @@ impl Engine {
             next_gen: 1,
             stalled: Vec::new(),
             open_job: None,
+            open_calls: 0,
             busy: false,
             idle_shown: false,
             share_min: cfg.share_min,
@@ -385,7 +419,10 @@ impl Engine {
             posted: [VecDeque::new(), VecDeque::new()],
             unexpected: [VecDeque::new(), VecDeque::new()],
             pending: FastMap::default(),
-            next_id: 1,
+            // A random epoch in the high half: an endpoint opened again at
+            // the same address never reuses the ids of the one before, so
+            // a late answer meant for that one completes nothing here.
+            next_id: (crate::mr::registry::random_u32() as u64) << 32 | 1,
             outbox: VecDeque::new(),
             last_check: Instant::now(),
             avc: AvCache::default(),
@@ -476,7 +513,12 @@ impl Engine {
     }
 
     /// Push a message to `to`; -FI_EAGAIN when its queue is full.
-    fn push(&mut self, to: SocketAddr, mut hdr: Hdr, body: &[&[u8]]) -> Result<()> {
+    fn push(&mut self, to: SocketAddr, hdr: Hdr, body: &[&[u8]]) -> Result<()> {
+        self.push_once(to, hdr, body, true)
+    }
+
+    /// `push`; `retry`: once more if the peer's endpoint turns out closed.
+    fn push_once(&mut self, to: SocketAddr, mut hdr: Hdr, body: &[&[u8]], retry: bool) -> Result<()> {
         hdr.pid = self.pid;
         hdr.name = self.name;
         let p = self.peer(to)?;
@@ -495,6 +537,15 @@ impl Engine {
         match r {
             Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Err(Error::quiet(ffi::FI_EAGAIN)),
+            Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => {
+                // The endpoint we knew there closed; another may have
+                // opened under the same address since.
+                self.peer_gone(to, "closed its endpoint");
+                if retry {
+                    return self.push_once(to, hdr, body, false);
+                }
+                Err(fail!(ffi::FI_ECONNABORTED, "{to} closed its endpoint"))
+            }
             Err(e) => Err(fail!(ffi::FI_EIO, "push to {to}: {e}")),
         }
     }
@@ -504,9 +555,10 @@ impl Engine {
         self.push_ctrl_body(to, hdr, &[]);
     }
 
-    /// `push_ctrl` with a body after the header.
+    /// `push_ctrl` with a body after the header. Messages to one peer stay
+    /// in order; a peer whose queue is full holds up only its own.
     fn push_ctrl_body(&mut self, to: SocketAddr, hdr: Hdr, body: &[u8]) {
-        let queued = !self.outbox.is_empty();
+        let queued = !self.outbox.is_empty() && self.outbox.iter().any(|(t, _)| *t == to);
         let mut h = hdr;
         h.pid = self.pid;
         h.name = self.name;
@@ -516,23 +568,50 @@ impl Engine {
         };
         let mut hb = [0u8; HDR_MAX];
         let hlen = h.encode(&mut hb);
-        if !queued && p.region.push(&[&hb[..hlen], body]).is_ok() {
-            return;
+        if !queued {
+            match p.region.push(&[&hb[..hlen], body]) {
+                Ok(()) => return,
+                Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => {
+                    // What it answers was the closed endpoint's.
+                    return self.peer_gone(to, "closed its endpoint");
+                }
+                Err(_) => {}
+            }
         }
         let mut m = hb[..hlen].to_vec();
         m.extend_from_slice(body);
         self.outbox.push_back((to, m));
     }
 
+    /// Retry the control messages that found a full queue, in order per
+    /// peer. (A dead peer's are dropped by `peer_gone`, from the liveness
+    /// check.)
     fn flush_outbox(&mut self) {
-        while let Some((to, bytes)) = self.outbox.pop_front() {
-            let ok = match self.peers.get(&to) {
-                Some(p) => p.region.push(&[&bytes]).is_ok() || !p.region.owner_alive(),
-                None => true,
-            };
-            if !ok {
-                self.outbox.push_front((to, bytes));
-                return;
+        if self.outbox.is_empty() {
+            return;
+        }
+        let mut blocked: Vec<SocketAddr> = Vec::new();
+        let mut closed: Vec<SocketAddr> = Vec::new();
+        for _ in 0..self.outbox.len() {
+            let Some((to, bytes)) = self.outbox.pop_front() else { break };
+            if blocked.contains(&to) {
+                self.outbox.push_back((to, bytes));
+                continue;
+            }
+            let Some(p) = self.peers.get(&to) else { continue };
+            match p.region.push(&[&bytes]) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                    blocked.push(to);
+                    self.outbox.push_back((to, bytes));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => closed.push(to),
+                Err(e) => tracing::warn!("dropping a control message to {to}: {e}"),
+            }
+        }
+        for a in closed {
+            if self.peers.find(&a).is_some() {
+                self.peer_gone(a, "closed its endpoint");
             }
         }
     }
@@ -667,6 +746,9 @@ impl Engine {
         let p = Posted { ctx, iovs, src, tag: t, ignore, credit };
         let q = tagged as usize;
         if let Some(i) = self.unexpected[q].iter().position(|u| matches(&p, tagged, u.hdr.tag, &u.from)) {
+            // (The application's call, not a progress call: a copy started
+            // here is not overlapped with messages behind it.)
+            self.busy = false;
             let u = self.unexpected[q].remove(i).expect("position is in range");
             self.deliver(p, u);
             return Ok(());
@@ -764,21 +846,32 @@ impl Engine {
             unsafe { cma::scatter(&p.iovs, &u.data[..n.min(u.data.len())]) };
             return self.finish_recv(p, u.hdr, u.from, 0);
         }
+        if u.gone {
+            tracing::warn!(
+                "a receive matched a send from {}, whose endpoint has closed since; its data is gone",
+                u.from
+            );
+            return self.finish_recv(p, u.hdr, u.from, ffi::FI_EIO);
+        }
         let dest = clip(&p.iovs, n);
         if self.can_share(n, &dest, &u.from) {
             let remote = clip(&u.iovs, n);
             return self.share(n, true, dest, remote, u.pid, u.from, u.hdr.msg_id, JobFor::Recv { p, hdr: u.hdr });
         }
-        self.recv_rts(p, u.hdr, u.from, u.pid, &u.iovs);
+        self.recv_rts(p, u.hdr, u.from, u.pid, &clip(&u.iovs, n));
     }
 
     /// The receiver's copy of a rendezvous send, alone: process_vm_readv
     /// from the sender, or a pull when the kernel cannot reach its memory.
     fn recv_rts(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, pid: u32, src: &[(usize, usize)]) {
         let n = (hdr.len as usize).min(total(&p.iovs));
-        let mut status = 0u32;
-        if let Err(e) = cma::read_from(pid, &clip(&p.iovs, n), src) {
-            if e.raw_os_error() == Some(libc::EFAULT) {
+        let status = match cma::read_from(pid, &clip(&p.iovs, n), src) {
+            Ok(got) if got == n => 0,
+            Ok(got) => {
+                tracing::warn!("receiving {n} bytes from {from}: only {got} could be copied");
+                ffi::FI_EIO
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
                 // Memory CMA cannot reach (device/PFN-mapped, secret): the
                 // sender, which owns it, pushes it through the queue.
                 tracing::debug!("pulling {n} bytes from {from} (process_vm_readv: {e})");
@@ -787,9 +880,11 @@ impl Engine {
                 self.push_ctrl(from, Hdr { op: op::PULL, msg_id: hdr.msg_id, len: n as u64, ..Default::default() });
                 return;
             }
-            tracing::warn!("receiving {} bytes from {from}: process_vm_readv failed: {e}", hdr.len);
-            status = ffi::FI_EIO;
-        }
+            Err(e) => {
+                tracing::warn!("receiving {} bytes from {from}: process_vm_readv failed: {e}", hdr.len);
+                ffi::FI_EIO
+            }
+        };
         self.finish_recv(p, hdr, from, status);
     }
 
@@ -869,6 +964,7 @@ impl Engine {
             // complete in matching order.
             self.finish_open_job();
             self.open_job = Some(job);
+            self.open_calls = 0;
         } else {
             self.work(&job, usize::MAX);
             self.finish_open_job();
@@ -980,6 +1076,12 @@ impl Engine {
             return; // only our own word copies touch device memory
         }
         let Some(v) = t.view(slot, gen) else { return };
+        // The helper writes its buffers into the owner's for a send or a
+        // write, and reads into them for a read; never the other way.
+        if v.helper_writes != (p.kind != Kind::Read) {
+            tracing::warn!("shared copy from {from} for operation {} goes the wrong way; not helping", h.msg_id);
+            return;
+        }
         if v.total > total(&p.iovs) {
             tracing::warn!("shared copy from {from} for operation {} is larger than it; not helping", h.msg_id);
             return;
@@ -998,6 +1100,15 @@ impl Engine {
     /// and answer the sender if it waits for us.
     fn finish_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
         self.finish_open_job();
+        self.complete_recv(p, hdr, from, status);
+        if hdr.op == op::RTS || hdr.flags & flag::NEED_ACK != 0 {
+            self.push_ctrl(from, Hdr { op: op::ACK, msg_id: hdr.msg_id, status, ..Default::default() });
+        }
+    }
+
+    /// The receive completion (or error) of `finish_recv`, without the
+    /// answer to the sender.
+    fn complete_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
         let room = total(&p.iovs);
         let len = hdr.len as usize;
         let n = len.min(room);
@@ -1041,9 +1152,6 @@ impl Engine {
                     });
                 }
             }
-        }
-        if hdr.op == op::RTS || hdr.flags & flag::NEED_ACK != 0 {
-            self.push_ctrl(from, Hdr { op: op::ACK, msg_id: hdr.msg_id, status, ..Default::default() });
         }
     }
 
@@ -1100,9 +1208,16 @@ impl Engine {
         }
     }
 
-    /// Push what we can of our outgoing streams.
+    /// Push what we can of our outgoing streams (a peer whose queue is full
+    /// holds up only the streams to it).
     fn run_streams(&mut self) {
-        while let Some(mut st) = self.streams.pop_front() {
+        let mut blocked: Vec<SocketAddr> = Vec::new();
+        'streams: for _ in 0..self.streams.len() {
+            let Some(mut st) = self.streams.pop_front() else { break };
+            if blocked.contains(&st.to) {
+                self.streams.push_back(st);
+                continue;
+            }
             if st._hold.as_ref().is_some_and(|r| !self.domain.mr.phys_live(r)) {
                 // A device registration revoked mid-read: no more of it.
                 st.off = st.total;
@@ -1123,11 +1238,14 @@ impl Engine {
                     len: n as u64,
                     ..Default::default()
                 };
-                match self.push(st.to, hdr, &[&data]) {
+                // (No retry at a new endpoint under its address: it is not the
+                // one this was for.)
+                match self.push_once(st.to, hdr, &[&data], false) {
                     Ok(()) => st.off += n,
                     Err(e) if e.code() == ffi::FI_EAGAIN => {
-                        self.streams.push_front(st);
-                        return;
+                        blocked.push(st.to);
+                        self.streams.push_back(st);
+                        continue 'streams;
                     }
                     Err(_) => {
                         st.off = st.total;
@@ -1177,9 +1295,22 @@ impl Engine {
                 let (data, iovs) = if h.op == op::EAGER {
                     (body[..(h.len as usize).min(body.len())].to_vec(), Vec::new())
                 } else {
-                    (Vec::new(), decode_iovs(body, h.iov_count as usize).unwrap_or_default())
+                    match decode_iovs(body, h.iov_count as usize).filter(|v| total(v) >= h.len as usize) {
+                        Some(v) => (Vec::new(), v),
+                        None => {
+                            tracing::warn!(
+                                "refused a send of {} bytes from {from}: its message does not describe that many bytes of buffers (a malformed or foreign message)",
+                                h.len
+                            );
+                            self.push_ctrl(
+                                from,
+                                Hdr { op: op::ACK, msg_id: h.msg_id, status: ffi::FI_EINVAL, ..Default::default() },
+                            );
+                            return;
+                        }
+                    }
                 };
-                let u = Unexpected { hdr: h, from, pid, data, iovs };
+                let u = Unexpected { hdr: h, from, pid, data, iovs, gone: false };
                 match self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
                     Some(i) => {
                         let p = self.posted[q].remove(i).expect("position is in range");
@@ -1189,6 +1320,10 @@ impl Engine {
                 }
             }
             op::ACK => {
+                // (Only our operations with that peer.)
+                if self.pending.get(&h.msg_id).is_none_or(|p| p.peer != from) {
+                    return;
+                }
                 if let Some(p) = self.pending.remove(&h.msg_id) {
                     if h.status == 0 {
                         self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
@@ -1252,10 +1387,17 @@ impl Engine {
             unsafe { cma::scatter(&local, &body[..len.min(body.len())]) };
             return self.rma_done(h, from, 0, Some(&g.region));
         }
-        let remote = decode_iovs(body, h.iov_count as usize).unwrap_or_default();
-        if h.msg_id != 0 && total(&remote) >= len && self.can_share(len, &local, &from) {
+        let Some(remote) = decode_iovs(body, h.iov_count as usize).filter(|r| total(r) >= len) else {
+            tracing::warn!(
+                "refused remote {} of {len} bytes from {from}: its message does not describe that many bytes of its own buffers (a malformed or foreign message)",
+                if read { "read" } else { "write" }
+            );
+            return self.rma_done(h, from, ffi::FI_EINVAL, None);
+        };
+        let remote = clip(&remote, len);
+        if h.msg_id != 0 && self.can_share(len, &local, &from) {
             let what = JobFor::Rma { hdr: h, hold: g.region };
-            return self.share(len, !read, local, clip(&remote, len), pid, from, h.msg_id, what);
+            return self.share(len, !read, local, remote, pid, from, h.msg_id, what);
         }
         self.rma_copy(h, from, pid, local, remote, g.region);
     }
@@ -1275,7 +1417,11 @@ impl Engine {
         let len = h.len as usize;
         let r = if read { cma::write_to(pid, &local, &remote) } else { cma::read_from(pid, &local, &remote) };
         match r {
-            Ok(_) => self.rma_done(h, from, 0, Some(&region)),
+            Ok(n) if n == len => self.rma_done(h, from, 0, Some(&region)),
+            Ok(n) => {
+                tracing::warn!("remote access from {from}: only {n} of {len} bytes could be copied");
+                self.rma_done(h, from, ffi::FI_EIO, None);
+            }
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
                 // The initiator's buffer is memory CMA cannot reach: the
                 // side that owns the data moves it through the queue.
@@ -1362,17 +1508,25 @@ impl Engine {
         // empty poll more than the check.)
         let ready = self.rx.as_ref().is_some_and(|r| r.ready());
         if let Some(mut rx) = self.rx.take_if(|_| ready) {
-            let mut n = 0;
-            while n < 64
-                && self.deferred.len() < DEFER_MAX
-                && rx.pop(|msg, more| {
-                    self.busy = more || !self.deferred.is_empty();
-                    self.take_message(msg, more)
-                })
-            {
-                n += 1;
-            }
+            // (A panic while handling a message, caught at the C boundary,
+            // must not leave the endpoint without its queue: dropping the
+            // region would remove its file. The message is consumed.)
+            let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut n = 0;
+                while n < 64
+                    && self.deferred.len() < DEFER_MAX
+                    && rx.pop(|msg, more| {
+                        self.busy = more || !self.deferred.is_empty();
+                        self.take_message(msg, more)
+                    })
+                {
+                    n += 1;
+                }
+            }));
             self.rx = Some(rx);
+            if let Err(panic) = handled {
+                std::panic::resume_unwind(panic);
+            }
         }
         if serve || self.unserved >= SERVE_EVERY {
             self.unserved = 0;
@@ -1380,9 +1534,16 @@ impl Engine {
         } else if !self.deferred.is_empty() {
             self.unserved += 1;
         }
-        if self.open_job.is_some() && self.deferred.is_empty() && !self.rx.as_ref().is_some_and(|r| r.ready()) {
-            // Nothing to overlap it with.
-            self.finish_open_job();
+        if self.open_job.is_some() {
+            self.open_calls += 1;
+            // Nothing to overlap it with, or open for long enough: a stream
+            // of messages that start no copy must not hold its completion
+            // back for good.
+            if (self.deferred.is_empty() && !self.rx.as_ref().is_some_and(|r| r.ready()))
+                || self.open_calls > SERVE_EVERY
+            {
+                self.finish_open_job();
+            }
         }
         // Idle: no copy of our own waiting, so a peer's shared copy gets
         // our core at once.
@@ -1536,17 +1697,44 @@ impl Engine {
         true
     }
 
+    /// Forget peers whose endpoint closed or whose process died.
     fn reap_dead_peers(&mut self) {
-        let dead: Vec<SocketAddr> =
-            self.peers.list.iter().filter(|p| !p.region.owner_alive()).map(|p| p.addr).collect();
-        for a in dead {
-            tracing::warn!("peer {a} is gone; failing its pending operations");
-            self.peers.remove(&a);
-            let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
-            for id in ids {
-                if let Some(p) = self.pending.remove(&id) {
-                    self.fail_tx(p, ffi::FI_ECONNABORTED);
-                }
+        let dead: Vec<(SocketAddr, bool)> =
+            self.peers.list.iter().filter(|p| !p.region.reachable()).map(|p| (p.addr, p.region.closed())).collect();
+        for (a, closed) in dead {
+            self.peer_gone(a, if closed { "closed its endpoint" } else { "is gone (its process exited)" });
+        }
+    }
+
+    /// A peer's endpoint is gone: closed (its process may live on, and may
+    /// open a new endpoint under the same address) or its process died.
+    /// Forget its queue, fail our operations with it (FI_ECONNABORTED),
+    /// drop what we still owed it (control messages, pushed chunks), fail
+    /// the receives it was pushing to us (FI_EIO), and mark its sends that
+    /// no receive has matched yet: their buffers are no longer its to
+    /// give. Nothing of this answers the peer, so no message meant for it
+    /// reaches a new endpoint at its address.
+    fn peer_gone(&mut self, a: SocketAddr, why: &str) {
+        tracing::warn!("peer {a} {why}; failing the operations with it");
+        self.peers.remove(&a);
+        let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
+        for id in ids {
+            if let Some(p) = self.pending.remove(&id) {
+                self.fail_tx(p, ffi::FI_ECONNABORTED);
+            }
+        }
+        self.outbox.retain(|(to, _)| *to != a);
+        self.streams.retain(|st| st.to != a);
+        let pulls: Vec<(SocketAddr, u64)> = self.pulls.keys().filter(|k| k.0 == a).copied().collect();
+        for k in pulls {
+            if let Some(Pull { what: PullFor::Recv { p, hdr }, .. }) = self.pulls.remove(&k) {
+                self.finish_open_job();
+                self.complete_recv(p, hdr, a, ffi::FI_EIO);
+            }
+        }
+        for q in &mut self.unexpected {
+            for u in q.iter_mut().filter(|u| u.from == a && u.hdr.op == op::RTS) {
+                u.gone = true;
             }
         }
     }

@@ -38,8 +38,9 @@ fn advance(v: &mut Vec<libc::iovec>, mut n: usize) {
     }
 }
 
+/// (Saturating: a peer's lengths may add up past usize::MAX.)
 fn total(v: &[(usize, usize)]) -> usize {
-    v.iter().map(|x| x.1).sum()
+    v.iter().fold(0usize, |s, x| s.saturating_add(x.1))
 }
 
 /// The pieces of `iovs` from byte `offset` for `len` bytes.

@@ -40,6 +40,10 @@ pub(crate) const CELL_DATA: usize = 8192 - 8;
 const FIRST_LINE: usize = 64 - 8;
 
 const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
+/// `Header::ready`: set once the region is initialised, and to `CLOSED`
+/// when its endpoint closes.
+const READY: u32 = 1;
+const CLOSED: u32 = 2;
 const VERSION: u32 = 5;
 
 #[repr(C)]
@@ -252,7 +256,7 @@ impl Region {
             h.cells = CELLS as u32;
             h.cell_size = size_of::<Cell>() as u32;
         }
-        r.header().ready.store(1, Ordering::Release);
+        r.header().ready.store(READY, Ordering::Release);
         Ok(r)
     }
 
@@ -277,7 +281,7 @@ impl Region {
         let base = base?;
         let r = Region { base, map: Mapping(base).into(), name, owned: false, head: 0, head_seen: 0.into() };
         let h = r.header();
-        if h.magic != MAGIC || h.version != VERSION || h.ready.load(Ordering::Acquire) != 1 {
+        if h.magic != MAGIC || h.version != VERSION || h.ready.load(Ordering::Acquire) != READY {
             return Err(io::Error::from_raw_os_error(libc::EPROTO));
         }
         Ok(r)
@@ -294,9 +298,16 @@ impl Region {
         self.header().owner
     }
 
-    /// Whether the owner is still alive.
-    pub fn owner_alive(&self) -> bool {
-        pid_alive(self.owner())
+    /// Whether the owner closed this endpoint (its process may live on,
+    /// and may open another endpoint under the same name: a new region).
+    pub fn closed(&self) -> bool {
+        self.header().ready.load(Ordering::Acquire) != READY
+    }
+
+    /// Whether the endpoint is still there: not closed, and its owner
+    /// process alive.
+    pub fn reachable(&self) -> bool {
+        !self.closed() && pid_alive(self.owner())
     }
 
     /// Push one message (`parts` concatenated). EAGAIN when full.
@@ -306,6 +317,10 @@ impl Region {
             return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
         }
         let h = self.header();
+        // (`ready` shares its cache line with `tail`, which we take next.)
+        if h.ready.load(Ordering::Acquire) != READY {
+            return Err(io::Error::from_raw_os_error(libc::ECONNRESET));
+        }
         let mut pos = h.tail.load(Ordering::Relaxed);
         loop {
             if pos >= self.head_seen.get() + CELLS as u64 {
@@ -387,16 +402,22 @@ impl Region {
         }
         let pos = self.head;
         let cell = self.cell(pos as usize);
+        let handled;
         // SAFETY: inside the mapping; the producer published it (`ready`).
         unsafe {
             let len = ((*cell).len as usize).min(CELL_DATA);
             let next = pos + 1;
             let more = (*self.cell(next as usize)).seq.load(Ordering::Relaxed) == (next + 1) as u32;
-            f(&(&(*cell).data)[..len], more);
+            // (Consumed even if handling it panics: a message that panics
+            // its handler must not be handled again and again.)
+            handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&(&(*cell).data)[..len], more)));
         }
         self.head = pos + 1;
         // Frees the cell: everything read from it happens before.
         self.header().head.store(self.head, Ordering::Release);
+        if let Err(panic) = handled {
+            std::panic::resume_unwind(panic);
+        }
         true
     }
 }
@@ -425,6 +446,9 @@ impl Drop for Region {
     fn drop(&mut self) {
         // (The mapping goes with the last holder of `map`.)
         if self.owned {
+            // Peers that still map it see the endpoint closed (their
+            // pushes fail with ECONNRESET) even though our process lives on.
+            self.header().ready.store(CLOSED, Ordering::Release);
             if let Ok(c) = CString::new(self.name.clone()) {
                 // SAFETY: valid C string.
                 unsafe { libc::shm_unlink(c.as_ptr()) };
