@@ -846,7 +846,9 @@ impl Engine {
             unsafe { cma::scatter(&p.iovs, &u.data[..n.min(u.data.len())]) };
             return self.finish_recv(p, u.hdr, u.from, 0);
         }
-        if u.gone {
+        // A sender's endpoint that closed (its process may live on) gave up
+        // its buffers: its queue says so (one load when we know it).
+        if u.gone || self.peer(u.from).map_or(true, |x| x.region.closed()) {
             tracing::warn!(
                 "a receive matched a send from {}, whose endpoint has closed since; its data is gone",
                 u.from

@@ -1,0 +1,369 @@
+//! A peer that sends what no oxmr peer would: messages written straight
+//! into an endpoint's shared-memory queue (docs/wire.md), bypassing the
+//! sender's engine, to an endpoint driven through the real ops tables.
+//!
+//! The endpoint must answer each malformed request with an error (never
+//! report a copy it did not make), never write outside its registration,
+//! never panic (these tests build with overflow checks, so an unchecked sum
+//! of a peer's lengths would), and keep working afterwards. The "peer" is a
+//! queue file this test creates under a port it holds, so that answers
+//! come back to it; its process is this one, so the kernel copies are real.
+
+#![allow(clippy::unnecessary_cast)] // FI_* constant types vary with the header version
+
+use std::ffi::c_void;
+use std::net::{SocketAddr, TcpListener};
+use std::ptr::{null, null_mut};
+
+use oxmr::boundary::provider::provider_ptr;
+use oxmr::info::addr;
+use oxmr::protocol::{encode_iovs, Hdr};
+use oxmr::shm::region::Region;
+use oxmr_ffi as ffi;
+
+// Message kinds and header flags (docs/wire.md).
+const EAGER: u8 = 1;
+const RTS: u8 = 2;
+const ACK: u8 = 3;
+const WRITE: u8 = 4;
+const WRITE_INLINE: u8 = 5;
+const READ: u8 = 6;
+const CTS: u8 = 9;
+const ACKS: u8 = 10;
+
+const PAGE: usize = 4096;
+const GUARD: u8 = 0xC3;
+
+struct Target {
+    fabric: *mut ffi::fid_fabric,
+    domain: *mut ffi::fid_domain,
+    info: *mut ffi::fi_info,
+    cq: *mut ffi::fid_cq,
+    av: *mut ffi::fid_av,
+    ep: *mut ffi::fid_ep,
+    mr: *mut ffi::fid_mr,
+    name: SocketAddr,
+    /// Guard page, registered page, guard page.
+    mem: Vec<u8>,
+    /// The address a peer names byte 0 of the registration with.
+    base: u64,
+    key: u64,
+}
+
+unsafe fn close(f: *mut ffi::fid) -> i32 {
+    unsafe { ((*(*f).ops).close.unwrap())(f) }
+}
+
+impl Target {
+    unsafe fn open() -> Target {
+        unsafe {
+            let p = &*provider_ptr();
+            let mut info = null_mut();
+            let r = (p.getinfo.unwrap())(
+                ffi::FI_HEADER_VERSION,
+                c"127.0.0.1".as_ptr(),
+                c"0".as_ptr(),
+                ffi::FI_SOURCE as u64,
+                null(),
+                &mut info,
+            );
+            assert_eq!(r, 0, "getinfo");
+            let mut fabric = null_mut();
+            assert_eq!((p.fabric.unwrap())((*info).fabric_attr, &mut fabric, null_mut()), 0);
+            let mut domain = null_mut();
+            assert_eq!(((*(*fabric).ops).domain.unwrap())(fabric, info, &mut domain, null_mut()), 0);
+            let d = &*(*domain).ops;
+            let mut cq_attr = ffi::fi_cq_attr { size: 64, format: ffi::FI_CQ_FORMAT_TAGGED, ..Default::default() };
+            let mut cq = null_mut();
+            assert_eq!((d.cq_open.unwrap())(domain, &mut cq_attr, &mut cq, null_mut()), 0);
+            let mut av_attr = ffi::fi_av_attr { type_: ffi::FI_AV_TABLE, ..Default::default() };
+            let mut av = null_mut();
+            assert_eq!((d.av_open.unwrap())(domain, &mut av_attr, &mut av, null_mut()), 0);
+            let mut ep = null_mut();
+            assert_eq!((d.endpoint.unwrap())(domain, info, &mut ep, null_mut()), 0);
+            let bind = (*(*ep).fid.ops).bind.unwrap();
+            assert_eq!(bind(ep.cast(), cq.cast(), (ffi::FI_TRANSMIT | ffi::FI_RECV) as u64), 0);
+            assert_eq!(bind(ep.cast(), av.cast(), 0), 0);
+            let control = (*(*ep).fid.ops).control.unwrap();
+            assert_eq!(control(ep.cast(), ffi::FI_ENABLE as i32, null_mut()), 0);
+            let mut nb = [0u8; 64];
+            let mut len = nb.len();
+            assert_eq!(((*(*ep).cm).getname.unwrap())(ep.cast(), nb.as_mut_ptr().cast(), &mut len), 0);
+            let name = addr::parse(&nb[..len]).expect("the endpoint's name is a sockaddr");
+            let mut mem = vec![GUARD; 3 * PAGE];
+            let reg = mem.as_mut_ptr().wrapping_add(PAGE);
+            let mut mr = null_mut();
+            let access = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
+            let mr_reg = (*(*domain).mr).reg.unwrap();
+            assert_eq!(mr_reg(domain.cast(), reg.cast(), PAGE, access, 0, 0, 0, &mut mr, null_mut()), 0);
+            let key = (*mr).key;
+            let virt = (*(*info).domain_attr).mr_mode & ffi::FI_MR_VIRT_ADDR as i32 != 0;
+            let base = if virt { reg as u64 } else { 0 };
+            Target { fabric, domain, info, cq, av, ep, mr, name, mem, base, key }
+        }
+    }
+
+    /// Run progress (a CQ read); the completion if one was there: Ok(ctx)
+    /// or Err(code) for an error completion.
+    fn poll(&self) -> Option<Result<usize, i32>> {
+        unsafe {
+            let ops = &*(*self.cq).ops;
+            let mut e = ffi::fi_cq_tagged_entry::default();
+            let n = (ops.read.unwrap())(self.cq, (&mut e as *mut ffi::fi_cq_tagged_entry).cast::<c_void>(), 1);
+            if n == 1 {
+                return Some(Ok(e.op_context as usize));
+            }
+            if n == -(ffi::FI_EAVAIL as isize) {
+                let mut err = ffi::fi_cq_err_entry::default();
+                assert_eq!((ops.readerr.unwrap())(self.cq, &mut err, 0), 1);
+                return Some(Err(err.err));
+            }
+            assert_eq!(n, -(ffi::FI_EAGAIN as isize), "fi_cq_read failed: {n}");
+            None
+        }
+    }
+
+    /// The registered page.
+    fn page(&self) -> &[u8] {
+        &self.mem[PAGE..2 * PAGE]
+    }
+
+    fn guards_intact(&self) -> bool {
+        self.mem[..PAGE].iter().chain(&self.mem[2 * PAGE..]).all(|&b| b == GUARD)
+    }
+
+    fn insert(&self, a: &SocketAddr) -> u64 {
+        let bytes = addr::encode(a);
+        let mut fi_addr = 0u64;
+        unsafe {
+            let insert = (*(*self.av).ops).insert.unwrap();
+            assert_eq!(insert(self.av, bytes.as_ptr().cast(), 1, &mut fi_addr, 0, null_mut()), 1);
+        }
+        fi_addr
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        unsafe {
+            assert_eq!(close(self.mr.cast()), 0);
+            assert_eq!(close(self.ep.cast()), 0);
+            assert_eq!(close(self.av.cast()), 0);
+            assert_eq!(close(self.cq.cast()), 0);
+            assert_eq!(close(self.domain.cast()), 0);
+            assert_eq!(close(self.fabric.cast()), 0);
+            ffi::fi_freeinfo(self.info);
+        }
+    }
+}
+
+/// The hostile peer: a queue of its own (for the answers) under a port it
+/// holds, and the target's queue, written directly.
+struct Peer {
+    _port: TcpListener,
+    name: [u8; 28],
+    rx: Region,
+    to: Region,
+}
+
+impl Peer {
+    fn new(target: &SocketAddr) -> Peer {
+        let port = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let me = port.local_addr().unwrap();
+        let rx = Region::create(&me).expect("the peer's queue");
+        let mut name = [0u8; 28];
+        let e = addr::encode(&me);
+        name[..e.len()].copy_from_slice(&e);
+        Peer { _port: port, name, rx, to: Region::open(target).expect("the target's queue") }
+    }
+
+    fn send(&self, mut h: Hdr, body: &[u8]) {
+        h.pid = std::process::id();
+        h.name = self.name;
+        let mut hb = [0u8; 96];
+        let n = h.encode(&mut hb);
+        self.to.push(&[&hb[..n], body]).expect("room in the target's queue");
+    }
+
+    /// Raw bytes, not even a header.
+    fn send_raw(&self, b: &[u8]) {
+        self.to.push(&[b]).expect("room in the target's queue");
+    }
+
+    /// Run the target's progress until an answer arrives (2 s at most).
+    fn answer(&mut self, t: &Target) -> Option<(Hdr, Vec<u8>)> {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::time::Instant::now() < until {
+            let _ = t.poll();
+            let mut got = None;
+            self.rx.pop(|m, _| got = Hdr::decode(m).map(|(h, n)| (h, m[n..].to_vec())));
+            if got.is_some() {
+                return got;
+            }
+        }
+        None
+    }
+
+    /// No answer within 100 ms of progress.
+    fn silent(&mut self, t: &Target) -> bool {
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        while std::time::Instant::now() < until {
+            let _ = t.poll();
+            let mut got = false;
+            self.rx.pop(|_, _| got = true);
+            if got {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+fn iovs(v: &[(usize, usize)]) -> Vec<u8> {
+    encode_iovs(v)
+}
+
+#[test]
+fn malformed_requests_are_refused_and_the_endpoint_keeps_working() {
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let src: Vec<u8> = (0..PAGE).map(|i| (i * 7 + 1) as u8).collect();
+    let einval = ffi::FI_EINVAL as u32;
+
+    // A well-formed inline write first: the baseline the rest is held to.
+    let h = Hdr { op: WRITE_INLINE, msg_id: 1, len: 64, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    p.send(h, &src[..64]);
+    let (a, _) = p.answer(&t).expect("an answer to a good inline write");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, 1, 0));
+    assert_eq!(&t.page()[..64], &src[..64]);
+
+    // A write whose header counts 3 iovs but carries 1.
+    let before = t.page().to_vec();
+    let h =
+        Hdr { op: WRITE, msg_id: 2, len: 2048, iov_count: 3, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    p.send(h, &iovs(&[(src.as_ptr() as usize, 2048)]));
+    let (a, _) = p.answer(&t).expect("an answer to a write with missing iovs");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, 2, einval), "missing iovs");
+
+    // A write of 4096 bytes whose iovs describe 100.
+    let h = Hdr {
+        op: WRITE,
+        msg_id: 3,
+        len: PAGE as u64,
+        iov_count: 1,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
+    p.send(h, &iovs(&[(src.as_ptr() as usize, 100)]));
+    let (a, _) = p.answer(&t).expect("an answer to a write with short iovs");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, 3, einval), "iovs shorter than the write");
+    assert_eq!(t.page(), &before[..], "a refused write changed the registration");
+
+    // A read into iovs shorter than the read.
+    let mut dst = vec![0u8; PAGE];
+    let h = Hdr {
+        op: READ,
+        msg_id: 4,
+        len: PAGE as u64,
+        iov_count: 1,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
+    p.send(h, &iovs(&[(dst.as_mut_ptr() as usize, 16)]));
+    let (a, _) = p.answer(&t).expect("an answer to a read with short iovs");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, 4, einval), "read into short iovs");
+    assert!(dst.iter().all(|&b| b == 0), "a refused read wrote into the peer");
+
+    // Iov lengths whose sum overflows (2^63 + 2^63): the first 2048 bytes
+    // are a real buffer, so the write itself is good.
+    let huge = 1usize << 63;
+    let h =
+        Hdr { op: WRITE, msg_id: 5, len: 2048, iov_count: 2, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    p.send(h, &iovs(&[(src.as_ptr() as usize, huge), (src.as_ptr() as usize, huge)]));
+    let (a, _) = p.answer(&t).expect("an answer to a write with overflowing iov lengths");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, 5, 0));
+    assert_eq!(&t.page()[..2048], &src[..2048]);
+
+    // A rendezvous send whose iovs describe less than it says.
+    let h = Hdr { op: RTS, msg_id: 6, len: 1 << 20, iov_count: 1, ..Default::default() };
+    p.send(h, &iovs(&[(src.as_ptr() as usize, 10)]));
+    let (a, _) = p.answer(&t).expect("an answer to a malformed RTS");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, 6, einval), "malformed RTS");
+
+    // Not a message at all; a help request for a job that does not exist;
+    // an ACKS naming more ids than it carries: nothing to answer.
+    p.send_raw(&[1, 2, 3, 4, 5]);
+    p.send(Hdr { op: CTS, msg_id: 77, rma_addr: 3, tag: 9, ..Default::default() }, &[]);
+    p.send(Hdr { op: ACKS, iov_count: 500, ..Default::default() }, &7u64.to_le_bytes());
+    assert!(p.silent(&t), "the endpoint answered junk");
+
+    // Still working: a good write and an eager send into a posted receive.
+    let h = Hdr {
+        op: WRITE,
+        msg_id: 8,
+        len: PAGE as u64,
+        iov_count: 1,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
+    p.send(h, &iovs(&[(src.as_ptr() as usize, PAGE)]));
+    let (a, _) = p.answer(&t).expect("an answer to a good write after the junk");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, 8, 0));
+    assert_eq!(t.page(), &src[..]);
+    let mut rbuf = [0u8; 32];
+    unsafe {
+        let recv = (*(*t.ep).msg).recv.unwrap();
+        let r = recv(
+            t.ep,
+            rbuf.as_mut_ptr().cast(),
+            rbuf.len(),
+            null_mut(),
+            ffi::FI_ADDR_UNSPEC as u64,
+            0x5eed as *mut c_void,
+        );
+        assert_eq!(r, 0);
+    }
+    p.send(Hdr { op: EAGER, len: 32, ..Default::default() }, &src[..32]);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut done = None;
+    while done.is_none() && std::time::Instant::now() < until {
+        done = t.poll();
+    }
+    assert_eq!(done, Some(Ok(0x5eed)), "the receive after the junk");
+    assert_eq!(&rbuf[..], &src[..32]);
+    assert!(t.guards_intact(), "bytes outside the registration changed");
+}
+
+#[test]
+fn an_answer_from_another_peer_completes_nothing() {
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let mut other = Peer::new(&t.name);
+    let fi_addr = t.insert(&p._port.local_addr().unwrap());
+    // A 64 KiB send to the peer: an RTS, complete only on the peer's ACK.
+    let buf = vec![5u8; 64 << 10];
+    unsafe {
+        let send = (*(*t.ep).msg).send.unwrap();
+        assert_eq!(send(t.ep, buf.as_ptr().cast(), buf.len(), null_mut(), fi_addr, 0xabc as *mut c_void), 0);
+    }
+    let (rts, _) = p.answer(&t).expect("the RTS at the peer");
+    assert_eq!(rts.op, RTS);
+    assert!(rts.msg_id != 0);
+    // The same operation id, from someone else.
+    other.send(Hdr { op: ACK, msg_id: rts.msg_id, ..Default::default() }, &[]);
+    other.send(Hdr { op: ACKS, iov_count: 1, ..Default::default() }, &rts.msg_id.to_le_bytes());
+    for _ in 0..1000 {
+        assert_eq!(t.poll(), None, "another peer's answer completed the send");
+    }
+    p.send(Hdr { op: ACK, msg_id: rts.msg_id, ..Default::default() }, &[]);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut done = None;
+    while done.is_none() && std::time::Instant::now() < until {
+        done = t.poll();
+    }
+    assert_eq!(done, Some(Ok(0xabc)), "the peer's own ACK completes the send");
+    assert!(other.silent(&t));
+}
