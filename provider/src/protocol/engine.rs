@@ -1564,6 +1564,9 @@ impl Engine {
             }
             self.last_check = Instant::now();
             self.reap_dead_peers();
+            if let Some(rx) = self.rx.as_mut() {
+                rx.unstick();
+            }
             if !self.stalled.is_empty() {
                 self.check_stalled(true);
             }

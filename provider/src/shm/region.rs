@@ -5,7 +5,8 @@
 //! ```text
 //! Header   magic, version, owner pid, cell count/size, ready flag, tail
 //!          (producers' line), head (the consumer's line), idle (the
-//!          owner's line: it has no copy of its own waiting)
+//!          owner's line: it has no copy of its own waiting), claimers
+//!          (the pid of the producer that last claimed each cell)
 //! Jobs     JOBS x JobSlot (shared copies, see `shm::jobs`)
 //! Cells    CELLS x { seq: u32, len: u32, data[CELL_DATA] }, 128-byte aligned
 //! ```
@@ -44,7 +45,7 @@ const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 /// when its endpoint closes.
 const READY: u32 = 1;
 const CLOSED: u32 = 2;
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 
 #[repr(C)]
 struct Header {
@@ -64,6 +65,9 @@ struct Header {
     /// with a shared copy at once); written by the owner on change only.
     idle: AtomicU32,
     _pad4: [u32; 31],
+    /// The pid of the producer that last claimed each cell, written right
+    /// after the claim (read only when a cell stays unpublished: `unstick`).
+    claimers: [AtomicU32; CELLS],
 }
 
 #[repr(C)]
@@ -122,6 +126,11 @@ pub struct Region {
     head: u64,
     /// The owner's `head` as a producer last read it.
     head_seen: std::cell::Cell<u64>,
+    /// Our pid (producers record it in `claimers`; getpid is a syscall).
+    pid: u32,
+    /// The unpublished cell at `head` and when it was first seen (owner
+    /// only; see `unstick`).
+    stuck: Option<(u64, std::time::Instant)>,
 }
 
 // SAFETY: the mapping is process-wide memory; all shared fields are
@@ -246,7 +255,16 @@ impl Region {
             // SAFETY: valid C string.
             unsafe { libc::shm_unlink(c.as_ptr()) };
         })?;
-        let r = Region { base, map: Mapping(base).into(), name, owned: true, head: 0, head_seen: 0.into() };
+        let r = Region {
+            base,
+            map: Mapping(base).into(),
+            name,
+            owned: true,
+            head: 0,
+            head_seen: 0.into(),
+            pid: std::process::id(),
+            stuck: None,
+        };
         // SAFETY: freshly zeroed mapping we own; initialise before `ready`.
         unsafe {
             let h = &mut *(base as *mut Header);
@@ -279,7 +297,16 @@ impl Region {
         // SAFETY: our fd.
         unsafe { libc::close(fd) };
         let base = base?;
-        let r = Region { base, map: Mapping(base).into(), name, owned: false, head: 0, head_seen: 0.into() };
+        let r = Region {
+            base,
+            map: Mapping(base).into(),
+            name,
+            owned: false,
+            head: 0,
+            head_seen: 0.into(),
+            pid: std::process::id(),
+            stuck: None,
+        };
         let h = r.header();
         if h.magic != MAGIC || h.version != VERSION || h.ready.load(Ordering::Acquire) != READY {
             return Err(io::Error::from_raw_os_error(libc::EPROTO));
@@ -331,6 +358,7 @@ impl Region {
             }
             match h.tail.compare_exchange_weak(pos, pos + 1, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => {
+                    h.claimers[pos as usize % CELLS].store(self.pid, Ordering::Relaxed);
                     let cell = self.cell(pos as usize);
                     // SAFETY: we own cell `pos` until we publish it: the
                     // consumer freed it (head > pos - CELLS, read with
@@ -422,6 +450,57 @@ impl Region {
     }
 }
 
+/// How long a claimed cell may stay unpublished before `unstick` asks
+/// whether its producer is alive.
+const STUCK_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Region {
+    /// Skip the cell at the head if the producer that claimed it died
+    /// before publishing it (killed between its claim and its store of
+    /// `seq`): otherwise the queue would wait for it forever and, once
+    /// full, refuse every producer. Owner only; called from the engine's
+    /// liveness check. A cell is skipped only after `STUCK_AFTER` and only
+    /// when the pid recorded for it is gone (a stopped producer still
+    /// publishes later, into the cell it claimed). Returns whether it
+    /// skipped one.
+    pub fn unstick(&mut self) -> bool {
+        let pos = self.head;
+        if self.ready() || self.header().tail.load(Ordering::Acquire) <= pos {
+            self.stuck = None;
+            return false;
+        }
+        match self.stuck {
+            Some((p, since)) if p == pos && since.elapsed() >= STUCK_AFTER => {
+                let claimer = self.header().claimers[pos as usize % CELLS].load(Ordering::Relaxed);
+                // (0: the claimer had not even recorded itself; wait.)
+                if claimer == 0 || pid_alive(claimer) {
+                    return false;
+                }
+                tracing::warn!(
+                    "a producer (pid {claimer}) died while writing a message into our queue; skipping its cell"
+                );
+                self.head = pos + 1;
+                self.header().head.store(self.head, Ordering::Release);
+                self.stuck = None;
+                true
+            }
+            Some((p, _)) if p == pos => false,
+            _ => {
+                self.stuck = Some((pos, std::time::Instant::now()));
+                false
+            }
+        }
+    }
+
+    /// Claim a cell as a producer `pid` that dies before publishing it.
+    #[cfg(test)]
+    fn claim_abandoned(&self, pid: u32) {
+        let h = self.header();
+        let pos = h.tail.fetch_add(1, Ordering::AcqRel);
+        h.claimers[pos as usize % CELLS].store(pid, Ordering::Relaxed);
+    }
+}
+
 /// Push the cache lines of [p, p+len) from our core's caches to the shared
 /// L3 (CLDEMOTE), where the consumer's reads find them sooner than in our
 /// L2; a hint, and a NOP on processors without it (its encoding is in the
@@ -493,5 +572,38 @@ mod tests {
         drop(peer);
         drop(own);
         assert!(Region::open(&addr).is_err(), "the owner unlinks its file");
+    }
+
+    #[test]
+    fn a_cell_whose_producer_died_unpublished_is_skipped() {
+        let addr: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let mut own = Region::create(&addr).unwrap();
+        let peer = Region::open(&addr).unwrap();
+        let pop = |own: &mut Region| {
+            let mut got = None;
+            own.pop(|b, _| got = Some(b.to_vec()));
+            got
+        };
+        // A process that is gone: it exited and was reaped.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        peer.push(&[b"before"]).unwrap();
+        peer.claim_abandoned(dead);
+        peer.push(&[b"after"]).unwrap();
+        assert_eq!(pop(&mut own).as_deref(), Some(&b"before"[..]));
+        assert_eq!(pop(&mut own), None, "the abandoned cell holds the queue");
+        assert!(!own.unstick(), "not on first sight");
+        assert!(!own.unstick(), "not before STUCK_AFTER");
+        own.stuck = own.stuck.map(|(p, t)| (p, t - STUCK_AFTER));
+        assert!(own.unstick(), "skipped once its producer is known dead");
+        assert_eq!(pop(&mut own).as_deref(), Some(&b"after"[..]));
+        // A producer that is alive (stopped, say) is waited for.
+        peer.claim_abandoned(std::process::id());
+        peer.push(&[b"later"]).unwrap();
+        assert!(!own.unstick());
+        own.stuck = own.stuck.map(|(p, t)| (p, t - STUCK_AFTER));
+        assert!(!own.unstick(), "a live producer's cell is never skipped");
+        assert_eq!(pop(&mut own), None);
     }
 }
