@@ -20,6 +20,10 @@
  *  5. A peer that stops reading its queue holds up only the answers owed
  *     to it: S fills A's queue, then owes A an ACK (which must wait), and
  *     B's rendezvous send to S still completes.
+ *  6. An initiator that closes its endpoint with an RMA read and an RMA
+ *     write outstanding: when the target gets to them it copies nothing
+ *     (the read's buffer, reused by then, is not written; the write's
+ *     bytes do not land) and keeps serving others.
  */
 #include "oxt.h"
 
@@ -361,6 +365,62 @@ static void stalled_peer(void)
 	free(rbuf);
 }
 
+static void closed_initiator(void)
+{
+	struct ep x, t;
+	struct fid_mr *mr;
+	struct fi_context c[3];
+	const size_t n = 64 << 10;
+	unsigned char *reg = malloc(2 * n), *buf = malloc(2 * n);
+	fi_addr_t x_to_t;
+	uint64_t base;
+	void *ctx = NULL;
+	int rc;
+
+	OXT_GROUP("6. RMA outstanding when the initiator closes: the target copies nothing for it");
+	REQUIRE(reg && buf, "malloc");
+	ep_open(&x, 0);
+	ep_open(&t, 0);
+	x_to_t = insert(&x, &t);
+	fill(reg, 2 * n, 9);
+	REQUIRE_RC(fi_mr_reg(t.e.domain, reg, 2 * n, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
+	base = (t.e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)reg : 0;
+	/* T runs no progress yet: both wait in its queue. */
+	memset(buf, 0, 2 * n);
+	REQUIRE_RC(fi_read(x.ep, buf, n, NULL, x_to_t, base, fi_mr_key(mr), &c[0]), 0);
+	fill(buf + n, n, 10);
+	REQUIRE_RC(fi_write(x.ep, buf + n, n, NULL, x_to_t, base + n, fi_mr_key(mr), &c[1]), 0);
+	ep_close(&x);
+	/* X's buffers now hold something else. */
+	fill(buf, 2 * n, 11);
+	rc = next_completion(t.cq, 200, &ctx);
+	EXPECT(rc == -1, "the target completed something (%d)", rc);
+	EXPECT(same(buf, 2 * n, 11), "the target wrote into the closed initiator's buffer");
+	EXPECT(same(reg, 2 * n, 9), "the closed initiator's write landed at the target");
+	/* T still serves a live initiator. */
+	ep_open(&x, 0);
+	x_to_t = insert(&x, &t);
+	REQUIRE_RC(fi_read(x.ep, buf, n, NULL, x_to_t, base, fi_mr_key(mr), &c[2]), 0);
+	{
+		double until = oxt_now_ms() + 5000;
+
+		rc = -1;
+		while (rc == -1 && oxt_now_ms() < until) {
+			void *tctx;
+
+			(void)next_completion(t.cq, 1, &tctx); /* T's progress */
+			rc = next_completion(x.cq, 1, &ctx);
+		}
+	}
+	EXPECT(rc == 0 && ctx == &c[2], "a read after the close: completion %d", rc);
+	EXPECT(same(buf, n, 9), "the read after the close brought other bytes");
+	EXPECT_RC(fi_close(&mr->fid), 0);
+	ep_close(&x);
+	ep_close(&t);
+	free(reg);
+	free(buf);
+}
+
 int main(int argc, char **argv)
 {
 	oxt_init(argv[0]);
@@ -368,5 +428,6 @@ int main(int argc, char **argv)
 	closed_peers();
 	killed_mid_pull();
 	stalled_peer();
+	closed_initiator();
 	return oxt_done();
 }

@@ -848,7 +848,7 @@ impl Engine {
         }
         // A sender's endpoint that closed (its process may live on) gave up
         // its buffers: its queue says so (one load when we know it).
-        if u.gone || self.peer(u.from).map_or(true, |x| x.region.closed()) {
+        if u.gone || self.closed_peer(&u.from) {
             tracing::warn!(
                 "a receive matched a send from {}, whose endpoint has closed since; its data is gone",
                 u.from
@@ -1396,6 +1396,15 @@ impl Engine {
             );
             return self.rma_done(h, from, ffi::FI_EINVAL, None);
         };
+        if self.closed_peer(&from) {
+            // Its buffers are no longer its to offer: a read would write
+            // into memory the application may have reused since.
+            tracing::warn!(
+                "dropping a remote {} from {from}: its endpoint has closed",
+                if read { "read" } else { "write" }
+            );
+            return;
+        }
         let remote = clip(&remote, len);
         if h.msg_id != 0 && self.can_share(len, &local, &from) {
             let what = JobFor::Rma { hdr: h, hold: g.region };
@@ -1637,6 +1646,10 @@ impl Engine {
             return false;
         }
         let Some(peer) = self.sender(&first.name) else { return false };
+        if self.closed_peer(&peer) {
+            // (Each is dropped alone, by rma_target.)
+            return false;
+        }
         // (More messages wait behind the first.)
         self.busy = true;
         let limit = self.share_from(&peer).min(self.write_batch_max + 1);
@@ -1708,6 +1721,19 @@ impl Engine {
             self.peers.list.iter().filter(|p| !p.region.reachable()).map(|p| (p.addr, p.region.closed())).collect();
         for (a, closed) in dead {
             self.peer_gone(a, if closed { "closed its endpoint" } else { "is gone (its process exited)" });
+        }
+    }
+
+    /// Whether `a`'s endpoint has closed (or its queue is gone): checked
+    /// before copying into or out of its buffers. One load of its queue's
+    /// header when we know it (we are about to answer it anyway).
+    fn closed_peer(&mut self, a: &SocketAddr) -> bool {
+        match self.peer(*a) {
+            Ok(p) if !p.region.closed() => false,
+            _ => {
+                self.peer_gone(*a, "closed its endpoint");
+                true
+            }
         }
     }
 
