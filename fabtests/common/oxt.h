@@ -504,4 +504,82 @@ static inline int oxt_wait_one(struct oxt_side *s, void *ctx)
 	return -1;
 }
 
+struct oxt_ep {
+	struct oxt_env e;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	char name[64];
+};
+
+/* An RDM endpoint on 127.0.0.1 (`port` 0: an ephemeral one) with a fabric and
+ * domain of its own, a CQ (wait object `wait`) and an AV. */
+static inline void oxt_ep_open(struct oxt_ep *x, uint16_t port, enum fi_wait_obj wait)
+{
+	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64, .wait_obj = wait };
+	struct fi_av_attr aa = { .type = FI_AV_TABLE };
+	struct fi_info *hints = oxt_hints(FI_EP_RDM), *info = NULL;
+	char service[16];
+	size_t len = sizeof x->name;
+
+	memset(x, 0, sizeof *x);
+	snprintf(service, sizeof service, "%u", port);
+	REQUIRE_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", port ? service : NULL, FI_SOURCE, hints, &info), 0);
+	fi_freeinfo(hints);
+	if (info->next) {
+		fi_freeinfo(info->next);
+		info->next = NULL;
+	}
+	x->e.info = info;
+	REQUIRE_RC(fi_fabric(info->fabric_attr, &x->e.fabric, NULL), 0);
+	REQUIRE_RC(fi_domain(x->e.fabric, info, &x->e.domain, NULL), 0);
+	REQUIRE_RC(fi_cq_open(x->e.domain, &ca, &x->cq, NULL), 0);
+	REQUIRE_RC(fi_av_open(x->e.domain, &aa, &x->av, NULL), 0);
+	REQUIRE_RC(fi_endpoint(x->e.domain, info, &x->ep, NULL), 0);
+	REQUIRE_RC(fi_ep_bind(x->ep, &x->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(x->ep, &x->av->fid, 0), 0);
+	REQUIRE_RC(fi_enable(x->ep), 0);
+	REQUIRE_RC(fi_getname(&x->ep->fid, x->name, &len), 0);
+}
+
+static inline void oxt_ep_close(struct oxt_ep *x)
+{
+	EXPECT_RC(fi_close(&x->ep->fid), 0);
+	EXPECT_RC(fi_close(&x->av->fid), 0);
+	EXPECT_RC(fi_close(&x->cq->fid), 0);
+	oxt_close(&x->e);
+}
+
+static inline fi_addr_t oxt_ep_insert(struct oxt_ep *x, const struct oxt_ep *peer)
+{
+	fi_addr_t a = FI_ADDR_NOTAVAIL;
+
+	REQUIRE_RC(fi_av_insert(x->av, peer->name, 1, &a, 0, NULL), 1);
+	return a;
+}
+
+/* The next completion of `cq` within `ms`: 0 success, a positive FI_E*
+ * code for an error completion (its context in *ctx), -1 none. */
+static inline int oxt_next_completion(struct fid_cq *cq, int ms, void **ctx)
+{
+	struct fi_cq_tagged_entry ent;
+	struct fi_cq_err_entry err = { 0 };
+	double until = oxt_now_ms() + ms;
+
+	while (oxt_now_ms() < until) {
+		ssize_t n = fi_cq_read(cq, &ent, 1);
+
+		if (n == 1) {
+			*ctx = ent.op_context;
+			return 0;
+		}
+		if (n == -FI_EAVAIL) {
+			fi_cq_readerr(cq, &err, 0);
+			*ctx = err.op_context;
+			return err.err;
+		}
+	}
+	return -1;
+}
+
 #endif /* OXT_H */

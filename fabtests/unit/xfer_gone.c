@@ -39,83 +39,6 @@
 #define BIG (1UL << 20)
 #define PULLED (64UL << 20)
 
-struct ep {
-	struct oxt_env e;
-	struct fid_ep *ep;
-	struct fid_cq *cq;
-	struct fid_av *av;
-	char name[64];
-};
-
-/* An endpoint on 127.0.0.1 (`port` 0: an ephemeral one) with a CQ and AV. */
-static void ep_open(struct ep *x, uint16_t port)
-{
-	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
-	struct fi_av_attr aa = { .type = FI_AV_TABLE };
-	struct fi_info *hints = oxt_hints(FI_EP_RDM), *info = NULL;
-	char service[16];
-	size_t len = sizeof x->name;
-
-	memset(x, 0, sizeof *x);
-	snprintf(service, sizeof service, "%u", port);
-	REQUIRE_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", port ? service : NULL, FI_SOURCE, hints, &info), 0);
-	fi_freeinfo(hints);
-	if (info->next) {
-		fi_freeinfo(info->next);
-		info->next = NULL;
-	}
-	x->e.info = info;
-	REQUIRE_RC(fi_fabric(info->fabric_attr, &x->e.fabric, NULL), 0);
-	REQUIRE_RC(fi_domain(x->e.fabric, info, &x->e.domain, NULL), 0);
-	REQUIRE_RC(fi_cq_open(x->e.domain, &ca, &x->cq, NULL), 0);
-	REQUIRE_RC(fi_av_open(x->e.domain, &aa, &x->av, NULL), 0);
-	REQUIRE_RC(fi_endpoint(x->e.domain, info, &x->ep, NULL), 0);
-	REQUIRE_RC(fi_ep_bind(x->ep, &x->cq->fid, FI_TRANSMIT | FI_RECV), 0);
-	REQUIRE_RC(fi_ep_bind(x->ep, &x->av->fid, 0), 0);
-	REQUIRE_RC(fi_enable(x->ep), 0);
-	REQUIRE_RC(fi_getname(&x->ep->fid, x->name, &len), 0);
-}
-
-static void ep_close(struct ep *x)
-{
-	EXPECT_RC(fi_close(&x->ep->fid), 0);
-	EXPECT_RC(fi_close(&x->av->fid), 0);
-	EXPECT_RC(fi_close(&x->cq->fid), 0);
-	oxt_close(&x->e);
-}
-
-static fi_addr_t insert(struct ep *x, const struct ep *peer)
-{
-	fi_addr_t a = FI_ADDR_NOTAVAIL;
-
-	REQUIRE_RC(fi_av_insert(x->av, peer->name, 1, &a, 0, NULL), 1);
-	return a;
-}
-
-/* The next completion of `cq` within `ms`: 0 success, a positive FI_E*
- * code for an error completion (its context in *ctx), -1 none. */
-static int next_completion(struct fid_cq *cq, int ms, void **ctx)
-{
-	struct fi_cq_tagged_entry ent;
-	struct fi_cq_err_entry err = { 0 };
-	double until = oxt_now_ms() + ms;
-
-	while (oxt_now_ms() < until) {
-		ssize_t n = fi_cq_read(cq, &ent, 1);
-
-		if (n == 1) {
-			*ctx = ent.op_context;
-			return 0;
-		}
-		if (n == -FI_EAVAIL) {
-			fi_cq_readerr(cq, &err, 0);
-			*ctx = err.op_context;
-			return err.err;
-		}
-	}
-	return -1;
-}
-
 static void fill(unsigned char *p, size_t n, unsigned seed)
 {
 	for (size_t i = 0; i < n; i++)
@@ -132,7 +55,7 @@ static bool same(const unsigned char *p, size_t n, unsigned seed)
 
 static void closed_peers(void)
 {
-	struct ep x, y, z;
+	struct oxt_ep x, y, z;
 	struct fi_context c1, c2, c3;
 	unsigned char *buf = malloc(BIG), *rbuf = malloc(BIG);
 	fi_addr_t x_to_y, z_to_y;
@@ -142,20 +65,20 @@ static void closed_peers(void)
 	int rc;
 
 	REQUIRE(buf && rbuf, "malloc");
-	ep_open(&x, 0);
-	ep_open(&y, 0);
+	oxt_ep_open(&x, 0, FI_WAIT_NONE);
+	oxt_ep_open(&y, 0, FI_WAIT_NONE);
 	memcpy(&y_addr, y.name, sizeof y_addr);
-	x_to_y = insert(&x, &y);
+	x_to_y = oxt_ep_insert(&x, &y);
 
 	OXT_GROUP("1. an endpoint closed in a live process: the pending send to it fails with FI_ECONNABORTED, the next send finds nobody");
 	fill(buf, BIG, 1);
 	/* Y posts no receive: the RTS waits at Y unanswered. */
 	REQUIRE_RC(fi_send(x.ep, buf, BIG, NULL, x_to_y, &c1), 0);
-	rc = next_completion(x.cq, 50, &ctx);
+	rc = oxt_next_completion(x.cq, 50, &ctx);
 	EXPECT(rc == -1, "the send completed (%d) before Y received anything", rc);
-	ep_close(&y);
+	oxt_ep_close(&y);
 	t0 = oxt_now_ms();
-	rc = next_completion(x.cq, 5000, &ctx);
+	rc = oxt_next_completion(x.cq, 5000, &ctx);
 	EXPECT(rc == FI_ECONNABORTED && ctx == &c1,
 	       "the send to the closed endpoint: completion %d (%s), want FI_ECONNABORTED", rc,
 	       rc > 0 ? fi_strerror(rc) : "none within 5 s");
@@ -164,32 +87,32 @@ static void closed_peers(void)
 	EXPECT_RC(fi_send(x.ep, buf, 64, NULL, x_to_y, &c2), -FI_EHOSTUNREACH);
 
 	OXT_GROUP("2. a new endpoint at the closed one's address gets what is sent there next");
-	ep_open(&y, ntohs(y_addr.sin_port));
+	oxt_ep_open(&y, ntohs(y_addr.sin_port), FI_WAIT_NONE);
 	EXPECT(!memcmp(&y_addr, y.name, sizeof y_addr), "the new endpoint has another address");
 	fill(buf, 64, 2);
 	memset(rbuf, 0, 64);
 	REQUIRE_RC(fi_recv(y.ep, rbuf, 64, NULL, FI_ADDR_UNSPEC, &c3), 0);
 	EXPECT_RC(fi_send(x.ep, buf, 64, NULL, x_to_y, &c2), 0);
-	rc = next_completion(x.cq, 5000, &ctx);
+	rc = oxt_next_completion(x.cq, 5000, &ctx);
 	EXPECT(rc == 0 && ctx == &c2, "the send to the new endpoint: completion %d", rc);
-	rc = next_completion(y.cq, 5000, &ctx);
+	rc = oxt_next_completion(y.cq, 5000, &ctx);
 	EXPECT(rc == 0 && ctx == &c3, "the new endpoint's receive: completion %d", rc);
 	EXPECT(same(rbuf, 64, 2), "the new endpoint received other bytes");
 
 	OXT_GROUP("3. a send left unexpected by an endpoint that closes: the receive posted later fails with FI_EIO");
-	ep_open(&z, 0);
-	z_to_y = insert(&z, &y);
+	oxt_ep_open(&z, 0, FI_WAIT_NONE);
+	z_to_y = oxt_ep_insert(&z, &y);
 	fill(buf, BIG, 3);
 	REQUIRE_RC(fi_send(z.ep, buf, BIG, NULL, z_to_y, &c1), 0);
 	/* Y takes the RTS in as unexpected. */
-	rc = next_completion(y.cq, 100, &ctx);
+	rc = oxt_next_completion(y.cq, 100, &ctx);
 	EXPECT(rc == -1, "Y completed something (%d) with no receive posted", rc);
-	ep_close(&z);
+	oxt_ep_close(&z);
 	/* Z's buffer now belongs to something else. */
 	fill(buf, BIG, 4);
 	memset(rbuf, 0, BIG);
 	REQUIRE_RC(fi_recv(y.ep, rbuf, BIG, NULL, FI_ADDR_UNSPEC, &c3), 0);
-	rc = next_completion(y.cq, 5000, &ctx);
+	rc = oxt_next_completion(y.cq, 5000, &ctx);
 	EXPECT(rc == FI_EIO && ctx == &c3, "the receive of the closed endpoint's send: completion %d (%s), want FI_EIO",
 	       rc, rc > 0 ? fi_strerror(rc) : "none");
 	EXPECT(!same(rbuf, BIG, 4), "the receive copied from the closed endpoint's buffer");
@@ -202,16 +125,16 @@ static void closed_peers(void)
 		double until = oxt_now_ms() + 5000;
 
 		while (got < 2 && oxt_now_ms() < until) {
-			if (next_completion(x.cq, 1, &ctx) == 0 && ctx == &c2)
+			if (oxt_next_completion(x.cq, 1, &ctx) == 0 && ctx == &c2)
 				got++;
-			if (next_completion(y.cq, 1, &ctx) == 0 && ctx == &c3)
+			if (oxt_next_completion(y.cq, 1, &ctx) == 0 && ctx == &c3)
 				got++;
 		}
 		EXPECT(got == 2, "X -> Y after the close: %d of 2 completions", got);
 		EXPECT(same(rbuf, BIG, 5), "Y received other bytes");
 	}
-	ep_close(&y);
-	ep_close(&x);
+	oxt_ep_close(&y);
+	oxt_ep_close(&x);
 	free(buf);
 	free(rbuf);
 }
@@ -278,18 +201,18 @@ static void killed_mid_pull(void)
 	REQUIRE(read(sv[0], &m, 1) == 1, "socketpair read");
 	REQUIRE_RC(fi_recv(s.ep, rbuf, PULLED, NULL, FI_ADDR_UNSPEC, &c), 0);
 	/* Match the RTS (process_vm_readv: EFAULT) and ask for the bytes. */
-	rc = next_completion(s.cq, 50, &ctx);
+	rc = oxt_next_completion(s.cq, 50, &ctx);
 	EXPECT(rc == -1, "the receive completed (%d) before the sender pushed anything", rc);
 	REQUIRE(write(sv[0], "g", 1) == 1, "socketpair write");
 	/* The sender pushes for 30 ms; we take what arrives. */
 	while (read(sv[0], &m, 1) != 1)
 		;
-	rc = next_completion(s.cq, 50, &ctx);
+	rc = oxt_next_completion(s.cq, 50, &ctx);
 	EXPECT(rc == -1, "the receive completed (%d) with the sender stopped part way", rc);
 	kill(pid, SIGKILL);
 	waitpid(pid, &status, 0);
 	t0 = oxt_now_ms();
-	rc = next_completion(s.cq, 5000, &ctx);
+	rc = oxt_next_completion(s.cq, 5000, &ctx);
 	EXPECT(rc == FI_EIO && ctx == &c, "the receive from the killed sender: completion %d (%s), want FI_EIO", rc,
 	       rc > 0 ? fi_strerror(rc) : "none within 5 s");
 	if (rc == FI_EIO)
@@ -300,7 +223,7 @@ static void killed_mid_pull(void)
 
 static void stalled_peer(void)
 {
-	struct ep s, a, b;
+	struct oxt_ep s, a, b;
 	struct fi_context c[4];
 	unsigned char *buf = malloc(BIG), *rbuf = malloc(BIG), small[64] = { 0 };
 	fi_addr_t s_to_a, a_to_s, b_to_s;
@@ -310,12 +233,12 @@ static void stalled_peer(void)
 
 	OXT_GROUP("5. a peer that stops reading its queue holds up only the answers owed to it");
 	REQUIRE(buf && rbuf, "malloc");
-	ep_open(&s, 0);
-	ep_open(&a, 0);
-	ep_open(&b, 0);
-	s_to_a = insert(&s, &a);
-	a_to_s = insert(&a, &s);
-	b_to_s = insert(&b, &s);
+	oxt_ep_open(&s, 0, FI_WAIT_NONE);
+	oxt_ep_open(&a, 0, FI_WAIT_NONE);
+	oxt_ep_open(&b, 0, FI_WAIT_NONE);
+	s_to_a = oxt_ep_insert(&s, &a);
+	a_to_s = oxt_ep_insert(&a, &s);
+	b_to_s = oxt_ep_insert(&b, &s);
 	/* A never runs progress from here on: S fills its queue. */
 	while (sent < 100000) {
 		ssize_t r = fi_inject(s.ep, small, sizeof small, s_to_a);
@@ -331,7 +254,7 @@ static void stalled_peer(void)
 	fill(buf, BIG, 7);
 	REQUIRE_RC(fi_send(a.ep, buf, BIG, NULL, a_to_s, &c[0]), 0);
 	REQUIRE_RC(fi_recv(s.ep, rbuf, BIG, NULL, FI_ADDR_UNSPEC, &c[1]), 0);
-	rc = next_completion(s.cq, 5000, &ctx);
+	rc = oxt_next_completion(s.cq, 5000, &ctx);
 	EXPECT(rc == 0 && ctx == &c[1], "S's receive of A's send: completion %d", rc);
 	/* B's rendezvous send to S: S's answers to B must not wait behind A's. */
 	fill(buf, BIG, 8);
@@ -340,9 +263,9 @@ static void stalled_peer(void)
 	got = 0;
 	until = oxt_now_ms() + 5000;
 	while (got < 2 && oxt_now_ms() < until) {
-		if (next_completion(s.cq, 1, &ctx) == 0 && ctx == &c[2])
+		if (oxt_next_completion(s.cq, 1, &ctx) == 0 && ctx == &c[2])
 			got++;
-		if (next_completion(b.cq, 1, &ctx) == 0 && ctx == &c[3])
+		if (oxt_next_completion(b.cq, 1, &ctx) == 0 && ctx == &c[3])
 			got++;
 	}
 	EXPECT(got == 2, "B -> S while A's queue is full: %d of 2 completions", got);
@@ -358,16 +281,16 @@ static void stalled_peer(void)
 			got = 1;
 	}
 	EXPECT(got, "A's send never completed once A read its queue again");
-	ep_close(&b);
-	ep_close(&a);
-	ep_close(&s);
+	oxt_ep_close(&b);
+	oxt_ep_close(&a);
+	oxt_ep_close(&s);
 	free(buf);
 	free(rbuf);
 }
 
 static void closed_initiator(void)
 {
-	struct ep x, t;
+	struct oxt_ep x, t;
 	struct fid_mr *mr;
 	struct fi_context c[3];
 	const size_t n = 64 << 10;
@@ -379,9 +302,9 @@ static void closed_initiator(void)
 
 	OXT_GROUP("6. RMA outstanding when the initiator closes: the target copies nothing for it");
 	REQUIRE(reg && buf, "malloc");
-	ep_open(&x, 0);
-	ep_open(&t, 0);
-	x_to_t = insert(&x, &t);
+	oxt_ep_open(&x, 0, FI_WAIT_NONE);
+	oxt_ep_open(&t, 0, FI_WAIT_NONE);
+	x_to_t = oxt_ep_insert(&x, &t);
 	fill(reg, 2 * n, 9);
 	REQUIRE_RC(fi_mr_reg(t.e.domain, reg, 2 * n, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
 	base = (t.e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)reg : 0;
@@ -390,16 +313,16 @@ static void closed_initiator(void)
 	REQUIRE_RC(fi_read(x.ep, buf, n, NULL, x_to_t, base, fi_mr_key(mr), &c[0]), 0);
 	fill(buf + n, n, 10);
 	REQUIRE_RC(fi_write(x.ep, buf + n, n, NULL, x_to_t, base + n, fi_mr_key(mr), &c[1]), 0);
-	ep_close(&x);
+	oxt_ep_close(&x);
 	/* X's buffers now hold something else. */
 	fill(buf, 2 * n, 11);
-	rc = next_completion(t.cq, 200, &ctx);
+	rc = oxt_next_completion(t.cq, 200, &ctx);
 	EXPECT(rc == -1, "the target completed something (%d)", rc);
 	EXPECT(same(buf, 2 * n, 11), "the target wrote into the closed initiator's buffer");
 	EXPECT(same(reg, 2 * n, 9), "the closed initiator's write landed at the target");
 	/* T still serves a live initiator. */
-	ep_open(&x, 0);
-	x_to_t = insert(&x, &t);
+	oxt_ep_open(&x, 0, FI_WAIT_NONE);
+	x_to_t = oxt_ep_insert(&x, &t);
 	REQUIRE_RC(fi_read(x.ep, buf, n, NULL, x_to_t, base, fi_mr_key(mr), &c[2]), 0);
 	{
 		double until = oxt_now_ms() + 5000;
@@ -408,15 +331,15 @@ static void closed_initiator(void)
 		while (rc == -1 && oxt_now_ms() < until) {
 			void *tctx;
 
-			(void)next_completion(t.cq, 1, &tctx); /* T's progress */
-			rc = next_completion(x.cq, 1, &ctx);
+			(void)oxt_next_completion(t.cq, 1, &tctx); /* T's progress */
+			rc = oxt_next_completion(x.cq, 1, &ctx);
 		}
 	}
 	EXPECT(rc == 0 && ctx == &c[2], "a read after the close: completion %d", rc);
 	EXPECT(same(buf, n, 9), "the read after the close brought other bytes");
 	EXPECT_RC(fi_close(&mr->fid), 0);
-	ep_close(&x);
-	ep_close(&t);
+	oxt_ep_close(&x);
+	oxt_ep_close(&t);
 	free(reg);
 	free(buf);
 }

@@ -133,6 +133,8 @@ unsafe fn read_common(
     // SAFETY: our fid.
     let cq = unsafe { borrow::<Cq>(cq.cast()) }?;
     if count == 0 {
+        // "A count value of 0 may be used to drive progress" (fi_cq(3)).
+        cq.read(0, |_, _| {})?;
         return Ok(0);
     }
     if buf.is_null() {
@@ -152,8 +154,10 @@ unsafe fn read_common(
     let n = match blocking {
         None => cq.read(count, out)?,
         Some((cond, timeout)) => {
-            // SAFETY: with FI_CQ_COND_THRESHOLD, cond points to a size_t.
-            let threshold = if cond.is_null() { 1 } else { unsafe { *(cond as *const usize) } };
+            // SAFETY: with FI_CQ_COND_THRESHOLD, cond points to a size_t;
+            // otherwise it means nothing and is not read (fi_cq(3)).
+            let threshold =
+                if cond.is_null() || !cq.threshold_cond { 1 } else { unsafe { *(cond as *const usize) }.max(1) };
             cq.sread(count, threshold, timeout, out)?
         }
     };
@@ -218,7 +222,10 @@ unsafe extern "C" fn readerr(cq: *mut ffi::fid_cq, buf: *mut ffi::fi_cq_err_entr
             b.olen = e.olen;
             b.err = e.err;
             b.prov_errno = e.prov_errno;
-            b.err_data_size = 0;
+            // (Not there before API 1.5: fi_cq(3).)
+            if cq.domain.fabric.api_1_5() {
+                b.err_data_size = 0;
+            }
         }
         Ok(1)
     })
@@ -239,7 +246,7 @@ unsafe extern "C" fn signal(cq: *mut ffi::fid_cq) -> i32 {
 /// `buf` is NULL or valid for `len` bytes.
 pub unsafe fn strerror_common(prov_errno: i32, buf: *mut c_char, len: usize) -> *const c_char {
     // SAFETY: fi_strerror returns a static string for any value.
-    let s = unsafe { ffi::fi_strerror(prov_errno.abs()) };
+    let s = unsafe { ffi::fi_strerror(prov_errno.unsigned_abs().min(i32::MAX as u32) as i32) };
     if buf.is_null() || len == 0 {
         return s;
     }

@@ -31,14 +31,54 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Iovs> {
     }
     // SAFETY: `count` iovecs per the caller's contract.
     let all = (0..count).map(|i| unsafe { ((*iov.add(i)).iov_base as usize, (*iov.add(i)).iov_len) });
-    Iovs::collect(all).ok_or_else(|| fail!(ffi::FI_EINVAL, "{count} iovs; oxmr takes at most {}", attrs::IOV_LIMIT))
+    let v = Iovs::collect(all)
+        .ok_or_else(|| fail!(ffi::FI_EINVAL, "{count} iovs; oxmr takes at most {}", attrs::IOV_LIMIT))?;
+    let mut sum = 0usize;
+    for (i, &(base, len)) in v.iter().enumerate() {
+        buffer_ok(base, len).inspect_err(|_| tracing::warn!("(iov {i} of {count})"))?;
+        sum = sum
+            .checked_add(len)
+            .ok_or_else(|| fail!(ffi::FI_EINVAL, "the lengths of {count} iovs add up past SIZE_MAX"))?;
+    }
+    Ok(v)
+}
+
+/// A buffer the application names: not NULL unless empty, and not
+/// wrapping around the end of the address space.
+fn buffer_ok(base: usize, len: usize) -> Result<()> {
+    if base == 0 && len > 0 {
+        return Err(fail!(ffi::FI_EINVAL, "NULL buffer with length {len}"));
+    }
+    if base.checked_add(len).is_none() {
+        return Err(fail!(ffi::FI_EINVAL, "buffer {base:#x} of {len} bytes wraps around the address space"));
+    }
+    Ok(())
 }
 
 fn one(buf: *const c_void, len: usize) -> Result<Iovs> {
-    if buf.is_null() && len > 0 {
-        return Err(fail!(ffi::FI_EINVAL, "NULL buffer with length {len}"));
-    }
+    buffer_ok(buf as usize, len)?;
     Ok(Iovs::one(buf as usize, len))
+}
+
+/// The flags of a `*msg` call: refused when they ask for what oxmr does
+/// not offer (rather than ignored: a multi-receive buffer taken as a plain
+/// one would never be reported consumed), and never oxmr's own internal
+/// bit.
+fn msg_flags(name: &'static str, flags: u64) -> Result<u64> {
+    let unsupported = ffi::FI_MULTI_RECV as u64 | ffi::FI_TRIGGER as u64;
+    if flags & unsupported != 0 {
+        return Err(fail!(
+            ffi::FI_EBADFLAGS,
+            "{name}: flags {:#x} include FI_MULTI_RECV or FI_TRIGGER, which oxmr does not offer",
+            flags
+        ));
+    }
+    Ok(flags & !crate::protocol::engine::INJECT_CALL)
+}
+
+/// The `-FI_EINVAL` of a `*msg` call given a NULL message, with its log line.
+fn null_msg(name: &'static str) -> isize {
+    guard_ssize(name, || Err(fail!(ffi::FI_EINVAL, "{name}: NULL message")))
 }
 
 /// # Safety
@@ -115,10 +155,15 @@ unsafe extern "C" fn msg_recvv(
 }
 
 unsafe extern "C" fn msg_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
+    const NAME: &str = "fi_recvmsg";
     // SAFETY: C contract of fi_recvmsg.
-    let Some(m) = (unsafe { msg.as_ref() }) else { return -(ffi::FI_EINVAL as isize) };
+    let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
+    let flags = match msg_flags(NAME, flags) {
+        Ok(f) => f,
+        Err(e) => return e.to_c() as isize,
+    };
     // SAFETY: as above.
-    unsafe { recv_common("fi_recvmsg", ep, m.context, iovs(m.msg_iov, m.iov_count), m.addr, None, Some(flags)) }
+    unsafe { recv_common(NAME, ep, m.context, iovs(m.msg_iov, m.iov_count), m.addr, None, Some(flags)) }
 }
 
 unsafe extern "C" fn msg_send(
@@ -146,13 +191,15 @@ unsafe extern "C" fn msg_sendv(
 }
 
 unsafe extern "C" fn msg_sendmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
+    const NAME: &str = "fi_sendmsg";
     // SAFETY: C contract of fi_sendmsg.
-    let Some(m) = (unsafe { msg.as_ref() }) else { return -(ffi::FI_EINVAL as isize) };
+    let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
     let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
     // SAFETY: as above.
-    unsafe {
-        send_common("fi_sendmsg", ep, tx(m.context, iovs(m.msg_iov, m.iov_count), m.addr, None, data, Some(flags)))
-    }
+    let o = msg_flags(NAME, flags)
+        .and_then(|f| tx(m.context, unsafe { iovs(m.msg_iov, m.iov_count) }, m.addr, None, data, Some(f)));
+    // SAFETY: as above.
+    unsafe { send_common(NAME, ep, o) }
 }
 
 unsafe extern "C" fn msg_inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t) -> isize {
@@ -230,22 +277,19 @@ unsafe extern "C" fn tagged_recvv(
 }
 
 unsafe extern "C" fn tagged_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
+    const NAME: &str = "fi_trecvmsg";
     // SAFETY: C contract of fi_trecvmsg.
-    let Some(m) = (unsafe { msg.as_ref() }) else { return -(ffi::FI_EINVAL as isize) };
+    let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
     if flags & (ffi::FI_PEEK as u64 | ffi::FI_CLAIM as u64 | ffi::FI_DISCARD as u64) != 0 {
-        return with_unsupported("fi_trecvmsg", "FI_PEEK/FI_CLAIM/FI_DISCARD are not implemented yet");
+        return with_unsupported(NAME, "FI_PEEK/FI_CLAIM/FI_DISCARD are not implemented yet");
     }
+    let flags = match msg_flags(NAME, flags) {
+        Ok(f) => f,
+        Err(e) => return e.to_c() as isize,
+    };
     // SAFETY: as above.
     unsafe {
-        recv_common(
-            "fi_trecvmsg",
-            ep,
-            m.context,
-            iovs(m.msg_iov, m.iov_count),
-            m.addr,
-            Some((m.tag, m.ignore)),
-            Some(flags),
-        )
+        recv_common(NAME, ep, m.context, iovs(m.msg_iov, m.iov_count), m.addr, Some((m.tag, m.ignore)), Some(flags))
     }
 }
 
@@ -280,17 +324,15 @@ unsafe extern "C" fn tagged_sendv(
 }
 
 unsafe extern "C" fn tagged_sendmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
+    const NAME: &str = "fi_tsendmsg";
     // SAFETY: C contract of fi_tsendmsg.
-    let Some(m) = (unsafe { msg.as_ref() }) else { return -(ffi::FI_EINVAL as isize) };
+    let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
     let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
     // SAFETY: as above.
-    unsafe {
-        send_common(
-            "fi_tsendmsg",
-            ep,
-            tx(m.context, iovs(m.msg_iov, m.iov_count), m.addr, Some(m.tag), data, Some(flags)),
-        )
-    }
+    let o = msg_flags(NAME, flags)
+        .and_then(|f| tx(m.context, unsafe { iovs(m.msg_iov, m.iov_count) }, m.addr, Some(m.tag), data, Some(f)));
+    // SAFETY: as above.
+    unsafe { send_common(NAME, ep, o) }
 }
 
 unsafe extern "C" fn tagged_inject(
@@ -370,6 +412,7 @@ fn rma(
 unsafe fn rma_msg(msg: *const ffi::fi_msg_rma, flags: u64, read: bool) -> Result<RmaOp> {
     // SAFETY: C contract of fi_readmsg/fi_writemsg.
     let m = unsafe { msg.as_ref() }.ok_or_else(|| fail!(ffi::FI_EINVAL, "NULL fi_msg_rma"))?;
+    let flags = msg_flags(if read { "fi_readmsg" } else { "fi_writemsg" }, flags)?;
     if m.rma_iov_count != 1 || m.rma_iov.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "rma_iov_count {}: oxmr takes exactly 1 (rma_iov_limit)", m.rma_iov_count));
     }
@@ -377,6 +420,7 @@ unsafe fn rma_msg(msg: *const ffi::fi_msg_rma, flags: u64, read: bool) -> Result
     let r = unsafe { &*m.rma_iov };
     // SAFETY: the message's iov array.
     let v = unsafe { iovs(m.msg_iov, m.iov_count) }?;
+    // (`iovs` checked that the lengths add up without overflow.)
     if v.iter().map(|x| x.1).sum::<usize>() != r.len {
         return Err(fail!(ffi::FI_EINVAL, "local iovs and rma_iov lengths differ"));
     }

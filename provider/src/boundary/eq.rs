@@ -122,7 +122,10 @@ unsafe extern "C" fn readerr(eq: *mut ffi::fid_eq, buf: *mut ffi::fi_eq_err_entr
             b.data = e.data;
             b.err = e.err;
             b.prov_errno = e.prov_errno;
-            b.err_data_size = 0;
+            // (Not there before API 1.5: fi_eq(3).)
+            if eq.fabric.api_1_5() {
+                b.err_data_size = 0;
+            }
         }
         Ok(size_of::<ffi::fi_eq_err_entry>() as isize)
     })

@@ -128,7 +128,7 @@ unsafe extern "C" fn trywait(fabric: *mut ffi::fid_fabric, fids: *mut *mut ffi::
                 } else if fid::is::<Eq>(f) {
                     borrow::<Eq>(f)?.trywait()?;
                 } else if fid::is::<crate::objects::cntr::Cntr>(f) {
-                    // Counters wake on every change; nothing to clear.
+                    borrow::<crate::objects::cntr::Cntr>(f)?.trywait();
                 } else {
                     return Err(fail!(ffi::FI_EINVAL, "fi_trywait: fid {i} is not an oxmr CQ, EQ or counter"));
                 }

@@ -213,9 +213,10 @@ impl Av {
                         None => t.rev.remove(&old),
                     };
                 }
-            }
-            if self.av_type == ffi::FI_AV_MAP {
-                t.free.push(a as usize);
+                // (Inside: an fi_addr listed twice is freed once.)
+                if self.av_type == ffi::FI_AV_MAP {
+                    t.free.push(a as usize);
+                }
             }
         }
         self.version.fetch_add(1, Ordering::Release);

@@ -101,4 +101,16 @@ impl Cntr {
     pub fn wait_fd(&self) -> Option<i32> {
         self.waiter.fd()
     }
+
+    /// fi_trywait: run progress, clear the fd, and arm its tick (peers
+    /// cannot wake it: `Waiter::tick`). The application knows the value
+    /// it waits for, so nothing here is "ready"; it reads the counter when
+    /// the fd wakes it.
+    pub fn trywait(&self) {
+        self.drive();
+        self.waiter.clear();
+        if !self.progress.is_empty() || !self.domain.progress.is_empty() {
+            self.waiter.tick();
+        }
+    }
 }

@@ -97,6 +97,9 @@ pub struct Cq {
     pub domain: Arc<Domain>,
     pub format: CqFormat,
     pub size: usize,
+    /// FI_CQ_COND_THRESHOLD: fi_cq_sread's `cond` is a completion count
+    /// (otherwise it is not read).
+    pub threshold_cond: bool,
     waiter: Waiter,
     /// A spin lock (held for one push or pop; see `sys::SpinLock`).
     queue: SpinLock<VecDeque<Slot>>,
@@ -148,6 +151,7 @@ impl Cq {
             domain,
             format,
             size,
+            threshold_cond: attr.wait_cond == ffi::FI_CQ_COND_THRESHOLD,
             waiter: Waiter::new(attr.wait_obj)?,
             queue: SpinLock::new(VecDeque::new()),
             queued: AtomicUsize::new(0),
@@ -292,12 +296,18 @@ impl Cq {
         self.waiter.fd()
     }
 
-    /// fi_trywait: -FI_EAGAIN if anything is ready, else clear the fd.
+    /// fi_trywait: run progress; -FI_EAGAIN if anything is ready, else
+    /// clear the fd and, when endpoints feed this CQ, arm its tick (peers
+    /// cannot wake it: `Waiter::tick`).
     pub fn trywait(&self) -> Result<()> {
+        self.progress.run();
         self.waiter.clear();
         if self.ready(1) {
             self.waiter.notify();
             return Err(Error::quiet(ffi::FI_EAGAIN));
+        }
+        if !self.progress.is_empty() {
+            self.waiter.tick();
         }
         Ok(())
     }

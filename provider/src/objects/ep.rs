@@ -379,6 +379,16 @@ impl Ep {
         }
         if self.info.ep.type_ == ffi::FI_EP_RDM {
             let (l, name) = listen(addr)?;
+            // Peers find our queue by our name: a new name, a new queue
+            // (the old one, unused so far, goes with its file).
+            let region = Region::create(&name).map_err(|e| {
+                fail!(
+                    ffi::FI_EIO,
+                    "fi_setname: cannot create the shared-memory queue /dev/shm{}: {e}",
+                    crate::shm::region::path_for(&name)
+                )
+            })?;
+            *self.rx_region.lock().unwrap_or_else(|p| p.into_inner()) = Some(region);
             s.listener = Some(l);
             s.name = Some(name);
         } else {
@@ -426,6 +436,11 @@ impl Ep {
                     s.tx_op_flags = flags;
                 } else {
                     s.rx_op_flags = flags;
+                }
+                drop(s);
+                // An enabled endpoint's engine keeps its own copy.
+                if let Some(e) = self.engine.lock().as_mut() {
+                    e.set_op_flags(tx, flags);
                 }
                 Ok(flags)
             }

@@ -10,3 +10,12 @@ pub struct Fabric {
     pub hdr: Header<ffi::fid_fabric>,
     pub name: String,
 }
+
+impl Fabric {
+    /// Whether the application asked for API 1.5 or later (`fi_getinfo`'s
+    /// version, kept in the fabric fid): older structures end before the
+    /// fields 1.5 added (`err_data_size` of the error entries).
+    pub fn api_1_5(&self) -> bool {
+        self.hdr.0.api_version >= ffi::fi_version_of(1, 5)
+    }
+}

@@ -28,6 +28,11 @@ pub struct Waiter {
     armed: std::sync::atomic::AtomicBool,
 }
 
+/// How soon the fd of an object that fi_trywait cleared becomes readable
+/// by itself (see `Waiter::tick`): the wake-up latency of an application
+/// that sleeps in poll() on it, as `block_until`'s TICK is for sread.
+const TRYWAIT_TICK: Duration = Duration::from_millis(1);
+
 /// The deadline for a libfabric timeout in milliseconds (negative: none).
 pub fn deadline(timeout_ms: i32) -> Option<Instant> {
     (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64))
@@ -80,6 +85,16 @@ impl Waiter {
         if let Some(w) = &self.fd {
             w.clear();
             self.armed.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// fi_trywait found nothing ready: the application may now sleep on
+    /// the fd, but peers cannot write it (manual progress; the
+    /// shared-memory wire), so make it readable within `TRYWAIT_TICK`; the
+    /// application then reads (running progress) and tries again.
+    pub fn tick(&self) {
+        if let Some(w) = &self.fd {
+            w.tick(TRYWAIT_TICK);
         }
     }
 

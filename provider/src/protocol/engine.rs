@@ -434,6 +434,16 @@ impl Engine {
         }
     }
 
+    /// FI_SETOPSFLAG on an enabled endpoint: the flags that calls without
+    /// their own (every call but the `*msg` ones) use from now on.
+    pub fn set_op_flags(&mut self, tx: bool, flags: u64) {
+        if tx {
+            self.b.tx_op_flags = flags;
+        } else {
+            self.b.rx_op_flags = flags;
+        }
+    }
+
     fn wants(&self, tx: bool, flags: u64) -> bool {
         // fi_inject* calls never complete into a CQ; FI_INJECT given to a
         // *msg call only frees the buffer at once (fi_msg(3)).

@@ -1,21 +1,25 @@
 //! The wait object behind CQs, EQs and counters: an epoll instance holding
-//! an eventfd.
+//! an eventfd and a timerfd.
 //!
 //! `fi_control(FI_GETWAIT)` hands the epoll fd to the application, which may
 //! poll or epoll it. It becomes readable when the eventfd is signalled (a
-//! new entry, `fi_cq_signal`), and later, when the wires exist, when any
-//! of their fds registered with [`WaitFd::watch`] is readable, so that an
-//! application blocked in poll() on a manual-progress provider still wakes
-//! when data arrives.
+//! new entry, `fi_cq_signal`), when the timer armed by [`WaitFd::tick`]
+//! fires, and later, when the wires exist, when any of their fds registered
+//! with [`WaitFd::watch`] is readable. The timer is how an application
+//! blocked in poll() on a manual-progress provider still wakes when data
+//! arrives on the shared-memory wire, whose peers cannot write our eventfd:
+//! `fi_trywait` arms it, the application wakes, reads (running progress)
+//! and calls `fi_trywait` again.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-/// An epoll fd with one eventfd inside.
+/// An epoll fd with one eventfd and one timerfd inside.
 pub struct WaitFd {
     epoll: OwnedFd,
     event: OwnedFd,
+    timer: OwnedFd,
 }
 
 fn cvt(r: i32) -> io::Result<i32> {
@@ -33,8 +37,16 @@ impl WaitFd {
         let event = unsafe { OwnedFd::from_raw_fd(cvt(libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))?) };
         // SAFETY: as above.
         let epoll = unsafe { OwnedFd::from_raw_fd(cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?) };
-        let w = WaitFd { epoll, event };
+        // SAFETY: as above.
+        let timer = unsafe {
+            OwnedFd::from_raw_fd(cvt(libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_CLOEXEC | libc::TFD_NONBLOCK,
+            ))?)
+        };
+        let w = WaitFd { epoll, event, timer };
         w.watch(w.event.as_raw_fd())?;
+        w.watch(w.timer.as_raw_fd())?;
         Ok(w)
     }
 
@@ -54,11 +66,27 @@ impl WaitFd {
         unsafe { libc::write(self.event.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
-    /// Make the eventfd unreadable again.
+    /// Make the eventfd (and a fired timer) unreadable again.
     pub fn clear(&self) {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a live u64; EAGAIN when already clear.
         unsafe { libc::read(self.event.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        // SAFETY: as above, from our timerfd (EAGAIN when it has not fired).
+        unsafe { libc::read(self.timer.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    /// Make the fd readable once `after` has passed (one shot; a later call
+    /// moves it).
+    pub fn tick(&self, after: Duration) {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs() as libc::time_t,
+                tv_nsec: after.subsec_nanos().max(1) as libc::c_long,
+            },
+        };
+        // SAFETY: our timerfd and a valid itimerspec; the old value is not wanted.
+        unsafe { libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
     }
 
     /// The fd the application may poll.
@@ -112,6 +140,13 @@ mod tests {
         assert!(w.wait(Some(Instant::now())));
         w.clear();
         assert!(!w.wait(Some(Instant::now())));
+        // The tick makes it readable by itself, once; clear resets it.
+        let t = Instant::now();
+        w.tick(Duration::from_millis(5));
+        assert!(w.wait(Some(t + Duration::from_secs(10))));
+        assert!(t.elapsed() >= Duration::from_millis(5));
+        w.clear();
+        assert!(!w.wait(Some(Instant::now() + Duration::from_millis(20))));
     }
 
     #[test]
