@@ -174,7 +174,15 @@ unsafe extern "C" fn insertsym(
         let port: u16 = service
             .parse()
             .map_err(|_| fail!(ffi::FI_EINVAL, "fi_av_insertsym: service \"{service}\" is not a port number"))?;
-        if nodecnt == 0 || svccnt == 0 || port as usize + svccnt > 65536 {
+        // (Node addresses count up from `node` and must not wrap; an AV of
+        // more than 2^20 entries from one call is refused rather than
+        // allocated.)
+        let nodes_fit = match ip {
+            IpAddr::V4(v) => (u32::from(v) as u64).checked_add(nodecnt as u64).is_some_and(|e| e <= 1 << 32),
+            IpAddr::V6(v) => u128::from(v).checked_add(nodecnt as u128).is_some(),
+        };
+        let total = nodecnt.checked_mul(svccnt).filter(|&t| t <= 1 << 20);
+        if nodecnt == 0 || svccnt == 0 || port as usize + svccnt > 65536 || !nodes_fit || total.is_none() {
             return Err(fail!(ffi::FI_EINVAL, "fi_av_insertsym: nodecnt {nodecnt} / svccnt {svccnt} out of range"));
         }
         let mut addrs = Vec::with_capacity(nodecnt * svccnt);

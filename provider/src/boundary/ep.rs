@@ -241,6 +241,9 @@ pub unsafe fn get_name(p: *const c_void, len: usize) -> crate::boundary::Result<
     if p.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "NULL address"));
     }
+    if len > size_of::<libc::sockaddr_storage>() {
+        return Err(fail!(ffi::FI_EINVAL, "address length {len}: oxmr names are sockaddr_in/sockaddr_in6"));
+    }
     // SAFETY: caller's contract.
     let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
     addr::parse(bytes).ok_or_else(|| fail!(ffi::FI_EINVAL, "address is not a sockaddr_in/sockaddr_in6 of {len} bytes"))

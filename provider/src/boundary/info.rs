@@ -24,6 +24,9 @@ unsafe fn opt_addr(p: *const std::ffi::c_void, len: usize) -> (Option<std::net::
     if p.is_null() || len == 0 {
         return (None, false);
     }
+    if len > size_of::<libc::sockaddr_storage>() {
+        return (None, true);
+    }
     // SAFETY: caller's contract.
     let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
     match addr::parse(bytes) {

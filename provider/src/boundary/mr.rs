@@ -158,8 +158,12 @@ pub unsafe extern "C" fn regattr(
         }
         // SAFETY: as above.
         let iovs = unsafe { iovs_of(a.mr_iov, a.iov_count) }?;
-        let req =
-            Request { iovs, access: a.access, offset: a.offset, requested_key: a.requested_key, flags, iface: a.iface };
+        // `iface` (and the device after it) came with API 1.10: an older
+        // application's fi_mr_attr ends before them.
+        // SAFETY: our fid (or refused).
+        let d = unsafe { borrow::<Domain>(domain) }?;
+        let iface = if d.fabric.api_at_least(1, 10) { a.iface } else { ffi::FI_HMEM_SYSTEM };
+        let req = Request { iovs, access: a.access, offset: a.offset, requested_key: a.requested_key, flags, iface };
         // SAFETY: as above.
         unsafe { reg_common(domain, req, out, a.context) }
     })

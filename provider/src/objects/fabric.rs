@@ -16,6 +16,11 @@ impl Fabric {
     /// version, kept in the fabric fid): older structures end before the
     /// fields 1.5 added (`err_data_size` of the error entries).
     pub fn api_1_5(&self) -> bool {
-        self.hdr.0.api_version >= ffi::fi_version_of(1, 5)
+        self.api_at_least(1, 5)
+    }
+
+    /// Whether the application's API version is `major.minor` or later.
+    pub fn api_at_least(&self, major: u32, minor: u32) -> bool {
+        self.hdr.0.api_version >= ffi::fi_version_of(major, minor)
     }
 }

@@ -76,6 +76,9 @@ impl Mr {
                 "fi_mr_bind(cntr): flags {flags:#x}; use FI_REMOTE_WRITE and/or FI_REMOTE_READ"
             ));
         }
+        if !Arc::ptr_eq(&cntr.domain, &self.domain) {
+            return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: the counter belongs to another domain"));
+        }
         let mut s = self.state();
         if s.cntr.is_some() {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: this MR already has a counter"));
