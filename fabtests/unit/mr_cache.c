@@ -1181,6 +1181,57 @@ struct child_report {
 	int wrote;           /* the child wrote 'Z' over A */
 };
 
+/*
+ * A child that opens a domain of its own gets a cache that sees its own
+ * munmap: the parent's monitor thread did not survive the fork, and the
+ * userfaultfd it reads watches the parent's memory.
+ */
+static void test_fork_new_domain(void)
+{
+	uint64_t e[3] = { 0 };
+	int pfd[2], status = 0;
+	ssize_t n;
+	pid_t pid;
+	char *a;
+
+	OXT_GROUP("fork, then a new domain in the child: munmap + mmap MAP_FIXED there is a cache miss, not the stale entry");
+	/* Mapped before the fork, so the parent has it too. */
+	a = map_anon(K64);
+	fill(a, K64, 'p');
+	REQUIRE(pipe(pfd) == 0, "pipe: %s", strerror(errno));
+	pid = fork();
+	REQUIRE(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		struct fid_mr *cmr = NULL;
+
+		alarm(20); /* alarms are not inherited */
+		dom_open();
+		if (reg(a, K64, ACC_RW, &cmr) == 0) {
+			e[0] = qi(cmr).cache_entry;
+			fi_close(&cmr->fid);
+		}
+		munmap(a, K64);
+		map_fixed(a, K64, 'c');
+		cmr = NULL;
+		if (reg(a, K64, ACC_RW, &cmr) == 0) {
+			e[1] = qi(cmr).cache_entry;
+			fi_close(&cmr->fid);
+		}
+		e[2] = 1;
+		n = write(pfd[1], e, sizeof e);
+		_exit(n == (ssize_t)sizeof e ? 0 : 3);
+	}
+	close(pfd[1]);
+	n = read(pfd[0], e, sizeof e);
+	close(pfd[0]);
+	REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid: %s", strerror(errno));
+	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x (14: it hung)", status);
+	REQUIRE(n == (ssize_t)sizeof e && e[2] == 1, "no report from the child");
+	EXPECT(e[0] != 0, "the child's first registration was not cached");
+	EXPECT(e[1] != e[0], "the child's registration after munmap + MAP_FIXED used the stale entry %" PRIu64, e[0]);
+	munmap(a, K64);
+}
+
 static void test_fork(void)
 {
 	struct child_report r;
@@ -1890,6 +1941,7 @@ int main(int argc, char **argv)
 		test_mremap_shrink();
 		note_mprotect();
 		test_fork();
+		test_fork_new_domain();
 		test_fork_parent_pin();
 		test_stress();
 		OXT_GROUP("closing the domain releases every cached pin (VmPin back to the start)");

@@ -421,13 +421,13 @@ mod tests {
         let r1 = reg(&d, a, len);
         let e1 = entry_of(&r1);
         assert_ne!(e1, 0);
-        d.deregister(r1.key);
+        d.deregister(&r1);
         drop(r1);
         let r2 = reg(&d, a, len);
         assert_eq!(entry_of(&r2), e1, "re-registration is a hit");
         assert_eq!(c.stats.hits.load(Ordering::Relaxed), 1);
         let old_pfn = r2.pfn0;
-        d.deregister(r2.key);
+        d.deregister(&r2);
         drop(r2);
         // SAFETY: our mapping.
         unsafe { libc::munmap(a as *mut _, len) };
@@ -440,7 +440,7 @@ mod tests {
             assert_eq!(r3.pfn0, now, "pins the new page");
             assert_ne!(r3.pfn0, old_pfn);
         }
-        d.deregister(r3.key);
+        d.deregister(&r3);
         drop(r3);
         // SAFETY: our mapping.
         unsafe { libc::munmap(a as *mut _, len) };

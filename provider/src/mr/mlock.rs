@@ -53,9 +53,9 @@ impl MlockTable {
         MlockTable { held: Mutex::new(BTreeMap::new()) }
     }
 
-    /// Lock [addr, addr+len) rounded out to whole pages. Only the parts this
-    /// table does not hold yet are passed to mlock(2). All or nothing: if an
-    /// mlock fails, what this call locked is unlocked again, the table is
+    /// Lock [addr, addr+len) rounded out to whole pages (mlock(2) of the
+    /// whole range; the table counts holders per page). All or nothing: if
+    /// the mlock fails, the parts no other holder had are unlocked again, the table is
     /// unchanged, and the kernel's error is returned (ENOMEM over
     /// RLIMIT_MEMLOCK or for an unmapped page, EPERM, EAGAIN, ...). A range
     /// past the end of the address space is EINVAL; len 0 is a no-op.
@@ -82,17 +82,19 @@ impl MlockTable {
             gaps.push((cursor, end));
         }
 
-        for (i, &(s, e)) in gaps.iter().enumerate() {
-            if let Err(err) = mlock(s, e) {
-                // mlock(2) marks the VMAs of a range locked one after the
-                // other and can fail after some of them (a hole further on,
-                // a failed fault-in), leaving those locked; so the failed
-                // gap is unlocked too. No gap holds a page the table holds.
-                for &(s, e) in &gaps[..=i] {
-                    let _ = munlock(s, e);
-                }
-                return Err(err);
+        // The whole range, not only the gaps: a part the table holds may
+        // have been unmapped and mapped again since (munmap drops the
+        // kernel's lock with the mapping, unseen by the table), and mlock
+        // of pages already locked changes nothing (nor the accounting).
+        if let Err(err) = mlock(start, end) {
+            // mlock(2) marks the VMAs of a range locked one after the
+            // other and can fail after some of them (a hole further on, a
+            // failed fault-in), leaving those locked; so the gaps are
+            // unlocked again. No gap holds a page the table holds.
+            for &(s, e) in &gaps {
+                let _ = munlock(s, e);
             }
+            return Err(err);
         }
 
         split(&mut held, start);
@@ -370,6 +372,39 @@ mod tests {
         assert_eq!(t.locked_bytes(), 0);
         assert!(t.held().is_empty());
         assert_eq!(locked_kb(r.addr, 5 * ps), 0);
+    }
+
+    #[test]
+    fn a_range_mapped_again_is_locked_again() {
+        let ps = page_size();
+        let r = Region::new(2);
+        let t = MlockTable::new();
+        t.lock(r.addr, 2 * ps).unwrap();
+        assert_eq!(locked_kb(r.addr, 2 * ps), kb(2));
+        // The application unmaps and maps again without deregistering: the
+        // kernel dropped the lock with the mapping; the table cannot see it.
+        // SAFETY: the region's own pages, replaced in place.
+        let p = unsafe {
+            libc::mmap(
+                r.addr as *mut libc::c_void,
+                2 * ps,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        assert_eq!(p as usize, r.addr);
+        for i in 0..2 {
+            // SAFETY: a byte of a page just mapped read-write.
+            unsafe { *(r.page(i) as *mut u8) = 1 };
+        }
+        assert_eq!(locked_kb(r.addr, 2 * ps), 0, "MAP_FIXED dropped the lock");
+        t.lock(r.addr, 2 * ps).unwrap();
+        assert_eq!(locked_kb(r.addr, 2 * ps), kb(2), "a new registration locks the new pages");
+        t.unlock(r.addr, 2 * ps);
+        t.unlock(r.addr, 2 * ps);
+        assert_eq!(locked_kb(r.addr, 2 * ps), 0);
     }
 
     #[test]

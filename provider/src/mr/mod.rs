@@ -286,7 +286,7 @@ impl MrDomain {
         let (live, newly) = p.check_live();
         drop(pin);
         if newly {
-            self.registry.remove(r.key);
+            self.registry.remove_region(r);
             tracing::warn!(
                 "registration {:#x} revoked: its device mapping changed or went away (munmap, mremap or a new mapping at {:#x}); register the new mapping",
                 r.key,
@@ -297,7 +297,9 @@ impl MrDomain {
     }
 
     /// Close: the key stops validating now; the pin goes with the last user.
-    pub fn deregister(&self, key: u64) {
-        self.registry.remove(key);
+    /// Only `r`'s own key entry goes: a device registration revoked earlier
+    /// may have seen its key handed to a newer registration.
+    pub fn deregister(&self, r: &Region) {
+        self.registry.remove_region(r);
     }
 }

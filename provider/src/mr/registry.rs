@@ -175,6 +175,15 @@ impl Registry {
         self.shard(key).write().unwrap_or_else(|p| p.into_inner()).remove(&key)
     }
 
+    /// Remove `r`'s key if it still names `r` (a revoked registration's
+    /// key may have been given to a newer one since).
+    pub fn remove_region(&self, r: &Region) {
+        let mut m = self.shard(r.key).write().unwrap_or_else(|p| p.into_inner());
+        if m.get(&r.key).is_some_and(|x| std::ptr::eq(Arc::as_ptr(x), r)) {
+            m.remove(&r.key);
+        }
+    }
+
     /// Live registrations.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.0.read().unwrap_or_else(|p| p.into_inner()).len()).sum()
@@ -243,6 +252,22 @@ pub(crate) mod tests {
         assert_eq!(r.check(k, 0x1000, 1, rw).err(), Some(AccessError::Denied), "read-only region");
         r.remove(k);
         assert_eq!(r.check(k, 0x1000, 1, rr).err(), Some(AccessError::UnknownKey), "closed key");
+    }
+
+    #[test]
+    fn closing_a_revoked_registration_leaves_its_keys_new_owner() {
+        let r = Registry::new();
+        let rw = ffi::FI_REMOTE_WRITE as u64;
+        let old = region(7, 0x1000, 0x100, rw);
+        r.insert(old.clone()).unwrap();
+        // Revoked (its device mapping changed): the key is free again...
+        r.remove_region(&old);
+        assert!(r.check(7, 0x1000, 1, rw).is_err());
+        // ...and the application registers something else under it.
+        r.insert(region(7, 0x9000, 0x100, rw)).unwrap();
+        // Closing the old MR must not unregister the new one.
+        r.remove_region(&old);
+        assert_eq!(r.check(7, 0x9000, 1, rw).unwrap().offset, 0);
     }
 
     #[test]

@@ -21,7 +21,10 @@
 //!
 //! Without UFFD_FEATURE_EVENT_FORK, a forked child's mappings are not
 //! watched by the parent's monitor; the child never uses the parent's cache
-//! (each cache remembers the process that created it).
+//! (each cache remembers the process that created it). A cache the child
+//! creates gets a monitor of the child's own: the parent's thread did not
+//! survive the fork, and the userfaultfd it read belongs to the parent's
+//! memory (registering the child's ranges there would watch the parent's).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -109,7 +112,10 @@ pub struct Monitor {
     events: AtomicU64,
 }
 
-static MONITOR: OnceLock<Option<&'static Monitor>> = OnceLock::new();
+/// The first monitor, with the pid of the process that started it.
+static MONITOR: OnceLock<(u32, Option<&'static Monitor>)> = OnceLock::new();
+/// A forked child's own monitor (see the module notes), with its pid.
+static CHILD_MONITOR: Mutex<Option<(u32, Option<&'static Monitor>)>> = Mutex::new(None);
 
 fn ioctl(fd: i32, req: u64, arg: *mut libc::c_void) -> io::Result<()> {
     // SAFETY: `arg` points to the struct `req` expects, alive for the call.
@@ -124,13 +130,30 @@ impl Monitor {
     /// The process's monitor, started on first use; `None` when
     /// userfaultfd is unavailable (the cache is then not used).
     pub fn get() -> Option<&'static Monitor> {
-        *MONITOR.get_or_init(|| match Monitor::start() {
+        let me = std::process::id();
+        let (pid, m) = *MONITOR.get_or_init(|| (me, Monitor::start_or_log()));
+        if pid == me {
+            return m;
+        }
+        let mut child = CHILD_MONITOR.lock().unwrap_or_else(|p| p.into_inner());
+        match *child {
+            Some((p, m)) if p == me => m,
+            _ => {
+                let m = Monitor::start_or_log();
+                *child = Some((me, m));
+                m
+            }
+        }
+    }
+
+    fn start_or_log() -> Option<&'static Monitor> {
+        match Monitor::start() {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::info!("userfaultfd unavailable ({e}); registrations are not cached");
                 None
             }
-        })
+        }
     }
 
     fn start() -> io::Result<&'static Monitor> {

@@ -38,7 +38,7 @@ impl Drop for Mr {
     fn drop(&mut self) {
         // The key stops validating now; the pin is released when the last
         // in-flight user of the region lets go.
-        self.domain.mr.deregister(self.region.key);
+        self.domain.mr.deregister(&self.region);
     }
 }
 
