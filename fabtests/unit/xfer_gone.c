@@ -24,6 +24,10 @@
  *     write outstanding: when the target gets to them it copies nothing
  *     (the read's buffer, reused by then, is not written; the write's
  *     bytes do not land) and keeps serving others.
+ *  7. Memory that goes away under an open registration: the target unmaps
+ *     a registered buffer and maps new memory at the same address; a
+ *     write with the old key is refused (FI_EKEYREJECTED) and the new
+ *     memory keeps its bytes; registering the new memory works.
  */
 #include "oxt.h"
 
@@ -344,6 +348,91 @@ static void closed_initiator(void)
 	free(buf);
 }
 
+static void unmapped_under_mr(void)
+{
+	struct oxt_ep x, t;
+	struct fid_mr *mr, *mr2;
+	struct fi_context c;
+	const size_t n = 64 << 10;
+	unsigned char *src = malloc(n), *reg;
+	uint64_t base;
+	void *ctx = NULL;
+	fi_addr_t x_to_t;
+	int rc;
+	bool virt;
+
+	OXT_GROUP("7. memory unmapped and mapped again under an open registration: the old key is refused");
+	REQUIRE(src, "malloc");
+	oxt_ep_open(&x, 0, FI_WAIT_NONE);
+	oxt_ep_open(&t, 0, FI_WAIT_NONE);
+	x_to_t = oxt_ep_insert(&x, &t);
+	virt = (t.e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+	reg = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	REQUIRE(reg != MAP_FAILED, "mmap");
+	memset(reg, 0, n);
+	REQUIRE_RC(fi_mr_reg(t.e.domain, reg, n, FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
+	base = virt ? (uint64_t)(uintptr_t)reg : 0;
+	/* A write while the memory is the registered memory lands. */
+	fill(src, n, 12);
+	REQUIRE_RC(fi_write(x.ep, src, n, NULL, x_to_t, base, fi_mr_key(mr), &c), 0);
+	{
+		double until = oxt_now_ms() + 5000;
+		void *tctx;
+
+		rc = -1;
+		while (rc == -1 && oxt_now_ms() < until) {
+			(void)oxt_next_completion(t.cq, 1, &tctx);
+			rc = oxt_next_completion(x.cq, 1, &ctx);
+		}
+	}
+	EXPECT(rc == 0 && same(reg, n, 12), "the first write: completion %d", rc);
+	/* The application replaces the memory without closing the MR. */
+	REQUIRE(mmap(reg, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == reg,
+		"mmap MAP_FIXED");
+	memset(reg, 0xAA, n);
+	fill(src, n, 13);
+	REQUIRE_RC(fi_write(x.ep, src, n, NULL, x_to_t, base, fi_mr_key(mr), &c), 0);
+	{
+		double until = oxt_now_ms() + 5000;
+		void *tctx;
+
+		rc = -1;
+		while (rc == -1 && oxt_now_ms() < until) {
+			(void)oxt_next_completion(t.cq, 1, &tctx);
+			rc = oxt_next_completion(x.cq, 1, &ctx);
+		}
+	}
+	EXPECT(rc == FI_EKEYREJECTED, "a write with the key of replaced memory: completion %d (%s), want FI_EKEYREJECTED",
+	       rc, rc > 0 ? fi_strerror(rc) : "none");
+	{
+		size_t i = 0;
+
+		while (i < n && reg[i] == 0xAA)
+			i++;
+		EXPECT(i == n, "the new memory changed at byte %zu", i);
+	}
+	/* Registering the new memory works. */
+	REQUIRE_RC(fi_mr_reg(t.e.domain, reg, n, FI_REMOTE_WRITE, 0, 1, 0, &mr2, NULL), 0);
+	REQUIRE_RC(fi_write(x.ep, src, n, NULL, x_to_t, base, fi_mr_key(mr2), &c), 0);
+	{
+		double until = oxt_now_ms() + 5000;
+		void *tctx;
+
+		rc = -1;
+		while (rc == -1 && oxt_now_ms() < until) {
+			(void)oxt_next_completion(t.cq, 1, &tctx);
+			rc = oxt_next_completion(x.cq, 1, &ctx);
+		}
+	}
+	EXPECT(rc == 0 && same(reg, n, 13), "a write to the new registration: completion %d", rc);
+	EXPECT_RC(fi_close(&mr2->fid), 0);
+	EXPECT_RC(fi_close(&mr->fid), 0);
+	oxt_ep_close(&t);
+	oxt_ep_close(&x);
+	munmap(reg, n);
+	free(src);
+}
+
 int main(int argc, char **argv)
 {
 	oxt_init(argv[0]);
@@ -352,5 +441,6 @@ int main(int argc, char **argv)
 	killed_mid_pull();
 	stalled_peer();
 	closed_initiator();
+	unmapped_under_mr();
 	return oxt_done();
 }

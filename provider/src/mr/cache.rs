@@ -34,12 +34,13 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
 
 use super::pin::{Pin, Pinner};
+use super::registry::Region;
 use super::uffd::{Cause, Invalidation, Monitor};
 use crate::boundary::Result;
 
@@ -53,9 +54,32 @@ pub struct Entry {
     pub pin: Pin,
     /// PFN of every page as pinned (FI_OXMR_MR_RECORD_PFN), else empty.
     pub pfns: Vec<u64>,
+    /// The registrations using this pin, revoked if its memory is unmapped
+    /// or moved while they are open.
+    regions: Mutex<Vec<Weak<Region>>>,
 }
 
 impl Entry {
+    /// Note a registration that uses this pin.
+    pub fn track(&self, r: &Arc<Region>) {
+        let mut v = self.regions.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(r));
+    }
+
+    /// The memory went away under open registrations: revoke them.
+    fn revoke(&self, why: &str) {
+        for r in self.regions.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade) {
+            if !r.revoked.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    "registration {:#x} revoked: its memory at {:#x} was {why} while registered; peers now get FI_EKEYREJECTED (close it, and register the new memory)",
+                    r.key,
+                    self.start
+                );
+            }
+        }
+    }
+
     /// The recorded PFN of the page holding `addr` (0 if not recorded).
     pub fn pfn_at(&self, addr: usize) -> u64 {
         let first = self.start / 4096;
@@ -110,6 +134,9 @@ pub struct Cache {
     pub stats: CacheStats,
     /// The process the cache belongs to (a forked child bypasses it).
     pid: u32,
+    /// The monitor's event count when the log was last applied by
+    /// `refresh` (or at creation).
+    seen: AtomicU64,
 }
 
 /// A registration's use of a cache entry; gives it back on drop.
@@ -132,6 +159,7 @@ impl Cache {
     /// A cache, if the process monitor is available.
     pub fn new(max_bytes: u64, max_count: usize, record_pfn: bool) -> Option<Arc<Self>> {
         let monitor = Monitor::get()?;
+        let seq_events = monitor.events();
         let seq = monitor.head();
         Some(Arc::new(Cache {
             state: Mutex::new(State {
@@ -150,6 +178,7 @@ impl Cache {
             record_pfn,
             stats: CacheStats::default(),
             pid: std::process::id(),
+            seen: AtomicU64::new(seq_events),
         }))
     }
 
@@ -217,6 +246,12 @@ impl Cache {
                 s.bytes -= slot.entry.len as u64;
                 if slot.users == 0 {
                     s.lru.remove(&slot.last_use);
+                } else if matches!(inv.cause, Cause::Unmap | Cause::Remap) {
+                    // In use: what is mapped there now is not what was
+                    // registered, and remote accesses go by address.
+                    // (A discard, madvise, keeps the mapping: the memory
+                    // is still the registered memory, refilled on touch.)
+                    slot.entry.revoke(if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" });
                 }
                 // In use: the registration keeps its pin until closed, but
                 // it is never served again. Unused: the pin goes now.
@@ -328,7 +363,7 @@ impl Cache {
             let id = s.next_id;
             s.next_id += 1;
             let pfns = if self.record_pfn { super::pagemap_pfns(a, l) } else { Vec::new() };
-            let entry = Arc::new(Entry { id, start: a, len: l, access, pin, pfns });
+            let entry = Arc::new(Entry { id, start: a, len: l, access, pin, pfns, regions: Mutex::new(Vec::new()) });
             s.index.insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick });
             s.bytes += l as u64;
             s.longest = s.longest.max(l);
@@ -359,6 +394,21 @@ impl Cache {
         let victims = self.evict(&mut s, false);
         drop(s);
         drop(victims);
+    }
+
+    /// Apply the monitor's log if it has anything new (two atomic loads
+    /// when not: see `Monitor::quiet_since`).
+    pub fn refresh(&self) {
+        let seen = self.seen.load(Ordering::Acquire);
+        // (The pid check, a system call, only when there is news.)
+        if self.monitor.quiet_since(seen) || std::process::id() != self.pid {
+            return;
+        }
+        let now = self.monitor.events();
+        let mut s = self.lock();
+        self.sync(&mut s);
+        drop(s);
+        self.seen.fetch_max(now, Ordering::AcqRel);
     }
 
     /// Evict every unused entry (domain close, memlock pressure).

@@ -263,11 +263,16 @@ impl MrDomain {
             iova,
             access: req.access,
             enabled: AtomicBool::new(!self.mode(ffi::FI_MR_ENDPOINT)),
+            revoked: AtomicBool::new(false),
             pin: std::sync::Mutex::new(pin),
             pfn0,
             phys,
             cntr: std::sync::Mutex::new(None),
         });
+        if let Some(e) = region.pin.lock().unwrap_or_else(|p| p.into_inner()).cache_entry() {
+            // (So that an unmap or remap of its memory revokes it.)
+            e.track(&region);
+        }
         self.registry
             .insert(region.clone())
             .map_err(|_| fail!(ffi::FI_ENOKEY, "fi_mr_reg: key {key:#x} was taken by a concurrent registration"))?;
@@ -294,6 +299,15 @@ impl MrDomain {
             );
         }
         live
+    }
+
+    /// Apply what the memory monitor saw since the last look (cheap when
+    /// it saw nothing): registrations whose memory was unmapped or moved
+    /// are revoked. Called before remote accesses are checked.
+    pub fn refresh(&self) {
+        if let Some(c) = &self.cache {
+            c.refresh();
+        }
     }
 
     /// Close: the key stops validating now; the pin goes with the last user.

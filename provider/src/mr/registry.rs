@@ -40,6 +40,10 @@ pub struct Region {
     pub access: u64,
     /// False until fi_mr_enable under FI_MR_ENDPOINT.
     pub enabled: AtomicBool,
+    /// Set for good when the memory behind it was unmapped or moved while
+    /// it was registered (`cache` sees the userfaultfd event): whatever
+    /// is mapped there now is not what was registered.
+    pub revoked: AtomicBool,
     /// Replaced by fi_mr_refresh (FI_MR_MMU_NOTIFY).
     pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
@@ -58,6 +62,8 @@ pub enum AccessError {
     UnknownKey,
     /// Registered but not enabled (FI_MR_ENDPOINT without fi_mr_enable).
     NotEnabled,
+    /// Its memory was unmapped or moved while registered.
+    Revoked,
     /// addr + len wraps around.
     Overflow,
     /// Outside the region.
@@ -70,7 +76,7 @@ impl AccessError {
     /// The FI_E* code an initiator sees.
     pub fn code(self) -> u32 {
         match self {
-            AccessError::UnknownKey | AccessError::NotEnabled => ffi::FI_EKEYREJECTED,
+            AccessError::UnknownKey | AccessError::NotEnabled | AccessError::Revoked => ffi::FI_EKEYREJECTED,
             AccessError::Overflow | AccessError::OutOfBounds => ffi::FI_EINVAL,
             AccessError::Denied => ffi::FI_EACCES,
         }
@@ -204,6 +210,9 @@ impl Registry {
         if !region.enabled.load(Ordering::Acquire) {
             return Err(AccessError::NotEnabled);
         }
+        if region.revoked.load(Ordering::Acquire) {
+            return Err(AccessError::Revoked);
+        }
         let end = addr.checked_add(len).ok_or(AccessError::Overflow)?;
         let region_end = region.iova.checked_add(region.len as u64).ok_or(AccessError::Overflow)?;
         if addr < region.iova || end > region_end {
@@ -229,6 +238,7 @@ pub(crate) mod tests {
             iova,
             access,
             enabled: AtomicBool::new(true),
+            revoked: AtomicBool::new(false),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,

@@ -202,7 +202,15 @@ impl Monitor {
 
     /// Events read since start.
     pub fn events(&self) -> u64 {
-        self.events.load(Ordering::Relaxed)
+        self.events.load(Ordering::Acquire)
+    }
+
+    /// Whether no event was read since the count was `seen` and no read
+    /// is in progress. The thread reads an event (which lets the munmap
+    /// return), logs it, counts it, then clears `reading`: once a munmap
+    /// has returned, either `reading` is set or the count has moved.
+    pub fn quiet_since(&self, seen: u64) -> bool {
+        self.reading.load(Ordering::SeqCst) == 0 && self.events.load(Ordering::Acquire) == seen
     }
 
     /// Copy the invalidations with sequence >= `from` into `out`, waiting
@@ -266,7 +274,7 @@ impl Monitor {
                     k += 1;
                 }
                 self.append(&inv[..k]);
-                self.events.fetch_add(n as u64, Ordering::Relaxed);
+                self.events.fetch_add(n as u64, Ordering::Release);
             }
             self.reading.store(0, Ordering::SeqCst);
         }

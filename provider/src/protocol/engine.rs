@@ -1376,6 +1376,8 @@ impl Engine {
         let read = h.op == op::READ;
         let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
         let len = h.len as usize;
+        // (Memory unmapped or moved under a registration revokes it.)
+        self.domain.mr.refresh();
         let g = match self.domain.mr.registry.check(h.rma_key, h.rma_addr, h.len, access) {
             Err(why) => {
                 tracing::warn!(
@@ -1671,6 +1673,7 @@ impl Engine {
             return false;
         }
         self.finish_open_job();
+        self.domain.mr.refresh();
         let mut run = Vec::new();
         let (mut nl, mut nr, mut bytes) = (0, 0, 0);
         // (A run is answered by one ACKS message, which must fit a cell:
