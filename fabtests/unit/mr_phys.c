@@ -29,6 +29,8 @@
  */
 #include "oxt.h"
 
+#include <sys/resource.h>
+
 #include <linux/perf_event.h>
 #include <rdma/fi_ext_oxmr.h>
 #include <fcntl.h>
@@ -307,6 +309,32 @@ static void part1(void)
 		EXPECT_RC(ops->phys_runs(mr, runs, &n), -FI_EKEYREJECTED);
 		EXPECT_RC(fi_close(&mr->fid), 0);
 		close(fd3);
+	}
+
+	OXT_GROUP("a check the kernel cannot answer now (no file descriptors left) revokes nothing");
+	{
+		int fd4;
+		char *r4 = perf_ring(DATA_PAGES, NULL, &fd4);
+		struct rlimit old, none;
+
+		REQUIRE_RC(reg(e.domain, r4 + PS, DATA_LEN, FI_REMOTE_READ, OXMR_MR_PHYS_FALLBACK, &mr), 0);
+		in = query(ops, mr);
+		if (in.phys_state != OXMR_PHYS_AVAILABLE) {
+			printf("# no physical runs recorded (not root?): skipped\n");
+		} else {
+			REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
+			none = old;
+			none.rlim_cur = 3; /* no new fd: /proc/self/pagemap cannot be opened */
+			REQUIRE(setrlimit(RLIMIT_NOFILE, &none) == 0, "setrlimit");
+			in = query(ops, mr);
+			REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit back");
+			EXPECT(in.phys_state != OXMR_PHYS_REVOKED, "revoked while pagemap could not be read");
+			in = query(ops, mr);
+			EXPECT_EQ(in.phys_state, OXMR_PHYS_AVAILABLE);
+		}
+		EXPECT_RC(fi_close(&mr->fid), 0);
+		munmap(r4, RING_LEN);
+		close(fd4);
 	}
 
 	if (env_opt_in) {

@@ -343,27 +343,53 @@ impl PhysPin {
     }
 
     /// Whether the mappings are still the ones registered. The first
-    /// `false` is final; it returns `true` in `newly` once.
+    /// definite `false` (a mapping that is gone or different, physical
+    /// runs that moved) is final; it returns `true` in `newly` once. A
+    /// question the kernel could not answer now (an error from
+    /// PROCMAP_QUERY or /proc/self/maps, pagemap showing no PFNs at all,
+    /// as after dropping privileges) refuses this access but revokes
+    /// nothing.
     pub fn check_live(&self) -> (bool, bool) {
         if self.revoked.load(Ordering::Acquire) {
             return (false, false);
         }
-        let same = self.vmas.iter().all(|v| matches!(vma_at(v.start), Ok(Some(now)) if now == *v))
-            && self.runs.as_ref().is_none_or(|runs| {
+        let mut unknown = false;
+        let mut same = self.vmas.iter().all(|v| match vma_at(v.start) {
+            Ok(Some(now)) => now == *v,
+            Ok(None) => false,
+            Err(e) => {
+                tracing::debug!("device registration check: cannot read the mapping at {:#x} now ({e})", v.start);
+                unknown = true;
+                true
+            }
+        });
+        if same {
+            if let Some(runs) = &self.runs {
                 let mut now = Vec::new();
                 for &(a, l) in &self.ranges {
-                    match runs_of(a, l, &super::pagemap_pfns(a, l)) {
+                    let pfns = super::pagemap_pfns(a, l);
+                    if pfns.iter().all(|&p| p == 0) {
+                        // (No PFNs shown at all: no answer, not a change.)
+                        unknown = true;
+                        break;
+                    }
+                    match runs_of(a, l, &pfns) {
                         Some(r) => now.extend(r),
-                        None => return false,
+                        None => {
+                            same = false;
+                            break;
+                        }
                     }
                 }
-                now == *runs
-            });
-        if same {
-            (true, false)
-        } else {
-            (false, !self.revoked.swap(true, Ordering::AcqRel))
+                if same && !unknown && now != *runs {
+                    same = false;
+                }
+            }
         }
+        if !same {
+            return (false, !self.revoked.swap(true, Ordering::AcqRel));
+        }
+        (!unknown, false)
     }
 
     /// Whether a change of the mappings has revoked it.
