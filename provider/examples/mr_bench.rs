@@ -119,7 +119,7 @@ fn lookup_bench() {
             iova: 0x1000_0000 + i * 0x10000,
             access: ffi::FI_REMOTE_READ as u64,
             enabled: AtomicBool::new(true),
-            revoked: AtomicBool::new(false),
+            cached: None,
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,

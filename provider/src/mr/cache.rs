@@ -33,14 +33,13 @@
 //! monitor) without deadlock. Nothing here patches code or hooks malloc.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
 
 use super::pin::{Pin, Pinner};
-use super::registry::Region;
 use super::uffd::{Cause, Invalidation, Monitor};
 use crate::boundary::Result;
 
@@ -54,32 +53,12 @@ pub struct Entry {
     pub pin: Pin,
     /// PFN of every page as pinned (FI_OXMR_MR_RECORD_PFN), else empty.
     pub pfns: Vec<u64>,
-    /// The registrations using this pin, revoked if its memory is unmapped
-    /// or moved while they are open.
-    regions: Mutex<Vec<Weak<Region>>>,
+    /// Set for good when its memory was unmapped or moved: the
+    /// registrations using it are revoked (`Registry::check` reads this).
+    pub revoked: AtomicBool,
 }
 
 impl Entry {
-    /// Note a registration that uses this pin.
-    pub fn track(&self, r: &Arc<Region>) {
-        let mut v = self.regions.lock().unwrap_or_else(|p| p.into_inner());
-        v.retain(|w| w.strong_count() > 0);
-        v.push(Arc::downgrade(r));
-    }
-
-    /// The memory went away under open registrations: revoke them.
-    fn revoke(&self, why: &str) {
-        for r in self.regions.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade) {
-            if !r.revoked.swap(true, Ordering::AcqRel) {
-                tracing::warn!(
-                    "registration {:#x} revoked: its memory at {:#x} was {why} while registered; peers now get FI_EKEYREJECTED (close it, and register the new memory)",
-                    r.key,
-                    self.start
-                );
-            }
-        }
-    }
-
     /// The recorded PFN of the page holding `addr` (0 if not recorded).
     pub fn pfn_at(&self, addr: usize) -> u64 {
         let first = self.start / 4096;
@@ -248,10 +227,17 @@ impl Cache {
                     s.lru.remove(&slot.last_use);
                 } else if matches!(inv.cause, Cause::Unmap | Cause::Remap) {
                     // In use: what is mapped there now is not what was
-                    // registered, and remote accesses go by address.
-                    // (A discard, madvise, keeps the mapping: the memory
-                    // is still the registered memory, refilled on touch.)
-                    slot.entry.revoke(if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" });
+                    // registered, and remote accesses go by address, so the
+                    // registrations using it are revoked. (A discard,
+                    // madvise, keeps the mapping: the memory is still the
+                    // registered memory, refilled on touch.)
+                    slot.entry.revoked.store(true, Ordering::Release);
+                    tracing::warn!(
+                        "the memory of {} open registration(s) at {:#x} was {} while registered: revoked, peers now get FI_EKEYREJECTED (close them, and register the new memory)",
+                        slot.users,
+                        slot.entry.start,
+                        if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" }
+                    );
                 }
                 // In use: the registration keeps its pin until closed, but
                 // it is never served again. Unused: the pin goes now.
@@ -363,7 +349,7 @@ impl Cache {
             let id = s.next_id;
             s.next_id += 1;
             let pfns = if self.record_pfn { super::pagemap_pfns(a, l) } else { Vec::new() };
-            let entry = Arc::new(Entry { id, start: a, len: l, access, pin, pfns, regions: Mutex::new(Vec::new()) });
+            let entry = Arc::new(Entry { id, start: a, len: l, access, pin, pfns, revoked: AtomicBool::new(false) });
             s.index.insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick });
             s.bytes += l as u64;
             s.longest = s.longest.max(l);
@@ -405,9 +391,7 @@ impl Cache {
             return;
         }
         let now = self.monitor.events();
-        let mut s = self.lock();
-        self.sync(&mut s);
-        drop(s);
+        self.sync(&mut self.lock());
         self.seen.fetch_max(now, Ordering::AcqRel);
     }
 

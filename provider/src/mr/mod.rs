@@ -30,7 +30,7 @@ use oxmr_ffi as ffi;
 use crate::boundary::{Error, Result};
 use crate::fail;
 use crate::info::attrs;
-use pin::Pinner;
+use pin::{Pin, Pinner};
 use registry::{Region, Registry, ACCESS_BITS};
 
 /// One registration request, decoded from fi_mr_reg/regv/regattr.
@@ -263,16 +263,15 @@ impl MrDomain {
             iova,
             access: req.access,
             enabled: AtomicBool::new(!self.mode(ffi::FI_MR_ENDPOINT)),
-            revoked: AtomicBool::new(false),
+            cached: match &pin {
+                Pin::Cached(c) => Some(c.entry.clone()),
+                _ => None,
+            },
             pin: std::sync::Mutex::new(pin),
             pfn0,
             phys,
             cntr: std::sync::Mutex::new(None),
         });
-        if let Some(e) = region.pin.lock().unwrap_or_else(|p| p.into_inner()).cache_entry() {
-            // (So that an unmap or remap of its memory revokes it.)
-            e.track(&region);
-        }
         self.registry
             .insert(region.clone())
             .map_err(|_| fail!(ffi::FI_ENOKEY, "fi_mr_reg: key {key:#x} was taken by a concurrent registration"))?;

@@ -40,10 +40,11 @@ pub struct Region {
     pub access: u64,
     /// False until fi_mr_enable under FI_MR_ENDPOINT.
     pub enabled: AtomicBool,
-    /// Set for good when the memory behind it was unmapped or moved while
-    /// it was registered (`cache` sees the userfaultfd event): whatever
-    /// is mapped there now is not what was registered.
-    pub revoked: AtomicBool,
+    /// The cache entry whose pin it uses, if any: its `revoked` flag is set
+    /// for good when the memory was unmapped or moved while registered
+    /// (`cache` sees the userfaultfd event): whatever is mapped there now
+    /// is not what was registered.
+    pub cached: Option<Arc<super::cache::Entry>>,
     /// Replaced by fi_mr_refresh (FI_MR_MMU_NOTIFY).
     pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
@@ -210,7 +211,7 @@ impl Registry {
         if !region.enabled.load(Ordering::Acquire) {
             return Err(AccessError::NotEnabled);
         }
-        if region.revoked.load(Ordering::Acquire) {
+        if region.cached.as_ref().is_some_and(|e| e.revoked.load(Ordering::Acquire)) {
             return Err(AccessError::Revoked);
         }
         let end = addr.checked_add(len).ok_or(AccessError::Overflow)?;
@@ -238,7 +239,7 @@ pub(crate) mod tests {
             iova,
             access,
             enabled: AtomicBool::new(true),
-            revoked: AtomicBool::new(false),
+            cached: None,
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,
