@@ -1232,6 +1232,35 @@ static void test_fork_new_domain(void)
 	munmap(a, K64);
 }
 
+/* Shared mappings lose pages without an event for our mapping
+ * (ftruncate, hole punching by anyone holding the file): never cached. */
+static void test_shared_uncached(void)
+{
+	struct oxmr_mr_stats b, a2;
+	struct fid_mr *mr;
+	int fd;
+	char *m;
+
+	OXT_GROUP("a MAP_SHARED (memfd) range registers uncached, twice: no entry, no hit");
+	fd = memfd_create("oxmr-test", MFD_CLOEXEC);
+	REQUIRE(fd >= 0 && ftruncate(fd, K64) == 0, "memfd: %s", strerror(errno));
+	m = mmap(NULL, K64, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	REQUIRE(m != MAP_FAILED, "mmap: %s", strerror(errno));
+	memset(m, 's', K64);
+	for (int i = 0; i < 2; i++) {
+		b = st();
+		REQUIRE_RC(reg(m, K64, ACC_RW, &mr), 0);
+		a2 = st();
+		EXPECT_EQ(qi(mr).cache_entry, 0);
+		EXPECT(a2.cache_uncached == b.cache_uncached + 1 && a2.cache_hits == b.cache_hits,
+		       "registration %d: uncached %+lld, hits %+lld (want +1, +0)", i + 1,
+		       (long long)(a2.cache_uncached - b.cache_uncached), (long long)(a2.cache_hits - b.cache_hits));
+		MR_CLOSE(mr);
+	}
+	munmap(m, K64);
+	close(fd);
+}
+
 static void test_fork(void)
 {
 	struct child_report r;
@@ -1940,6 +1969,7 @@ int main(int argc, char **argv)
 		test_mremap_grow();
 		test_mremap_shrink();
 		note_mprotect();
+		test_shared_uncached();
 		test_fork();
 		test_fork_new_domain();
 		test_fork_parent_pin();

@@ -130,6 +130,25 @@ impl Drop for CacheRef {
     }
 }
 
+/// Whether any part of [a, a+l) is a shared mapping (or cannot be told).
+fn shared_in(a: usize, l: usize) -> bool {
+    let mut at = a;
+    while at < a + l {
+        match super::phys::vma_at(at) {
+            Ok(Some(v)) if v.start <= at && v.end > at => {
+                if v.shared {
+                    return true;
+                }
+                at = v.end;
+            }
+            // A hole: the pin fails on it anyway.
+            Ok(_) => return false,
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
 fn overlaps(a: usize, alen: usize, i: &Invalidation) -> bool {
     (a as u64) < i.end && i.start < (a + alen) as u64
 }
@@ -307,6 +326,13 @@ impl Cache {
             // Note the log position, then subscribe, then pin: any change
             // to the range after `since` is in the log from `since` on.
             let since = self.monitor.head();
+            if shared_in(a, l) {
+                // A file's pages can go (ftruncate, hole punching, another
+                // process's MADV_REMOVE) without an event for our mapping.
+                tracing::debug!("range {a:#x}+{l} is (partly) a shared mapping; registered uncached");
+                self.stats.uncached.fetch_add(1, Ordering::Relaxed);
+                return pinner.pin(&[(a, l)], access);
+            }
             if let Err(e) = self.monitor.watch(a, l) {
                 tracing::debug!("range {a:#x}+{l} cannot be watched ({e}); registered uncached");
                 self.stats.uncached.fetch_add(1, Ordering::Relaxed);
