@@ -28,6 +28,9 @@
  *     a registered buffer and maps new memory at the same address; a
  *     write with the old key is refused (FI_EKEYREJECTED) and the new
  *     memory keeps its bytes; registering the new memory works.
+ *  8. A peer that answers and then closes: the answer, still unread in our
+ *     queue when we find the peer closed, completes the send it answers
+ *     (it is not failed with FI_ECONNABORTED).
  */
 #include "oxt.h"
 
@@ -433,6 +436,37 @@ static void unmapped_under_mr(void)
 	free(src);
 }
 
+static void answered_then_closed(void)
+{
+	struct oxt_ep x, y;
+	struct fi_context c1, c2, c3;
+	unsigned char *buf = malloc(BIG), *rbuf = malloc(BIG);
+	fi_addr_t x_to_y;
+	void *ctx = NULL;
+	int rc;
+
+	OXT_GROUP("8. a peer that answers and then closes: its answer still completes the send");
+	REQUIRE(buf && rbuf, "malloc");
+	oxt_ep_open(&x, 0, FI_WAIT_NONE);
+	oxt_ep_open(&y, 0, FI_WAIT_NONE);
+	x_to_y = oxt_ep_insert(&x, &y);
+	fill(buf, BIG, 14);
+	REQUIRE_RC(fi_recv(y.ep, rbuf, BIG, NULL, FI_ADDR_UNSPEC, &c2), 0);
+	REQUIRE_RC(fi_send(x.ep, buf, BIG, NULL, x_to_y, &c1), 0);
+	/* Only Y runs progress: it copies, completes and ACKs into X's queue. */
+	rc = oxt_next_completion(y.cq, 5000, &ctx);
+	EXPECT(rc == 0 && ctx == &c2 && same(rbuf, BIG, 14), "Y's receive: completion %d", rc);
+	oxt_ep_close(&y);
+	/* X finds Y closed before it reads its queue. */
+	EXPECT_RC(fi_send(x.ep, buf, 64, NULL, x_to_y, &c3), -FI_EHOSTUNREACH);
+	rc = oxt_next_completion(x.cq, 5000, &ctx);
+	EXPECT(rc == 0 && ctx == &c1, "the answered send: completion %d (%s), want success", rc,
+	       rc > 0 ? fi_strerror(rc) : "none");
+	oxt_ep_close(&x);
+	free(buf);
+	free(rbuf);
+}
+
 int main(int argc, char **argv)
 {
 	oxt_init(argv[0]);
@@ -442,5 +476,6 @@ int main(int argc, char **argv)
 	stalled_peer();
 	closed_initiator();
 	unmapped_under_mr();
+	answered_then_closed();
 	return oxt_done();
 }

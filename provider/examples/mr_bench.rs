@@ -120,6 +120,7 @@ fn lookup_bench() {
             access: ffi::FI_REMOTE_READ as u64,
             enabled: AtomicBool::new(true),
             cached: None,
+            refreshed: AtomicBool::new(false),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,

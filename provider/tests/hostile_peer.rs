@@ -177,6 +177,12 @@ impl Peer {
         Peer { _port: port, name, rx, to: Region::open(target).expect("the target's queue") }
     }
 
+    /// Operation id `n` of this peer: its queue's epoch in the high half,
+    /// as an oxmr endpoint's ids (docs/wire.md).
+    fn id(&self, n: u64) -> u64 {
+        (self.rx.epoch() as u64) << 32 | n
+    }
+
     fn send(&self, mut h: Hdr, body: &[u8]) {
         h.pid = std::process::id();
         h.name = self.name;
@@ -231,24 +237,31 @@ fn malformed_requests_are_refused_and_the_endpoint_keeps_working() {
     let einval = ffi::FI_EINVAL as u32;
 
     // A well-formed inline write first: the baseline the rest is held to.
-    let h = Hdr { op: WRITE_INLINE, msg_id: 1, len: 64, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    let h = Hdr { op: WRITE_INLINE, msg_id: p.id(1), len: 64, rma_addr: t.base, rma_key: t.key, ..Default::default() };
     p.send(h, &src[..64]);
     let (a, _) = p.answer(&t).expect("an answer to a good inline write");
-    assert_eq!((a.op, a.msg_id, a.status), (ACK, 1, 0));
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(1), 0));
     assert_eq!(&t.page()[..64], &src[..64]);
 
     // A write whose header counts 3 iovs but carries 1.
     let before = t.page().to_vec();
-    let h =
-        Hdr { op: WRITE, msg_id: 2, len: 2048, iov_count: 3, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    let h = Hdr {
+        op: WRITE,
+        msg_id: p.id(2),
+        len: 2048,
+        iov_count: 3,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
     p.send(h, &iovs(&[(src.as_ptr() as usize, 2048)]));
     let (a, _) = p.answer(&t).expect("an answer to a write with missing iovs");
-    assert_eq!((a.op, a.msg_id, a.status), (ACK, 2, einval), "missing iovs");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(2), einval), "missing iovs");
 
     // A write of 4096 bytes whose iovs describe 100.
     let h = Hdr {
         op: WRITE,
-        msg_id: 3,
+        msg_id: p.id(3),
         len: PAGE as u64,
         iov_count: 1,
         rma_addr: t.base,
@@ -257,14 +270,14 @@ fn malformed_requests_are_refused_and_the_endpoint_keeps_working() {
     };
     p.send(h, &iovs(&[(src.as_ptr() as usize, 100)]));
     let (a, _) = p.answer(&t).expect("an answer to a write with short iovs");
-    assert_eq!((a.op, a.msg_id, a.status), (ACK, 3, einval), "iovs shorter than the write");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(3), einval), "iovs shorter than the write");
     assert_eq!(t.page(), &before[..], "a refused write changed the registration");
 
     // A read into iovs shorter than the read.
     let mut dst = vec![0u8; PAGE];
     let h = Hdr {
         op: READ,
-        msg_id: 4,
+        msg_id: p.id(4),
         len: PAGE as u64,
         iov_count: 1,
         rma_addr: t.base,
@@ -273,36 +286,61 @@ fn malformed_requests_are_refused_and_the_endpoint_keeps_working() {
     };
     p.send(h, &iovs(&[(dst.as_mut_ptr() as usize, 16)]));
     let (a, _) = p.answer(&t).expect("an answer to a read with short iovs");
-    assert_eq!((a.op, a.msg_id, a.status), (ACK, 4, einval), "read into short iovs");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(4), einval), "read into short iovs");
     assert!(dst.iter().all(|&b| b == 0), "a refused read wrote into the peer");
 
     // Iov lengths whose sum overflows (2^63 + 2^63): the first 2048 bytes
     // are a real buffer, so the write itself is good.
     let huge = 1usize << 63;
-    let h =
-        Hdr { op: WRITE, msg_id: 5, len: 2048, iov_count: 2, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    let h = Hdr {
+        op: WRITE,
+        msg_id: p.id(5),
+        len: 2048,
+        iov_count: 2,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
     p.send(h, &iovs(&[(src.as_ptr() as usize, huge), (src.as_ptr() as usize, huge)]));
     let (a, _) = p.answer(&t).expect("an answer to a write with overflowing iov lengths");
-    assert_eq!((a.op, a.msg_id, a.status), (ACK, 5, 0));
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(5), 0));
     assert_eq!(&t.page()[..2048], &src[..2048]);
 
     // A rendezvous send whose iovs describe less than it says.
-    let h = Hdr { op: RTS, msg_id: 6, len: 1 << 20, iov_count: 1, ..Default::default() };
+    let h = Hdr { op: RTS, msg_id: p.id(6), len: 1 << 20, iov_count: 1, ..Default::default() };
     p.send(h, &iovs(&[(src.as_ptr() as usize, 10)]));
     let (a, _) = p.answer(&t).expect("an answer to a malformed RTS");
-    assert_eq!((a.op, a.msg_id, a.status), (ACK, 6, einval), "malformed RTS");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(6), einval), "malformed RTS");
+
+    // A write that names another endpoint's epoch (one that was at this
+    // address before and closed): nothing is copied, nothing answered.
+    let before = t.page().to_vec();
+    let other = [0x77u8; 64];
+    let old_id = ((p.rx.epoch() ^ 1) as u64) << 32 | 9;
+    let h = Hdr {
+        op: WRITE,
+        msg_id: old_id,
+        len: 64,
+        iov_count: 1,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
+    p.send(h, &iovs(&[(other.as_ptr() as usize, 64)]));
+    assert!(p.silent(&t), "a closed endpoint's write was answered");
+    assert_eq!(t.page(), &before[..], "a closed endpoint's write landed");
 
     // Not a message at all; a help request for a job that does not exist;
     // an ACKS naming more ids than it carries: nothing to answer.
     p.send_raw(&[1, 2, 3, 4, 5]);
-    p.send(Hdr { op: CTS, msg_id: 77, rma_addr: 3, tag: 9, ..Default::default() }, &[]);
+    p.send(Hdr { op: CTS, msg_id: p.id(77), rma_addr: 3, tag: 9, ..Default::default() }, &[]);
     p.send(Hdr { op: ACKS, iov_count: 500, ..Default::default() }, &7u64.to_le_bytes());
     assert!(p.silent(&t), "the endpoint answered junk");
 
     // Still working: a good write and an eager send into a posted receive.
     let h = Hdr {
         op: WRITE,
-        msg_id: 8,
+        msg_id: p.id(8),
         len: PAGE as u64,
         iov_count: 1,
         rma_addr: t.base,
@@ -311,7 +349,7 @@ fn malformed_requests_are_refused_and_the_endpoint_keeps_working() {
     };
     p.send(h, &iovs(&[(src.as_ptr() as usize, PAGE)]));
     let (a, _) = p.answer(&t).expect("an answer to a good write after the junk");
-    assert_eq!((a.op, a.msg_id, a.status), (ACK, 8, 0));
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(8), 0));
     assert_eq!(t.page(), &src[..]);
     let mut rbuf = [0u8; 32];
     unsafe {

@@ -133,9 +133,14 @@ unsafe fn read_common(
     // SAFETY: our fid.
     let cq = unsafe { borrow::<Cq>(cq.cast()) }?;
     if count == 0 {
-        // "A count value of 0 may be used to drive progress" (fi_cq(3)).
-        cq.read(0, |_, _| {})?;
-        return Ok(0);
+        // "A count value of 0 may be used to drive progress" (fi_cq(3)):
+        // then 0 when entries wait, -FI_EAVAIL for an error at the head,
+        // -FI_EAGAIN for none (as libfabric's util CQs answer).
+        return match cq.read(0, |_, _| {}) {
+            Err(e) if e.code() == ffi::FI_EAGAIN && cq.pending() > 0 => Ok(0),
+            Err(e) => Err(e),
+            Ok(n) => Ok(n as isize),
+        };
     }
     if buf.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "fi_cq_read: NULL buffer for {count} entries"));

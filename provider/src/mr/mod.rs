@@ -267,6 +267,7 @@ impl MrDomain {
                 Pin::Cached(c) => Some(c.entry.clone()),
                 _ => None,
             },
+            refreshed: AtomicBool::new(false),
             pin: std::sync::Mutex::new(pin),
             pfn0,
             phys,

@@ -113,8 +113,10 @@ pub fn vma_at(addr: usize) -> io::Result<Option<VmaId>> {
     let pid = std::process::id();
     let mut g = MAPS_FD.lock().unwrap_or_else(|p| p.into_inner());
     if g.as_ref().is_none_or(|(p, _)| *p != pid) {
-        let fd = std::fs::File::open("/proc/self/maps").map(OwnedFd::from).ok();
-        *g = Some((pid, fd));
+        // (A failed open, EMFILE say, is not remembered: only a kernel
+        // without PROCMAP_QUERY sends us to the slow path for good.)
+        let fd = std::fs::File::open("/proc/self/maps").map(OwnedFd::from)?;
+        *g = Some((pid, Some(fd)));
     }
     if let Some((_, Some(fd))) = g.as_ref() {
         let mut q =

@@ -45,6 +45,9 @@ pub struct Region {
     /// (`cache` sees the userfaultfd event): whatever is mapped there now
     /// is not what was registered.
     pub cached: Option<Arc<super::cache::Entry>>,
+    /// fi_mr_refresh pinned the pages mapped now: a revoked `cached` entry
+    /// no longer speaks for it.
+    pub refreshed: AtomicBool,
     /// Replaced by fi_mr_refresh (FI_MR_MMU_NOTIFY).
     pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
@@ -211,7 +214,9 @@ impl Registry {
         if !region.enabled.load(Ordering::Acquire) {
             return Err(AccessError::NotEnabled);
         }
-        if region.cached.as_ref().is_some_and(|e| e.revoked.load(Ordering::Acquire)) {
+        if region.cached.as_ref().is_some_and(|e| e.revoked.load(Ordering::Acquire))
+            && !region.refreshed.load(Ordering::Acquire)
+        {
             return Err(AccessError::Revoked);
         }
         let end = addr.checked_add(len).ok_or(AccessError::Overflow)?;
@@ -240,6 +245,7 @@ pub(crate) mod tests {
             access,
             enabled: AtomicBool::new(true),
             cached: None,
+            refreshed: AtomicBool::new(false),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,

@@ -175,6 +175,11 @@ impl Cq {
         }
     }
 
+    /// Entries (successes and errors) waiting to be read.
+    pub fn pending(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
     /// Queue a completion nobody reserved a slot for (remote CQ data at an
     /// RMA target): never refused, counted like the others.
     pub fn push_unsolicited(&self, e: CqEntry) {

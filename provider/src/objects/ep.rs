@@ -97,7 +97,10 @@ impl Drop for Ep {
         // The progress lists of our CQs, counters and domain share the
         // cell: stop the engine (its queue file goes, its CQ and counter
         // references are released) so that no list runs it again.
-        self.engine.lock().take();
+        // (Dropped after the lock is released: closing waits for stalled
+        // shared copies, and other threads' progress takes this lock.)
+        let engine = self.engine.lock().take();
+        drop(engine);
     }
 }
 

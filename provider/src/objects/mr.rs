@@ -107,6 +107,9 @@ impl Mr {
     pub fn refresh(&self) -> Result<()> {
         let new = self.domain.mr.pinner.pin(&self.region.iovs, self.region.access)?;
         *self.region.pin.lock().unwrap_or_else(|p| p.into_inner()) = new;
+        // The memory mapped now is what the application registers: a
+        // revocation of the old memory (cache invariant 7) no longer applies.
+        self.region.refreshed.store(true, Ordering::Release);
         Ok(())
     }
 }

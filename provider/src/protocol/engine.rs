@@ -226,6 +226,15 @@ struct Stream {
     _hold: Option<Arc<crate::mr::registry::Region>>,
 }
 
+/// What a gone peer left pending (see `Engine::peer_gone`): failed once our
+/// queue's consumer passes `until` (our queue's tail when first seen after
+/// the peer went).
+struct Gone {
+    ids: Vec<u64>,
+    pulls: Vec<(SocketAddr, u64)>,
+    until: Option<u64>,
+}
+
 /// What a shared copy completes when every chunk is in place.
 enum JobFor {
     Recv { p: Posted, hdr: Hdr },
@@ -299,6 +308,8 @@ pub struct Engine {
     ticks: u32,
     pulls: FastMap<(SocketAddr, u64), Pull>,
     streams: VecDeque<Stream>,
+    /// Gone peers' operations, failed once their last messages are read.
+    gone: Vec<Gone>,
     /// Our region's job table, free slots, the next generation, and jobs
     /// whose peer did not settle its chunk in time.
     job_table: JobTable,
@@ -392,6 +403,7 @@ impl Drop for Engine {
 impl Engine {
     pub fn new(rx: Region, name: SocketAddr, domain: Arc<Domain>, b: Bindings) -> Self {
         let cfg = crate::boundary::params::config();
+        let epoch = rx.epoch();
         Engine {
             job_table: rx.jobs(),
             free_slots: (0..jobs::JOBS as u32).rev().collect(),
@@ -419,10 +431,12 @@ impl Engine {
             posted: [VecDeque::new(), VecDeque::new()],
             unexpected: [VecDeque::new(), VecDeque::new()],
             pending: FastMap::default(),
-            // A random epoch in the high half: an endpoint opened again at
-            // the same address never reuses the ids of the one before, so
-            // a late answer meant for that one completes nothing here.
-            next_id: (crate::mr::registry::random_u32() as u64) << 32 | 1,
+            // The region's random epoch in the high half: an endpoint
+            // opened again at the same address never reuses the ids of the
+            // one before, so a late answer meant for that one completes
+            // nothing here, and peers tell our messages from its
+            // (`closed_peer`).
+            next_id: (epoch as u64) << 32 | 1,
             outbox: VecDeque::new(),
             last_check: Instant::now(),
             avc: AvCache::default(),
@@ -431,6 +445,7 @@ impl Engine {
             ticks: 0,
             pulls: FastMap::default(),
             streams: VecDeque::new(),
+            gone: Vec::new(),
         }
     }
 
@@ -858,7 +873,7 @@ impl Engine {
         }
         // A sender's endpoint that closed (its process may live on) gave up
         // its buffers: its queue says so (one load when we know it).
-        if u.gone || self.closed_peer(&u.from) {
+        if u.gone || self.closed_peer(&u.from, u.hdr.msg_id) {
             tracing::warn!(
                 "a receive matched a send from {}, whose endpoint has closed since; its data is gone",
                 u.from
@@ -1408,7 +1423,7 @@ impl Engine {
             );
             return self.rma_done(h, from, ffi::FI_EINVAL, None);
         };
-        if self.closed_peer(&from) {
+        if self.closed_peer(&from, h.msg_id) {
             // Its buffers are no longer its to offer: a read would write
             // into memory the application may have reused since.
             tracing::warn!(
@@ -1568,6 +1583,9 @@ impl Engine {
                 self.finish_open_job();
             }
         }
+        if !self.gone.is_empty() {
+            self.settle_gone();
+        }
         // Idle: no copy of our own waiting, so a peer's shared copy gets
         // our core at once.
         let idle = self.deferred.is_empty();
@@ -1658,7 +1676,7 @@ impl Engine {
             return false;
         }
         let Some(peer) = self.sender(&first.name) else { return false };
-        if self.closed_peer(&peer) {
+        if self.closed_peer(&peer, first.msg_id) {
             // (Each is dropped alone, by rma_target.)
             return false;
         }
@@ -1666,7 +1684,13 @@ impl Engine {
         self.busy = true;
         let limit = self.share_from(&peer).min(self.write_batch_max + 1);
         let batchable = |h: &Hdr| {
-            h.op == op::WRITE && h.msg_id != 0 && h.name == first.name && h.pid == first.pid && (h.len as usize) < limit
+            // (One endpoint: same name, process and epoch.)
+            h.op == op::WRITE
+                && h.msg_id != 0
+                && h.msg_id >> 32 == first.msg_id >> 32
+                && h.name == first.name
+                && h.pid == first.pid
+                && (h.len as usize) < limit
         };
         if !batchable(&first) || !self.deferred.get(1).and_then(|m| Hdr::decode(m)).is_some_and(|(h, _)| batchable(&h))
         {
@@ -1728,6 +1752,33 @@ impl Engine {
         true
     }
 
+    /// Fail what gone peers left pending once our queue has been read past
+    /// everything they sent (see `peer_gone`).
+    fn settle_gone(&mut self) {
+        let Some(rx) = &self.rx else { return };
+        let (head, tail) = rx.positions();
+        let mut i = 0;
+        while i < self.gone.len() {
+            let until = *self.gone[i].until.get_or_insert(tail);
+            if head < until {
+                i += 1;
+                continue;
+            }
+            let g = self.gone.swap_remove(i);
+            for id in g.ids {
+                if let Some(p) = self.pending.remove(&id) {
+                    self.fail_tx(p, ffi::FI_ECONNABORTED);
+                }
+            }
+            for k in g.pulls {
+                if let Some(Pull { what: PullFor::Recv { p, hdr }, .. }) = self.pulls.remove(&k) {
+                    self.finish_open_job();
+                    self.complete_recv(p, hdr, k.0, ffi::FI_EIO);
+                }
+            }
+        }
+    }
+
     /// Forget peers whose endpoint closed or whose process died.
     fn reap_dead_peers(&mut self) {
         let dead: Vec<(SocketAddr, bool)> =
@@ -1740,13 +1791,20 @@ impl Engine {
     /// Whether `a`'s endpoint has closed (or its queue is gone): checked
     /// before copying into or out of its buffers. One load of its queue's
     /// header when we know it (we are about to answer it anyway).
-    fn closed_peer(&mut self, a: &SocketAddr) -> bool {
+    ///
+    /// `msg_id` (an operation id of the sender's, 0: none) names the
+    /// endpoint that sent the message: its high half is that endpoint's
+    /// epoch, so a message of a closed endpoint is told from one of a new
+    /// endpoint that opened under the same address since.
+    fn closed_peer(&mut self, a: &SocketAddr, msg_id: u64) -> bool {
         match self.peer(*a) {
-            Ok(p) if !p.region.closed() => false,
-            _ => {
+            Ok(p) if !p.region.closed() => msg_id != 0 && (msg_id >> 32) as u32 != p.region.epoch(),
+            Ok(_) => {
                 self.peer_gone(*a, "closed its endpoint");
                 true
             }
+            // (No endpoint there any more.)
+            Err(_) => true,
         }
     }
 
@@ -1758,24 +1816,21 @@ impl Engine {
     /// no receive has matched yet: their buffers are no longer its to
     /// give. Nothing of this answers the peer, so no message meant for it
     /// reaches a new endpoint at its address.
+    ///
+    /// What the peer sent before it went is in our queue (its pushes came
+    /// before its close or its death): its operations and pulls are failed
+    /// only once we have read our queue past them (`settle_gone`), so an
+    /// answer already on its way still completes what it answers.
     fn peer_gone(&mut self, a: SocketAddr, why: &str) {
         tracing::warn!("peer {a} {why}; failing the operations with it");
         self.peers.remove(&a);
         let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
-        for id in ids {
-            if let Some(p) = self.pending.remove(&id) {
-                self.fail_tx(p, ffi::FI_ECONNABORTED);
-            }
+        let pulls: Vec<(SocketAddr, u64)> = self.pulls.keys().filter(|k| k.0 == a).copied().collect();
+        if !ids.is_empty() || !pulls.is_empty() {
+            self.gone.push(Gone { ids, pulls, until: None });
         }
         self.outbox.retain(|(to, _)| *to != a);
         self.streams.retain(|st| st.to != a);
-        let pulls: Vec<(SocketAddr, u64)> = self.pulls.keys().filter(|k| k.0 == a).copied().collect();
-        for k in pulls {
-            if let Some(Pull { what: PullFor::Recv { p, hdr }, .. }) = self.pulls.remove(&k) {
-                self.finish_open_job();
-                self.complete_recv(p, hdr, a, ffi::FI_EIO);
-            }
-        }
         for q in &mut self.unexpected {
             for u in q.iter_mut().filter(|u| u.from == a && u.hdr.op == op::RTS) {
                 u.gone = true;

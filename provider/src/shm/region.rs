@@ -55,7 +55,10 @@ struct Header {
     cells: u32,
     cell_size: u32,
     ready: AtomicU32,
-    _pad: u32,
+    /// A random number of this endpoint's life (its engine's operation ids
+    /// carry it in their high half): tells a message of a closed endpoint
+    /// from one of a new endpoint under the same address.
+    epoch: u32,
     tail: AtomicU64,
     _pad2: [u64; 11],
     /// The consumer's position: every cell before it is free.
@@ -67,7 +70,9 @@ struct Header {
     _pad4: [u32; 31],
     /// The pid of the producer that last claimed each cell, written right
     /// after the claim (read only when a cell stays unpublished: `unstick`).
-    claimers: [AtomicU32; CELLS],
+    /// (`pos << 32 | pid`, pos's low 32 bits: a record of an earlier lap
+    /// round the ring is never taken for the current one.)
+    claimers: [AtomicU64; CELLS],
 }
 
 #[repr(C)]
@@ -273,6 +278,7 @@ impl Region {
             h.owner = std::process::id();
             h.cells = CELLS as u32;
             h.cell_size = size_of::<Cell>() as u32;
+            h.epoch = crate::mr::registry::random_u32().max(1);
         }
         r.header().ready.store(READY, Ordering::Release);
         Ok(r)
@@ -325,6 +331,11 @@ impl Region {
         self.header().owner
     }
 
+    /// The endpoint's epoch (see `Header::epoch`).
+    pub fn epoch(&self) -> u32 {
+        self.header().epoch
+    }
+
     /// Whether the owner closed this endpoint (its process may live on,
     /// and may open another endpoint under the same name: a new region).
     pub fn closed(&self) -> bool {
@@ -358,7 +369,8 @@ impl Region {
             }
             match h.tail.compare_exchange_weak(pos, pos + 1, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => {
-                    h.claimers[pos as usize % CELLS].store(self.pid, Ordering::Relaxed);
+                    h.claimers[pos as usize % CELLS]
+                        .store((pos as u32 as u64) << 32 | self.pid as u64, Ordering::Relaxed);
                     let cell = self.cell(pos as usize);
                     // SAFETY: we own cell `pos` until we publish it: the
                     // consumer freed it (head > pos - CELLS, read with
@@ -400,6 +412,13 @@ impl Region {
                 Err(p) => pos = p,
             }
         }
+    }
+
+    /// (consumer position, producers' tail) (owner only): every message
+    /// pushed before the tail was read has been consumed once the first
+    /// reaches the second.
+    pub fn positions(&self) -> (u64, u64) {
+        (self.head, self.header().tail.load(Ordering::Acquire))
     }
 
     /// Whether a message waits (owner only): one load, for the empty poll.
@@ -471,9 +490,11 @@ impl Region {
         }
         match self.stuck {
             Some((p, since)) if p == pos && since.elapsed() >= STUCK_AFTER => {
-                let claimer = self.header().claimers[pos as usize % CELLS].load(Ordering::Relaxed);
-                // (0: the claimer had not even recorded itself; wait.)
-                if claimer == 0 || pid_alive(claimer) {
+                let rec = self.header().claimers[pos as usize % CELLS].load(Ordering::Relaxed);
+                let claimer = rec as u32;
+                // (A record of an earlier lap: the claimer had not recorded
+                // itself yet; wait.)
+                if (rec >> 32) as u32 != pos as u32 || claimer == 0 || pid_alive(claimer) {
                     return false;
                 }
                 tracing::warn!(
@@ -492,12 +513,19 @@ impl Region {
         }
     }
 
+    /// Claim a cell as a producer stopped right after its claim, before it
+    /// recorded itself.
+    #[cfg(test)]
+    fn claim_unrecorded(&self) {
+        self.header().tail.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Claim a cell as a producer `pid` that dies before publishing it.
     #[cfg(test)]
     fn claim_abandoned(&self, pid: u32) {
         let h = self.header();
         let pos = h.tail.fetch_add(1, Ordering::AcqRel);
-        h.claimers[pos as usize % CELLS].store(pid, Ordering::Relaxed);
+        h.claimers[pos as usize % CELLS].store((pos as u32 as u64) << 32 | pid as u64, Ordering::Relaxed);
     }
 }
 
@@ -605,5 +633,29 @@ mod tests {
         own.stuck = own.stuck.map(|(p, t)| (p, t - STUCK_AFTER));
         assert!(!own.unstick(), "a live producer's cell is never skipped");
         assert_eq!(pop(&mut own), None);
+    }
+
+    #[test]
+    fn a_record_of_an_earlier_lap_is_not_the_claimer() {
+        let addr: SocketAddr = "127.0.0.1:3".parse().unwrap();
+        let mut own = Region::create(&addr).unwrap();
+        let peer = Region::open(&addr).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        // A dead producer used cell 0 on the first lap (and published).
+        peer.push(&[b"lap 1"]).unwrap();
+        peer.header().claimers[0].store(dead as u64, Ordering::Relaxed);
+        assert!(own.pop(|_, _| ()));
+        for _ in 1..CELLS {
+            peer.push(&[b"x"]).unwrap();
+            assert!(own.pop(|_, _| ()));
+        }
+        // Lap 2, cell 0: a live producer claimed it and was stopped before
+        // recording itself; the record still names the dead one.
+        peer.claim_unrecorded();
+        assert!(!own.unstick());
+        own.stuck = own.stuck.map(|(p, t)| (p, t - STUCK_AFTER));
+        assert!(!own.unstick(), "skipped on the strength of an earlier lap's record");
     }
 }
