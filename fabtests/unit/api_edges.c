@@ -15,7 +15,14 @@
  *     (-FI_EBADFLAGS: not offered).
  *  5. fi_cq_sread on an FI_CQ_COND_NONE CQ ignores `cond`: one completion
  *     returns at once even with cond pointing at 16.
+ *  6. fi_cntr_wait sees an error that its own progress counts: a refused
+ *     RMA write whose answer is already waiting ends the wait with
+ *     -FI_EAVAIL, not a timeout.
+ *  7. fi_enable while another thread reads the CQ the endpoint is bound
+ *     to (FI_THREAD_SAFE), 200 times with more than 4 endpoints on it:
+ *     no deadlock.
  */
+#include <pthread.h>
 #include "oxt.h"
 
 static struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .size = 64, .wait_obj = FI_WAIT_UNSPEC };
@@ -187,6 +194,92 @@ static void sread_cond_none(void)
 	oxt_ep_close(&x);
 }
 
+static void cntr_wait_error(void)
+{
+	struct oxt_env e;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	struct fid_cntr *cntr;
+	struct oxt_ep t;
+	struct fi_cntr_attr ca = { .events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC };
+	char buf[64] = { 0 };
+	fi_addr_t to;
+	void *ctx;
+	double t0;
+	int rc;
+
+	OXT_GROUP("6. fi_cntr_wait ends with -FI_EAVAIL for an error its own progress counts");
+	oxt_ep_open(&t, 0, FI_WAIT_NONE);
+	oxt_open(&e);
+	REQUIRE_RC(fi_cq_open(e.domain, &cq_attr, &cq, NULL), 0);
+	REQUIRE_RC(fi_av_open(e.domain, &(struct fi_av_attr){ .type = FI_AV_TABLE }, &av, NULL), 0);
+	REQUIRE_RC(fi_cntr_open(e.domain, &ca, &cntr, NULL), 0);
+	REQUIRE_RC(fi_endpoint(e.domain, e.info, &ep, NULL), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &cntr->fid, FI_WRITE), 0);
+	REQUIRE_RC(fi_enable(ep), 0);
+	REQUIRE_RC(fi_av_insert(av, t.name, 1, &to, 0, NULL), 1);
+	/* A key nobody registered: the target refuses and answers at once. */
+	REQUIRE_RC(fi_write(ep, buf, sizeof buf, NULL, to, 0, 0xdead, NULL), 0);
+	(void)oxt_next_completion(t.cq, 200, &ctx); /* the target's progress */
+	t0 = oxt_now_ms();
+	rc = fi_cntr_wait(cntr, 1, 3000);
+	EXPECT(rc == -FI_EAVAIL, "fi_cntr_wait: %d (%s), want -FI_EAVAIL", rc, fi_strerror(-rc));
+	EXPECT(oxt_now_ms() - t0 < 2000, "fi_cntr_wait took %.0f ms", oxt_now_ms() - t0);
+	EXPECT_EQ(fi_cntr_readerr(cntr), 1);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	EXPECT_RC(fi_close(&cntr->fid), 0);
+	EXPECT_RC(fi_close(&av->fid), 0);
+	EXPECT_RC(fi_close(&cq->fid), 0);
+	oxt_close(&e);
+	oxt_ep_close(&t);
+}
+
+static volatile int reader_stop;
+
+static void *cq_reader(void *arg)
+{
+	struct fid_cq *cq = arg;
+	struct fi_cq_tagged_entry ent;
+
+	while (!reader_stop)
+		(void)fi_cq_read(cq, &ent, 1);
+	return NULL;
+}
+
+static void enable_under_reader(void)
+{
+	struct oxt_env e;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	pthread_t th;
+	double t0 = oxt_now_ms();
+	int i;
+
+	OXT_GROUP("7. fi_enable while another thread reads the CQ: 200 endpoints, no deadlock");
+	oxt_open(&e);
+	REQUIRE_RC(fi_cq_open(e.domain, &cq_attr, &cq, NULL), 0);
+	REQUIRE_RC(fi_av_open(e.domain, &(struct fi_av_attr){ .type = FI_AV_TABLE }, &av, NULL), 0);
+	REQUIRE(pthread_create(&th, NULL, cq_reader, cq) == 0, "pthread_create");
+	for (i = 0; i < 200; i++) {
+		struct fid_ep *ep;
+
+		REQUIRE_RC(fi_endpoint(e.domain, e.info, &ep, NULL), 0);
+		REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+		REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+		REQUIRE_RC(fi_enable(ep), 0);
+		EXPECT_RC(fi_close(&ep->fid), 0);
+	}
+	reader_stop = 1;
+	pthread_join(th, NULL);
+	printf("# 200 endpoints enabled and closed under a reading thread in %.0f ms\n", oxt_now_ms() - t0);
+	EXPECT_RC(fi_close(&av->fid), 0);
+	EXPECT_RC(fi_close(&cq->fid), 0);
+	oxt_close(&e);
+}
+
 int main(int argc, char **argv)
 {
 	oxt_init(argv[0]);
@@ -196,5 +289,7 @@ int main(int argc, char **argv)
 	av_remove_twice();
 	refused();
 	sread_cond_none();
+	cntr_wait_error();
+	enable_under_reader();
 	return oxt_done();
 }

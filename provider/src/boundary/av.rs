@@ -68,7 +68,7 @@ unsafe fn report(
     flags: u64,
     context: *mut c_void,
 ) -> crate::boundary::Result<i32> {
-    let done = av.insert(addrs, flags, context as usize)?;
+    let done = av.insert(addrs, flags)?;
     for (i, r) in done.results.iter().enumerate() {
         // SAFETY: caller's contract on array sizes.
         unsafe {
@@ -81,6 +81,7 @@ unsafe fn report(
         }
     }
     if done.asynchronous {
+        av.complete_insert(&done, context as usize);
         return Ok(0);
     }
     Ok(done.results.iter().filter(|r| r.is_ok()).count() as i32)

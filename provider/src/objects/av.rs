@@ -55,6 +55,9 @@ pub struct Inserted {
     pub results: Vec<std::result::Result<u64, u32>>,
     /// Whether the outcome goes to the bound EQ (the call then returns 0).
     pub asynchronous: bool,
+    /// The EQ its events go to (posted by `Av::complete_insert`, after the
+    /// caller wrote the fi_addr array: the event publishes it).
+    eq: Option<Arc<Eq>>,
 }
 
 impl Av {
@@ -121,7 +124,7 @@ impl Av {
     }
 
     /// Insert parsed addresses (`None`: not a valid address).
-    pub fn insert(&self, addrs: &[Option<SocketAddr>], flags: u64, context: usize) -> Result<Inserted> {
+    pub fn insert(&self, addrs: &[Option<SocketAddr>], flags: u64) -> Result<Inserted> {
         let known = ffi::FI_MORE as u64 | ffi::FI_SYNC_ERR as u64;
         if flags & !known != 0 {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_av_insert flags {:#x} not supported", flags & !known));
@@ -175,7 +178,16 @@ impl Av {
                 addrs.len()
             );
         }
-        if let Some(eq) = &eq {
+        Ok(Inserted { asynchronous: eq.is_some(), results, eq })
+    }
+
+    /// Post an asynchronous insert's events: an error entry per address
+    /// that failed, then FI_AV_COMPLETE. Call once the application's
+    /// fi_addr array is written (fi_av(3): the event completes the insert).
+    pub fn complete_insert(&self, done: &Inserted, context: usize) {
+        let results = &done.results;
+        let bad = results.iter().filter(|r| r.is_err()).count();
+        if let Some(eq) = &done.eq {
             for (i, r) in results.iter().enumerate() {
                 if let Err(code) = r {
                     eq.post_error(EqError {
@@ -187,10 +199,9 @@ impl Av {
                     });
                 }
             }
-            let done = (results.len() - bad) as u64;
-            eq.post(ffi::FI_AV_COMPLETE, eq_entry_bytes(self.fid_addr(), context, done));
+            let n = (results.len() - bad) as u64;
+            eq.post(ffi::FI_AV_COMPLETE, eq_entry_bytes(self.fid_addr(), context, n));
         }
-        Ok(Inserted { results, asynchronous: eq.is_some() })
     }
 
     /// Remove entries; all-or-nothing.

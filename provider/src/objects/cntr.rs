@@ -86,7 +86,9 @@ impl Cntr {
     /// `fi_cntr_wait`: until the count reaches `threshold` (0), the error
     /// count changes (-FI_EAVAIL), or the timeout passes (-FI_ETIMEDOUT).
     pub fn wait(&self, threshold: u64, timeout_ms: i32) -> Result<()> {
-        let errs = self.readerr();
+        // (The error count before any progress: an error that progress
+        // counts must end the wait.)
+        let errs = self.errors.load(Ordering::Acquire);
         let ok = self.waiter.block_until(deadline(timeout_ms), || self.read() >= threshold || self.readerr() != errs);
         if self.read() >= threshold {
             Ok(())

@@ -321,15 +321,22 @@ impl Ep {
             directed: self.info.caps & ffi::FI_DIRECTED_RECV as u64 != 0,
         };
         let name = s.name.expect("an RDM endpoint always has a name");
-        for cq in [&s.tx_cq, &s.rx_cq].into_iter().flatten() {
+        let cqs: Vec<_> = [&s.tx_cq, &s.rx_cq].into_iter().flatten().cloned().collect();
+        let cntrs: Vec<_> = s.cntrs.iter().flatten().cloned().collect();
+        drop(s);
+        *eng = Some(Engine::new(region, name, self.domain.clone(), b));
+        // Attached only after the engine's lock is released: a thread
+        // reading one of these CQs holds the list while it locks each
+        // engine in it, so attaching (which takes the list) while holding
+        // ours could deadlock with it.
+        drop(eng);
+        for cq in &cqs {
             cq.progress.attach(self.engine.clone());
         }
-        for c in s.cntrs.iter().flatten() {
+        for c in &cntrs {
             c.progress.attach(self.engine.clone());
         }
         self.domain.progress.attach(self.engine.clone());
-        drop(s);
-        *eng = Some(Engine::new(region, name, self.domain.clone(), b));
         Ok(())
     }
 
