@@ -13,7 +13,7 @@
 /* oxmr's secondary capabilities (added to every RDM answer). FI_MULTI_RECV
  * is not offered until multi-receive buffers are implemented. */
 #define OXMR_SECONDARY_RDM                                                     \
-	(FI_SOURCE | FI_RMA_EVENT | FI_LOCAL_COMM | FI_REMOTE_COMM)
+	(FI_SOURCE | FI_RMA_EVENT | FI_LOCAL_COMM)
 
 static int count(const struct fi_info *i)
 {
@@ -623,10 +623,36 @@ static void test_mr_mode(void)
 	}
 }
 
+/* Same host only until the TCP wire exists: no FI_REMOTE_COMM. */
+static void test_same_host_only(void)
+{
+	struct fi_info *hints, *info = NULL;
+
+	OXT_GROUP("same host only: FI_REMOTE_COMM and a destination elsewhere get -FI_ENODATA; a local one works");
+	hints = oxt_hints(FI_EP_RDM);
+	hints->caps = FI_MSG | FI_REMOTE_COMM;
+	EXPECT_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", "4000", 0, hints, &info), -FI_ENODATA);
+	fi_freeinfo(info);
+	info = NULL;
+	hints->caps = FI_MSG;
+	/* 192.0.2.1: TEST-NET-1, never an address of this host. */
+	EXPECT_RC(fi_getinfo(OXT_VERSION, "192.0.2.1", "4000", 0, hints, &info), -FI_ENODATA);
+	fi_freeinfo(info);
+	info = NULL;
+	EXPECT_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", "4000", 0, hints, &info), 0);
+	if (info) {
+		EXPECT(!(info->caps & FI_REMOTE_COMM), "an answer offers FI_REMOTE_COMM");
+		EXPECT(info->caps & FI_LOCAL_COMM, "an answer lacks FI_LOCAL_COMM");
+	}
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
 	oxt_init(argv[0]);
+	test_same_host_only();
 	test_no_hints();
 	test_addresses();
 	test_refusals();

@@ -74,8 +74,11 @@ pub(crate) const RX_CAPS: u64 = b(ffi::FI_MSG)
     | ffi::FI_VARIABLE_MSG as u64
     | b(ffi::FI_COLLECTIVE);
 
-/// Domain-level capabilities.
-pub(crate) const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_COMM as u64;
+/// Domain-level capabilities: communication on this host only. (No
+/// FI_REMOTE_COMM until the TCP wire carries data between hosts: an
+/// application that needs it gets -FI_ENODATA, not an endpoint whose sends
+/// all fail.)
+pub(crate) const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64;
 
 /// What an RDM endpoint of oxmr can do.
 pub(crate) const RDM_CAPS: u64 = b(ffi::FI_MSG)

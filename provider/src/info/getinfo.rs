@@ -111,6 +111,16 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
         (src, hints.dest)
     };
 
+    // Same host only until the TCP wire exists (no FI_REMOTE_COMM): a
+    // destination elsewhere is refused here rather than on every send.
+    if let Some(d) = dest {
+        if !d.ip().is_loopback() && !d.ip().is_unspecified() && addr::route_source(&d) != Some(d.ip()) {
+            return Err(nodata(format!(
+                "destination {d} is not on this host; oxmr carries data between processes of one host only so far (the TCP wire is not implemented yet)"
+            )));
+        }
+    }
+
     let candidates: Vec<(&Iface, SocketAddr)> = match source {
         Source::Addr(a) => {
             let iface = ifaces
