@@ -74,7 +74,9 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
     }
 
     if req.flags & ffi::FI_PROV_ATTR_ONLY as u64 != 0 {
-        return Ok(ep_types.iter().map(|&t| attrs::template(t)).collect());
+        // "All providers will return exactly one fi_info struct"
+        // (fi_getinfo(3)): the first endpoint type asked (RDM when any).
+        return Ok(vec![attrs::template(ep_types[0])]);
     }
 
     let numeric = req.flags & ffi::FI_NUMERICHOST as u64 != 0;
@@ -435,6 +437,14 @@ mod tests {
         assert_eq!(l[0].domain.name.as_deref(), Some("lo"));
         assert_eq!(l[0].fabric.name.as_deref(), Some("127.0.0.0/8"));
         assert_eq!(l[0].src, Some("127.0.0.1:0".parse().unwrap()));
+    }
+
+    #[test]
+    fn prov_attr_only_is_one_info() {
+        // fi_getinfo(3): "All providers will return exactly one fi_info".
+        let l = ask(None, None, ffi::FI_PROV_ATTR_ONLY as u64, None).unwrap();
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].ep.type_, ffi::FI_EP_RDM);
     }
 
     #[test]
