@@ -125,9 +125,14 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
 
     let candidates: Vec<(&Iface, SocketAddr)> = match source {
         Source::Addr(a) => {
+            // (Any 127/8 address is this host's loopback, as Debian's
+            // /etc/hosts names the host 127.0.1.1: the lo interface.)
             let iface = ifaces
                 .iter()
                 .find(|i| i.ip == a.ip())
+                .or_else(|| {
+                    ifaces.iter().find(|i| a.ip().is_loopback() && i.ip.is_loopback() && i.ip.is_ipv4() == a.is_ipv4())
+                })
                 .ok_or_else(|| nodata(format!("source {} is not an address of an offered local interface", a.ip())))?;
             vec![(iface, a)]
         }
@@ -437,6 +442,13 @@ mod tests {
         assert_eq!(l[0].domain.name.as_deref(), Some("lo"));
         assert_eq!(l[0].fabric.name.as_deref(), Some("127.0.0.0/8"));
         assert_eq!(l[0].src, Some("127.0.0.1:0".parse().unwrap()));
+    }
+
+    #[test]
+    fn any_loopback_address_is_a_source() {
+        let l = ask(Some("127.0.1.1"), Some("9228"), ffi::FI_SOURCE as u64, None).unwrap();
+        assert_eq!(l[0].src, Some("127.0.1.1:9228".parse().unwrap()));
+        assert_eq!(l[0].domain.name.as_deref(), Some("lo"));
     }
 
     #[test]
