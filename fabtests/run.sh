@@ -110,6 +110,8 @@ extra_run "xfer[FI_OXMR_SHM_SHARE_MIN=8192,FI_OXMR_SHM_SHARE_CHUNK=4096]" xfer \
 extra_run "xfer[FI_OXMR_SHM_SHARE_MIN=0]" xfer FI_OXMR_SHM_SHARE_MIN=0
 # Queued RMA writes each copied alone (no runs copied together).
 extra_run "xfer[FI_OXMR_SHM_WRITE_BATCH=0]" xfer FI_OXMR_SHM_WRITE_BATCH=0
+# Registrations the cache does not hold are watched (and revoked) too.
+extra_run "xfer_gone[FI_OXMR_MR_CACHE_EXPLICIT=0]" xfer_gone FI_OXMR_MR_CACHE_EXPLICIT=0
 extra_run "xfer_bounce[FI_OXMR_SHM_SHARE_MIN=8192,FI_OXMR_SHM_SHARE_CHUNK=4096]" xfer_bounce \
 	FI_OXMR_SHM_SHARE_MIN=8192 FI_OXMR_SHM_SHARE_CHUNK=4096
 

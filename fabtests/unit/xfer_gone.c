@@ -31,6 +31,10 @@
  *  8. A peer that answers and then closes: the answer, still unread in our
  *     queue when we find the peer closed, completes the send it answers
  *     (it is not failed with FI_ECONNABORTED).
+ *  9. As 7 for a registration of two iovs (fi_mr_regv: never held by the
+ *     registration cache, watched while open all the same): replacing its
+ *     second piece revokes it. (fabtests/run.sh also runs this program with
+ *     FI_OXMR_MR_CACHE_EXPLICIT=0, where 7's registration is uncached too.)
  */
 #include "oxt.h"
 
@@ -467,6 +471,65 @@ static void answered_then_closed(void)
 	free(rbuf);
 }
 
+static void unmapped_under_regv(void)
+{
+	struct oxt_ep x, t;
+	struct fid_mr *mr;
+	struct fi_context c;
+	const size_t n = 64 << 10;
+	unsigned char *src = malloc(n), *a, *b;
+	struct iovec iov[2];
+	uint64_t base;
+	void *ctx = NULL;
+	fi_addr_t x_to_t;
+	int rc;
+
+	OXT_GROUP("9. two-iov registration (uncached) whose second piece is replaced: the key is refused");
+	REQUIRE(src, "malloc");
+	oxt_ep_open(&x, 0, FI_WAIT_NONE);
+	oxt_ep_open(&t, 0, FI_WAIT_NONE);
+	x_to_t = oxt_ep_insert(&x, &t);
+	a = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	b = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	REQUIRE(a != MAP_FAILED && b != MAP_FAILED, "mmap");
+	memset(a, 0, n);
+	memset(b, 0, n);
+	iov[0] = (struct iovec){ a, n };
+	iov[1] = (struct iovec){ b, n };
+	REQUIRE_RC(fi_mr_regv(t.e.domain, iov, 2, FI_REMOTE_WRITE, 0, 2, 0, &mr, NULL), 0);
+	base = (t.e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)a : 0;
+	REQUIRE(mmap(b, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == b,
+		"mmap MAP_FIXED");
+	memset(b, 0xAA, n);
+	fill(src, n, 15);
+	REQUIRE_RC(fi_write(x.ep, src, n, NULL, x_to_t, base, fi_mr_key(mr), &c), 0);
+	{
+		double until = oxt_now_ms() + 5000;
+		void *tctx;
+
+		rc = -1;
+		while (rc == -1 && oxt_now_ms() < until) {
+			(void)oxt_next_completion(t.cq, 1, &tctx);
+			rc = oxt_next_completion(x.cq, 1, &ctx);
+		}
+	}
+	EXPECT(rc == FI_EKEYREJECTED, "a write with the key of a replaced regv: completion %d (%s), want FI_EKEYREJECTED",
+	       rc, rc > 0 ? fi_strerror(rc) : "none");
+	{
+		size_t i = 0;
+
+		while (i < n && a[i] == 0)
+			i++;
+		EXPECT(i == n, "the first piece changed at byte %zu", i);
+	}
+	EXPECT_RC(fi_close(&mr->fid), 0);
+	oxt_ep_close(&t);
+	oxt_ep_close(&x);
+	munmap(a, n);
+	munmap(b, n);
+	free(src);
+}
+
 int main(int argc, char **argv)
 {
 	oxt_init(argv[0]);
@@ -477,5 +540,6 @@ int main(int argc, char **argv)
 	closed_initiator();
 	unmapped_under_mr();
 	answered_then_closed();
+	unmapped_under_regv();
 	return oxt_done();
 }

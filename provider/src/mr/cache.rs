@@ -34,12 +34,13 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
 
 use super::pin::{Pin, Pinner};
+use super::registry::Region;
 use super::uffd::{Cause, Invalidation, Monitor};
 use crate::boundary::Result;
 
@@ -116,6 +117,9 @@ pub struct Cache {
     /// The monitor's event count when the log was last applied by
     /// `refresh` (or at creation).
     seen: AtomicU64,
+    /// Open registrations the cache does not hold, watched so that an
+    /// unmap or remap of their memory revokes them: (start, end, region).
+    live: Mutex<Vec<(u64, u64, Weak<Region>)>>,
 }
 
 /// A registration's use of a cache entry; gives it back on drop.
@@ -149,6 +153,34 @@ fn shared_in(a: usize, l: usize) -> bool {
     false
 }
 
+/// Revoke an open registration the cache does not hold (one warning line).
+fn revoke_live(r: &Region, why: &str) {
+    if !r.revoked.swap(true, Ordering::AcqRel) {
+        tracing::warn!(
+            "registration {:#x} revoked: its memory at {:#x} was {why} while registered; peers now get FI_EKEYREJECTED (close it, and register the new memory)",
+            r.key,
+            r.iovs.first().map_or(0, |x| x.0)
+        );
+    }
+}
+
+impl Cache {
+    /// Revoke the tracked open registrations an unmap or remap touches.
+    /// (Their last reference may go with the upgrade below: a registration
+    /// the cache does not hold drops no cache lock.)
+    fn revoke_live_in(&self, inv: &Invalidation) {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|x| x.2.strong_count() > 0);
+        for (s, e, w) in live.iter() {
+            if *s < inv.end && inv.start < *e {
+                if let Some(r) = w.upgrade() {
+                    revoke_live(&r, if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" });
+                }
+            }
+        }
+    }
+}
+
 fn overlaps(a: usize, alen: usize, i: &Invalidation) -> bool {
     (a as u64) < i.end && i.start < (a + alen) as u64
 }
@@ -177,6 +209,7 @@ impl Cache {
             stats: CacheStats::default(),
             pid: std::process::id(),
             seen: AtomicU64::new(seq_events),
+            live: Mutex::new(Vec::new()),
         }))
     }
 
@@ -230,6 +263,9 @@ impl Cache {
             Cause::Remap => &self.stats.inv_remap,
             Cause::Overflow => &self.stats.inv_overflow,
         };
+        if matches!(inv.cause, Cause::Unmap | Cause::Remap) {
+            self.revoke_live_in(inv);
+        }
         let lo = (inv.start as usize).saturating_sub(s.longest);
         let victims: Vec<(usize, u64)> = s
             .index
@@ -245,6 +281,7 @@ impl Cache {
                 if slot.users == 0 {
                     s.lru.remove(&slot.last_use);
                 } else if matches!(inv.cause, Cause::Unmap | Cause::Remap) {
+                    // (See `revoke_live` for registrations it does not hold.)
                     // In use: what is mapped there now is not what was
                     // registered, and remote accesses go by address, so the
                     // registrations using it are revoked. (A discard,
@@ -419,6 +456,55 @@ impl Cache {
         let now = self.monitor.events();
         self.sync(&mut self.lock());
         self.seen.fetch_max(now, Ordering::AcqRel);
+    }
+
+    /// Watch the ranges of a registration the cache does not hold, before
+    /// it is pinned: the log position to check from (`track_live`), or
+    /// None when some range cannot be watched (then it is not tracked).
+    pub fn watch_ranges(&self, iovs: &[(usize, usize)]) -> Option<u64> {
+        if std::process::id() != self.pid {
+            return None;
+        }
+        let since = self.monitor.head();
+        iovs.iter().filter(|x| x.1 > 0).all(|&(a, l)| self.monitor.watch(a, l).is_ok()).then_some(since)
+    }
+
+    /// Track an open registration whose ranges `watch_ranges` watched from
+    /// log position `since`: an unmap or remap of them revokes it (also
+    /// one that happened between the watch and now).
+    pub fn track_live(&self, r: &Arc<Region>, since: u64) {
+        {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            // (Closed registrations' entries are pruned when the list has
+            // doubled since the last pruning: amortised O(1) per insert.)
+            if live.len() >= 64 && live.len().is_power_of_two() {
+                live.retain(|x| x.2.strong_count() > 0);
+            }
+            for &(a, l) in r.iovs.iter().filter(|x| x.1 > 0) {
+                live.push((a as u64, (a + l) as u64, Arc::downgrade(r)));
+            }
+        }
+        let moved = r.iovs.iter().filter(|x| x.1 > 0).any(|&(a, l)| self.touched_by_move(since, a, l));
+        if moved {
+            revoke_live(r, "unmapped or moved");
+        }
+    }
+
+    /// Whether the log holds, from `since` on, an unmap or remap of
+    /// [a, a+l) (discards do not count: see `invalidate`).
+    fn touched_by_move(&self, since: u64, a: usize, l: usize) -> bool {
+        let mut buf = [Invalidation { start: 0, end: 0, cause: Cause::Unmap }; 64];
+        let mut from = since;
+        loop {
+            let (next, n) = self.monitor.since(from, &mut buf);
+            if buf[..n].iter().any(|i| matches!(i.cause, Cause::Unmap | Cause::Remap) && overlaps(a, l, i)) {
+                return true;
+            }
+            if n < buf.len() {
+                return false;
+            }
+            from = next;
+        }
     }
 
     /// Evict every unused entry (domain close, memlock pressure).

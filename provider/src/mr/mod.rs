@@ -240,12 +240,16 @@ impl MrDomain {
         if iova.checked_add(len as u64).is_none() {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: offset {iova:#x} + length {len} overflows"));
         }
+        let mut watch = None;
         let pin = match (&self.cache, req.iovs.as_slice()) {
             _ if req.flags & crate::ext::OXMR_MR_PHYS_FALLBACK != 0 => self.pinner.phys_only(&req.iovs, req.access)?,
             (Some(c), &[(a, l)]) if self.cache_explicit && l > 0 => c.get(&self.pinner, a, l, req.access)?,
             _ => {
                 if let Some(c) = &self.cache {
                     c.stats.uncached.fetch_add(1, Ordering::Relaxed);
+                    // Watched while open all the same (revoked if its
+                    // memory is unmapped or moved), from before the pin.
+                    watch = c.watch_ranges(&req.iovs);
                 }
                 self.pinner.pin(&req.iovs, req.access)?
             }
@@ -268,11 +272,15 @@ impl MrDomain {
                 _ => None,
             },
             refreshed: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
             pin: std::sync::Mutex::new(pin),
             pfn0,
             phys,
             cntr: std::sync::Mutex::new(None),
         });
+        if let (Some(c), Some(since)) = (&self.cache, watch) {
+            c.track_live(&region, since);
+        }
         self.registry
             .insert(region.clone())
             .map_err(|_| fail!(ffi::FI_ENOKEY, "fi_mr_reg: key {key:#x} was taken by a concurrent registration"))?;

@@ -48,6 +48,9 @@ pub struct Region {
     /// fi_mr_refresh pinned the pages mapped now: a revoked `cached` entry
     /// no longer speaks for it.
     pub refreshed: AtomicBool,
+    /// Revoked for good (a registration the cache does not hold, watched
+    /// while open: see `Cache::track_live`), until fi_mr_refresh.
+    pub revoked: AtomicBool,
     /// Replaced by fi_mr_refresh (FI_MR_MMU_NOTIFY).
     pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
@@ -214,8 +217,9 @@ impl Registry {
         if !region.enabled.load(Ordering::Acquire) {
             return Err(AccessError::NotEnabled);
         }
-        if region.cached.as_ref().is_some_and(|e| e.revoked.load(Ordering::Acquire))
-            && !region.refreshed.load(Ordering::Acquire)
+        if region.revoked.load(Ordering::Acquire)
+            || (region.cached.as_ref().is_some_and(|e| e.revoked.load(Ordering::Acquire))
+                && !region.refreshed.load(Ordering::Acquire))
         {
             return Err(AccessError::Revoked);
         }
@@ -246,6 +250,7 @@ pub(crate) mod tests {
             enabled: AtomicBool::new(true),
             cached: None,
             refreshed: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,

@@ -110,6 +110,7 @@ impl Mr {
         // The memory mapped now is what the application registers: a
         // revocation of the old memory (cache invariant 7) no longer applies.
         self.region.refreshed.store(true, Ordering::Release);
+        self.region.revoked.store(false, Ordering::Release);
         Ok(())
     }
 }
