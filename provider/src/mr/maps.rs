@@ -25,6 +25,8 @@ pub struct Mapping {
     /// `s` in the permissions (MAP_SHARED), else private.
     pub shared: bool,
     pub offset: u64,
+    /// The device of the mapped file, `major << 32 | minor` (0: none).
+    pub dev: u64,
     pub inode: u64,
     /// Everything after the inode, spaces included; empty for anonymous memory.
     pub path: String,
@@ -216,7 +218,8 @@ fn parse_header(line: &str) -> Option<Mapping> {
         rest = r;
         f
     };
-    let (range, perms, offset, _dev, inode) = (field(), field(), field(), field(), field());
+    let (range, perms, offset, dev, inode) = (field(), field(), field(), field(), field());
+    let (major, minor) = dev.split_once(':')?;
     let (start, end) = range.split_once('-')?;
     let perms = perms.as_bytes();
     if perms.len() != 4 {
@@ -230,6 +233,7 @@ fn parse_header(line: &str) -> Option<Mapping> {
         exec: perms[2] == b'x',
         shared: perms[3] == b's',
         offset: u64::from_str_radix(offset, 16).ok()?,
+        dev: u64::from_str_radix(major, 16).ok()? << 32 | u64::from_str_radix(minor, 16).ok()?,
         inode: inode.parse().ok()?,
         path: rest.trim_start_matches(' ').to_owned(),
         vm_flags: Vec::new(),
@@ -365,6 +369,8 @@ mod tests {
         assert_eq!(m.offset, 0);
         use std::os::unix::fs::MetadataExt;
         assert_eq!(m.inode, file.metadata().unwrap().ino());
+        let dev = file.metadata().unwrap().dev();
+        assert_eq!(m.dev, (libc::major(dev) as u64) << 32 | libc::minor(dev) as u64);
     }
 
     #[test]
@@ -374,6 +380,7 @@ mod tests {
         assert_eq!((m.start, m.end), (0x7f16922de000, 0x7f16922e0000));
         assert!(m.read && m.write && !m.exec && m.shared);
         assert_eq!(m.inode, 173297);
+        assert_eq!(m.dev, 0x0e);
         assert_eq!(m.path, "/secretmem (deleted)");
         assert_eq!(m.kind(), Kind::Secret);
 

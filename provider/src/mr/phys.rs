@@ -56,6 +56,9 @@ pub struct VmaId {
     pub start: usize,
     pub end: usize,
     pub offset: u64,
+    /// The mapped file's device (`major << 32 | minor`): two device files
+    /// on different filesystems may share an inode number.
+    pub dev: u64,
     pub inode: u64,
     pub read: bool,
     pub write: bool,
@@ -68,6 +71,7 @@ impl VmaId {
             start: m.start,
             end: m.end,
             offset: m.offset,
+            dev: m.dev,
             inode: m.inode,
             read: m.read,
             write: m.write,
@@ -129,6 +133,7 @@ pub fn vma_at(addr: usize) -> io::Result<Option<VmaId>> {
                 start: q.vma_start as usize,
                 end: q.vma_end as usize,
                 offset: q.vma_offset,
+                dev: (q.dev_major as u64) << 32 | q.dev_minor as u64,
                 inode: q.inode,
                 read: q.vma_flags & PROCMAP_QUERY_VMA_READABLE != 0,
                 write: q.vma_flags & PROCMAP_QUERY_VMA_WRITABLE != 0,
