@@ -409,6 +409,22 @@ static inline long oxt_status_kb(const char *key)
 static inline long vm_pin(void) { return oxt_status_kb("VmPin"); }
 static inline long vm_lck(void) { return oxt_status_kb("VmLck"); }
 
+/* A byte pattern for `seed` (tests check that a transfer carried it). */
+static inline void oxt_fill(unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(i * 13 + seed);
+}
+
+/* Whether p[0..n) holds oxt_fill's pattern for `seed`. */
+static inline bool oxt_same(const unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (unsigned char)(i * 13 + seed))
+			return false;
+	return true;
+}
+
 /* A fabric and domain opened over one info. */
 struct oxt_env {
 	struct fi_info *info;

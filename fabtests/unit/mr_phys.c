@@ -90,20 +90,6 @@ static char *perf_ring(size_t data_pages, void *at, int *fdp)
 	return ring;
 }
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = (unsigned char)(i * 13 + seed);
-}
-
-static bool same(const unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != (unsigned char)(i * 13 + seed))
-			return false;
-	return true;
-}
-
 static int reg(struct fid_domain *d, void *buf, size_t len, uint64_t acc, uint64_t flags, struct fid_mr **mr)
 {
 	struct iovec iov = { .iov_base = buf, .iov_len = len };
@@ -419,7 +405,7 @@ static int owner(int sock, bool bench)
 	ring = perf_ring(DATA_PAGES, NULL, &fd);
 	REQUIRE(ring, "perf_event_open");
 	memset(ring + TAIL_OFF, 0, TAIL_LEN);
-	fill(nb, DATA_LEN, 4);
+	oxt_fill(nb, DATA_LEN, 4);
 	REQUIRE_RC(reg(s.e.domain, ring + TAIL_OFF, TAIL_LEN, FI_REMOTE_WRITE | FI_REMOTE_READ | FI_RECV | FI_SEND,
 		       OXMR_MR_PHYS_FALLBACK, &mtail), 0);
 	REQUIRE_RC(reg(s.e.domain, ring + PS, DATA_LEN, FI_REMOTE_READ | FI_SEND, OXMR_MR_PHYS_FALLBACK, &mdata), 0);
@@ -467,8 +453,8 @@ static int owner(int sock, bool bench)
 		c = get(sock);
 		switch (c) {
 		case 'T': /* the tail as written by the child, through our mapping */
-			fill(exp, TAIL_LEN, 1);
-			fill(exp + 5, 13, 2);
+			oxt_fill(exp, TAIL_LEN, 1);
+			oxt_fill(exp + 5, 13, 2);
 			put(sock, memcmp(ring + TAIL_OFF, exp, TAIL_LEN) == 0 ? 'y' : 'n');
 			break;
 		case 'S': /* send from device memory: large, then eager at an odd offset */
@@ -483,7 +469,7 @@ static int owner(int sock, bool bench)
 			put(sock, 'r');
 			break;
 		case 'V':
-			put(sock, (done & 4) && same((unsigned char *)ring + TAIL_OFF, TAIL_LEN, 3) ? 'y' : 'n');
+			put(sock, (done & 4) && oxt_same((unsigned char *)ring + TAIL_OFF, TAIL_LEN, 3) ? 'y' : 'n');
 			break;
 		case 'U': /* unmap the ring: its keys must die with it */
 			munmap(ring, RING_LEN);
@@ -570,13 +556,13 @@ static void driver(int sock, int bench_iters)
 	}
 
 	OXT_GROUP("RMA write into the device tail (whole, then 13 unaligned bytes), read back");
-	fill(exp, TAIL_LEN, 1);
+	oxt_fill(exp, TAIL_LEN, 1);
 	EXPECT_RC(fi_write(s.ep, exp, TAIL_LEN, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
-	fill(small, 13, 2);
+	oxt_fill(small, 13, 2);
 	EXPECT_RC(fi_write(s.ep, small, 13, NULL, s.peer, k.tail_addr + 5, k.tail_key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
-	fill(exp + 5, 13, 2);
+	oxt_fill(exp + 5, 13, 2);
 	memset(buf, 0, TAIL_LEN);
 	EXPECT_RC(fi_read(s.ep, buf, TAIL_LEN, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
@@ -610,7 +596,7 @@ static void driver(int sock, int bench_iters)
 	OXT_GROUP("a receive into device memory");
 	put(sock, 'R');
 	EXPECT(get(sock) == 'r', "owner not ready");
-	fill(buf, TAIL_LEN, 3);
+	oxt_fill(buf, TAIL_LEN, 3);
 	EXPECT_RC(fi_send(s.ep, buf, TAIL_LEN, NULL, s.peer, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	oxt_sleep_ms(50);
@@ -624,7 +610,7 @@ static void driver(int sock, int bench_iters)
 	REQUIRE_RC(reg(s.e.domain, mine + PS, DATA_LEN, FI_WRITE, OXMR_MR_PHYS_FALLBACK, &md), 0);
 	EXPECT_RC(fi_read(s.ep, mine + TAIL_OFF, TAIL_LEN, fi_mr_desc(mt), s.peer, k.nb_addr + 1, k.nb_key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
-	fill(exp, TAIL_LEN + 1, 4);
+	oxt_fill(exp, TAIL_LEN + 1, 4);
 	EXPECT(memcmp(mine + TAIL_OFF, exp + 1, TAIL_LEN - 1) == 0, "read into my device memory differs");
 	EXPECT_RC(fi_write(s.ep, mine + PS, DATA_LEN, fi_mr_desc(md), s.peer, k.nb_addr, k.nb_key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
@@ -666,7 +652,7 @@ static void driver(int sock, int bench_iters)
 	EXPECT(k.tail_key != old_tail, "the new registration reused the old key");
 	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, old_tail, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
-	fill(small, 100, 5);
+	oxt_fill(small, 100, 5);
 	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 

@@ -19,20 +19,6 @@
 
 #define BIG (1UL << 20)
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = (unsigned char)(i * 11 + seed);
-}
-
-static bool same(const unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != (unsigned char)(i * 11 + seed))
-			return false;
-	return true;
-}
-
 static void exchange(struct oxt_ep *x, int sock, fi_addr_t *peer)
 {
 	char them[64];
@@ -63,7 +49,7 @@ static int child(int sock)
 		size_t n = cmd == 'e' ? 64 : BIG;
 
 		usleep(50 * 1000); /* the parent is asleep by now */
-		fill(buf, n, (unsigned)cmd);
+		oxt_fill(buf, n, (unsigned)cmd);
 		if (cmd == 'w')
 			REQUIRE_RC(fi_write(s.ep, buf, n, NULL, peer, rma[0], rma[1], &c), 0);
 		else
@@ -112,7 +98,7 @@ static void sleep_until_received(struct oxt_ep *r, int sock, char cmd, size_t n,
 		}
 	}
 	EXPECT(got, "%zu bytes: no completion in 10 s", n);
-	EXPECT(same(rbuf, n, (unsigned)cmd), "%zu bytes: received other bytes", n);
+	EXPECT(oxt_same(rbuf, n, (unsigned)cmd), "%zu bytes: received other bytes", n);
 	REQUIRE(read(sock, &ok, 1) == 1, "socketpair read");
 	EXPECT(ok == 'y', "the child's send did not complete");
 	printf("# %zu bytes: %d sleeps in poll(), %.1f ms\n", n, sleeps, oxt_now_ms() - t0);
@@ -162,7 +148,7 @@ int main(int argc, char **argv)
 			EXPECT_RC(fi_cq_read(r.cq, NULL, 0), -FI_EAGAIN);
 		REQUIRE(read(sv[0], &ok, 1) == 1, "socketpair read");
 		EXPECT(ok == 'y', "the child's write did not complete");
-		EXPECT(same(rbuf, BIG, 'w'), "the write's bytes did not land");
+		EXPECT(oxt_same(rbuf, BIG, 'w'), "the write's bytes did not land");
 	}
 
 	REQUIRE(write(sv[0], "q", 1) == 1, "socketpair write");

@@ -26,20 +26,6 @@
 #define RMA (64UL << 10)
 #define QUEUED 4
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = (unsigned char)(i * 7 + seed);
-}
-
-static bool same(const unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != (unsigned char)(i * 7 + seed))
-			return false;
-	return true;
-}
-
 static int child(int sock)
 {
 	struct oxt_side s;
@@ -51,7 +37,7 @@ static int child(int sock)
 	struct fi_cq_tagged_entry ent;
 
 	oxt_side_open(&s, sock);
-	fill(tbuf + RMA, RMA, 3);
+	oxt_fill(tbuf + RMA, RMA, 3);
 	memset(tbuf + 2 * RMA, 0, RMA);
 	REQUIRE_RC(fi_mr_reg(s.e.domain, tbuf, 3 * RMA, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
 	info[0] = fi_mr_key(mr);
@@ -60,7 +46,7 @@ static int child(int sock)
 	REQUIRE(write(sock, info, sizeof info) == sizeof info, "socketpair write");
 	REQUIRE_RC(fi_recv(s.ep, rbuf, MSG, NULL, FI_ADDR_UNSPEC, &rctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &rctx), 0);
-	done = same(rbuf, MSG, 1) ? 'y' : 'n';
+	done = oxt_same(rbuf, MSG, 1) ? 'y' : 'n';
 	REQUIRE(write(sock, &done, 1) == 1, "socketpair write");
 	/* No progress for a while: the parent's queued writes arrive together. */
 	usleep(300 * 1000);
@@ -72,7 +58,7 @@ static int child(int sock)
 			break;
 	}
 	REQUIRE(read(sock, &done, 1) == 1, "socketpair read");
-	done = same(tbuf, RMA, 2) && same(tbuf + 2 * RMA, RMA, 4) ? 'y' : 'n';
+	done = oxt_same(tbuf, RMA, 2) && oxt_same(tbuf + 2 * RMA, RMA, 4) ? 'y' : 'n';
 	REQUIRE(write(sock, &done, 1) == 1, "socketpair write");
 	fi_close(&mr->fid);
 	oxt_side_close(&s);
@@ -111,7 +97,7 @@ int main(int argc, char **argv)
 	REQUIRE(read(sv[0], info, sizeof info) == sizeof info, "socketpair read");
 
 	OXT_GROUP("1 MiB send from secret memory reaches the peer (pushed by its owner)");
-	fill(sec, MSG, 1);
+	oxt_fill(sec, MSG, 1);
 	EXPECT_RC(fi_send(s.ep, sec, MSG, NULL, s.peer, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	REQUIRE(read(sv[0], &ok, 1) == 1, "socketpair read");
@@ -122,7 +108,7 @@ int main(int argc, char **argv)
 		struct fi_context qctx[QUEUED];
 		size_t part = RMA / QUEUED;
 
-		fill(sec, RMA, 4);
+		oxt_fill(sec, RMA, 4);
 		for (int i = 0; i < QUEUED; i++)
 			EXPECT_RC(fi_write(s.ep, sec + i * part, part, NULL, s.peer,
 					   info[1] + 2 * RMA + i * part, info[0], &qctx[i]),
@@ -142,7 +128,7 @@ int main(int argc, char **argv)
 	}
 
 	OXT_GROUP("RMA write of 64 KiB whose source is secret memory");
-	fill(sec, RMA, 2);
+	oxt_fill(sec, RMA, 2);
 	EXPECT_RC(fi_write(s.ep, sec, RMA, NULL, s.peer, info[1], info[0], &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 
@@ -150,7 +136,7 @@ int main(int argc, char **argv)
 	memset(sec, 0, RMA);
 	EXPECT_RC(fi_read(s.ep, sec, RMA, NULL, s.peer, info[1] + RMA, info[0], &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
-	EXPECT(same(sec, RMA, 3), "the read brought different bytes");
+	EXPECT(oxt_same(sec, RMA, 3), "the read brought different bytes");
 
 	ok = 'd';
 	REQUIRE(write(sv[0], &ok, 1) == 1, "socketpair write");

@@ -50,18 +50,21 @@
 #define BIG (1UL << 20)
 #define PULLED (64UL << 20)
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
+/* The completion of the initiator `x`'s operation whose target `t` runs
+ * progress only here (both in this process): as oxt_next_completion on
+ * x's CQ, within 5 s, with t's CQ read in between. */
+static int completion_served_by(struct oxt_ep *x, struct oxt_ep *t, void **ctx)
 {
-	for (size_t i = 0; i < n; i++)
-		p[i] = (unsigned char)(i * 13 + seed);
-}
+	double until = oxt_now_ms() + 5000;
+	int rc = -1;
 
-static bool same(const unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != (unsigned char)(i * 13 + seed))
-			return false;
-	return true;
+	while (rc == -1 && oxt_now_ms() < until) {
+		void *tctx;
+
+		(void)oxt_next_completion(t->cq, 1, &tctx); /* t's progress */
+		rc = oxt_next_completion(x->cq, 1, ctx);
+	}
+	return rc;
 }
 
 static void closed_peers(void)
@@ -82,7 +85,7 @@ static void closed_peers(void)
 	x_to_y = oxt_ep_insert(&x, &y);
 
 	OXT_GROUP("1. an endpoint closed in a live process: the pending send to it fails with FI_ECONNABORTED, the next send finds nobody");
-	fill(buf, BIG, 1);
+	oxt_fill(buf, BIG, 1);
 	/* Y posts no receive: the RTS waits at Y unanswered. */
 	REQUIRE_RC(fi_send(x.ep, buf, BIG, NULL, x_to_y, &c1), 0);
 	rc = oxt_next_completion(x.cq, 50, &ctx);
@@ -100,7 +103,7 @@ static void closed_peers(void)
 	OXT_GROUP("2. a new endpoint at the closed one's address gets what is sent there next");
 	oxt_ep_open(&y, ntohs(y_addr.sin_port), FI_WAIT_NONE);
 	EXPECT(!memcmp(&y_addr, y.name, sizeof y_addr), "the new endpoint has another address");
-	fill(buf, 64, 2);
+	oxt_fill(buf, 64, 2);
 	memset(rbuf, 0, 64);
 	REQUIRE_RC(fi_recv(y.ep, rbuf, 64, NULL, FI_ADDR_UNSPEC, &c3), 0);
 	EXPECT_RC(fi_send(x.ep, buf, 64, NULL, x_to_y, &c2), 0);
@@ -108,27 +111,27 @@ static void closed_peers(void)
 	EXPECT(rc == 0 && ctx == &c2, "the send to the new endpoint: completion %d", rc);
 	rc = oxt_next_completion(y.cq, 5000, &ctx);
 	EXPECT(rc == 0 && ctx == &c3, "the new endpoint's receive: completion %d", rc);
-	EXPECT(same(rbuf, 64, 2), "the new endpoint received other bytes");
+	EXPECT(oxt_same(rbuf, 64, 2), "the new endpoint received other bytes");
 
 	OXT_GROUP("3. a send left unexpected by an endpoint that closes: the receive posted later fails with FI_EIO");
 	oxt_ep_open(&z, 0, FI_WAIT_NONE);
 	z_to_y = oxt_ep_insert(&z, &y);
-	fill(buf, BIG, 3);
+	oxt_fill(buf, BIG, 3);
 	REQUIRE_RC(fi_send(z.ep, buf, BIG, NULL, z_to_y, &c1), 0);
 	/* Y takes the RTS in as unexpected. */
 	rc = oxt_next_completion(y.cq, 100, &ctx);
 	EXPECT(rc == -1, "Y completed something (%d) with no receive posted", rc);
 	oxt_ep_close(&z);
 	/* Z's buffer now belongs to something else. */
-	fill(buf, BIG, 4);
+	oxt_fill(buf, BIG, 4);
 	memset(rbuf, 0, BIG);
 	REQUIRE_RC(fi_recv(y.ep, rbuf, BIG, NULL, FI_ADDR_UNSPEC, &c3), 0);
 	rc = oxt_next_completion(y.cq, 5000, &ctx);
 	EXPECT(rc == FI_EIO && ctx == &c3, "the receive of the closed endpoint's send: completion %d (%s), want FI_EIO",
 	       rc, rc > 0 ? fi_strerror(rc) : "none");
-	EXPECT(!same(rbuf, BIG, 4), "the receive copied from the closed endpoint's buffer");
+	EXPECT(!oxt_same(rbuf, BIG, 4), "the receive copied from the closed endpoint's buffer");
 	/* Y still works. */
-	fill(buf, BIG, 5);
+	oxt_fill(buf, BIG, 5);
 	REQUIRE_RC(fi_recv(y.ep, rbuf, BIG, NULL, FI_ADDR_UNSPEC, &c3), 0);
 	EXPECT_RC(fi_send(x.ep, buf, BIG, NULL, x_to_y, &c2), 0);
 	{
@@ -142,7 +145,7 @@ static void closed_peers(void)
 				got++;
 		}
 		EXPECT(got == 2, "X -> Y after the close: %d of 2 completions", got);
-		EXPECT(same(rbuf, BIG, 5), "Y received other bytes");
+		EXPECT(oxt_same(rbuf, BIG, 5), "Y received other bytes");
 	}
 	oxt_ep_close(&y);
 	oxt_ep_close(&x);
@@ -167,7 +170,7 @@ static int pulled_sender(int sock)
 	sec = mmap(NULL, PULLED, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	REQUIRE(sec != MAP_FAILED, "mmap secret memory");
 	oxt_side_open(&s, sock);
-	fill(sec, PULLED, 6);
+	oxt_fill(sec, PULLED, 6);
 	REQUIRE_RC(fi_send(s.ep, sec, PULLED, NULL, s.peer, &c), 0);
 	REQUIRE(write(sock, "s", 1) == 1, "socketpair write");
 	REQUIRE(read(sock, &go, 1) == 1, "socketpair read");
@@ -262,13 +265,13 @@ static void stalled_peer(void)
 	EXPECT(sent > 0 && sent < 100000, "A's queue took %d injects and never filled", sent);
 	/* A's rendezvous send to S: S copies it and owes A an ACK that cannot
 	 * be delivered while A's queue is full. */
-	fill(buf, BIG, 7);
+	oxt_fill(buf, BIG, 7);
 	REQUIRE_RC(fi_send(a.ep, buf, BIG, NULL, a_to_s, &c[0]), 0);
 	REQUIRE_RC(fi_recv(s.ep, rbuf, BIG, NULL, FI_ADDR_UNSPEC, &c[1]), 0);
 	rc = oxt_next_completion(s.cq, 5000, &ctx);
 	EXPECT(rc == 0 && ctx == &c[1], "S's receive of A's send: completion %d", rc);
 	/* B's rendezvous send to S: S's answers to B must not wait behind A's. */
-	fill(buf, BIG, 8);
+	oxt_fill(buf, BIG, 8);
 	REQUIRE_RC(fi_recv(s.ep, rbuf, BIG, NULL, FI_ADDR_UNSPEC, &c[2]), 0);
 	REQUIRE_RC(fi_send(b.ep, buf, BIG, NULL, b_to_s, &c[3]), 0);
 	got = 0;
@@ -280,7 +283,7 @@ static void stalled_peer(void)
 			got++;
 	}
 	EXPECT(got == 2, "B -> S while A's queue is full: %d of 2 completions", got);
-	EXPECT(same(rbuf, BIG, 8), "S received other bytes from B");
+	EXPECT(oxt_same(rbuf, BIG, 8), "S received other bytes from B");
 	/* A reads its queue again: its send completes (the ACK was kept). */
 	got = 0;
 	until = oxt_now_ms() + 5000;
@@ -316,38 +319,28 @@ static void closed_initiator(void)
 	oxt_ep_open(&x, 0, FI_WAIT_NONE);
 	oxt_ep_open(&t, 0, FI_WAIT_NONE);
 	x_to_t = oxt_ep_insert(&x, &t);
-	fill(reg, 2 * n, 9);
+	oxt_fill(reg, 2 * n, 9);
 	REQUIRE_RC(fi_mr_reg(t.e.domain, reg, 2 * n, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
 	base = (t.e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)reg : 0;
 	/* T runs no progress yet: both wait in its queue. */
 	memset(buf, 0, 2 * n);
 	REQUIRE_RC(fi_read(x.ep, buf, n, NULL, x_to_t, base, fi_mr_key(mr), &c[0]), 0);
-	fill(buf + n, n, 10);
+	oxt_fill(buf + n, n, 10);
 	REQUIRE_RC(fi_write(x.ep, buf + n, n, NULL, x_to_t, base + n, fi_mr_key(mr), &c[1]), 0);
 	oxt_ep_close(&x);
 	/* X's buffers now hold something else. */
-	fill(buf, 2 * n, 11);
+	oxt_fill(buf, 2 * n, 11);
 	rc = oxt_next_completion(t.cq, 200, &ctx);
 	EXPECT(rc == -1, "the target completed something (%d)", rc);
-	EXPECT(same(buf, 2 * n, 11), "the target wrote into the closed initiator's buffer");
-	EXPECT(same(reg, 2 * n, 9), "the closed initiator's write landed at the target");
+	EXPECT(oxt_same(buf, 2 * n, 11), "the target wrote into the closed initiator's buffer");
+	EXPECT(oxt_same(reg, 2 * n, 9), "the closed initiator's write landed at the target");
 	/* T still serves a live initiator. */
 	oxt_ep_open(&x, 0, FI_WAIT_NONE);
 	x_to_t = oxt_ep_insert(&x, &t);
 	REQUIRE_RC(fi_read(x.ep, buf, n, NULL, x_to_t, base, fi_mr_key(mr), &c[2]), 0);
-	{
-		double until = oxt_now_ms() + 5000;
-
-		rc = -1;
-		while (rc == -1 && oxt_now_ms() < until) {
-			void *tctx;
-
-			(void)oxt_next_completion(t.cq, 1, &tctx); /* T's progress */
-			rc = oxt_next_completion(x.cq, 1, &ctx);
-		}
-	}
+	rc = completion_served_by(&x, &t, &ctx);
 	EXPECT(rc == 0 && ctx == &c[2], "a read after the close: completion %d", rc);
-	EXPECT(same(buf, n, 9), "the read after the close brought other bytes");
+	EXPECT(oxt_same(buf, n, 9), "the read after the close brought other bytes");
 	EXPECT_RC(fi_close(&mr->fid), 0);
 	oxt_ep_close(&x);
 	oxt_ep_close(&t);
@@ -380,35 +373,17 @@ static void unmapped_under_mr(void)
 	REQUIRE_RC(fi_mr_reg(t.e.domain, reg, n, FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
 	base = virt ? (uint64_t)(uintptr_t)reg : 0;
 	/* A write while the memory is the registered memory lands. */
-	fill(src, n, 12);
+	oxt_fill(src, n, 12);
 	REQUIRE_RC(fi_write(x.ep, src, n, NULL, x_to_t, base, fi_mr_key(mr), &c), 0);
-	{
-		double until = oxt_now_ms() + 5000;
-		void *tctx;
-
-		rc = -1;
-		while (rc == -1 && oxt_now_ms() < until) {
-			(void)oxt_next_completion(t.cq, 1, &tctx);
-			rc = oxt_next_completion(x.cq, 1, &ctx);
-		}
-	}
-	EXPECT(rc == 0 && same(reg, n, 12), "the first write: completion %d", rc);
+	rc = completion_served_by(&x, &t, &ctx);
+	EXPECT(rc == 0 && oxt_same(reg, n, 12), "the first write: completion %d", rc);
 	/* The application replaces the memory without closing the MR. */
 	REQUIRE(mmap(reg, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == reg,
 		"mmap MAP_FIXED");
 	memset(reg, 0xAA, n);
-	fill(src, n, 13);
+	oxt_fill(src, n, 13);
 	REQUIRE_RC(fi_write(x.ep, src, n, NULL, x_to_t, base, fi_mr_key(mr), &c), 0);
-	{
-		double until = oxt_now_ms() + 5000;
-		void *tctx;
-
-		rc = -1;
-		while (rc == -1 && oxt_now_ms() < until) {
-			(void)oxt_next_completion(t.cq, 1, &tctx);
-			rc = oxt_next_completion(x.cq, 1, &ctx);
-		}
-	}
+	rc = completion_served_by(&x, &t, &ctx);
 	EXPECT(rc == FI_EKEYREJECTED, "a write with the key of replaced memory: completion %d (%s), want FI_EKEYREJECTED",
 	       rc, rc > 0 ? fi_strerror(rc) : "none");
 	{
@@ -421,17 +396,8 @@ static void unmapped_under_mr(void)
 	/* Registering the new memory works. */
 	REQUIRE_RC(fi_mr_reg(t.e.domain, reg, n, FI_REMOTE_WRITE, 0, 1, 0, &mr2, NULL), 0);
 	REQUIRE_RC(fi_write(x.ep, src, n, NULL, x_to_t, base, fi_mr_key(mr2), &c), 0);
-	{
-		double until = oxt_now_ms() + 5000;
-		void *tctx;
-
-		rc = -1;
-		while (rc == -1 && oxt_now_ms() < until) {
-			(void)oxt_next_completion(t.cq, 1, &tctx);
-			rc = oxt_next_completion(x.cq, 1, &ctx);
-		}
-	}
-	EXPECT(rc == 0 && same(reg, n, 13), "a write to the new registration: completion %d", rc);
+	rc = completion_served_by(&x, &t, &ctx);
+	EXPECT(rc == 0 && oxt_same(reg, n, 13), "a write to the new registration: completion %d", rc);
 	EXPECT_RC(fi_close(&mr2->fid), 0);
 	EXPECT_RC(fi_close(&mr->fid), 0);
 	oxt_ep_close(&t);
@@ -454,12 +420,12 @@ static void answered_then_closed(void)
 	oxt_ep_open(&x, 0, FI_WAIT_NONE);
 	oxt_ep_open(&y, 0, FI_WAIT_NONE);
 	x_to_y = oxt_ep_insert(&x, &y);
-	fill(buf, BIG, 14);
+	oxt_fill(buf, BIG, 14);
 	REQUIRE_RC(fi_recv(y.ep, rbuf, BIG, NULL, FI_ADDR_UNSPEC, &c2), 0);
 	REQUIRE_RC(fi_send(x.ep, buf, BIG, NULL, x_to_y, &c1), 0);
 	/* Only Y runs progress: it copies, completes and ACKs into X's queue. */
 	rc = oxt_next_completion(y.cq, 5000, &ctx);
-	EXPECT(rc == 0 && ctx == &c2 && same(rbuf, BIG, 14), "Y's receive: completion %d", rc);
+	EXPECT(rc == 0 && ctx == &c2 && oxt_same(rbuf, BIG, 14), "Y's receive: completion %d", rc);
 	oxt_ep_close(&y);
 	/* X finds Y closed before it reads its queue. */
 	EXPECT_RC(fi_send(x.ep, buf, 64, NULL, x_to_y, &c3), -FI_EHOSTUNREACH);
@@ -501,18 +467,9 @@ static void unmapped_under_regv(void)
 	REQUIRE(mmap(b, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == b,
 		"mmap MAP_FIXED");
 	memset(b, 0xAA, n);
-	fill(src, n, 15);
+	oxt_fill(src, n, 15);
 	REQUIRE_RC(fi_write(x.ep, src, n, NULL, x_to_t, base, fi_mr_key(mr), &c), 0);
-	{
-		double until = oxt_now_ms() + 5000;
-		void *tctx;
-
-		rc = -1;
-		while (rc == -1 && oxt_now_ms() < until) {
-			(void)oxt_next_completion(t.cq, 1, &tctx);
-			rc = oxt_next_completion(x.cq, 1, &ctx);
-		}
-	}
+	rc = completion_served_by(&x, &t, &ctx);
 	EXPECT(rc == FI_EKEYREJECTED, "a write with the key of a replaced regv: completion %d (%s), want FI_EKEYREJECTED",
 	       rc, rc > 0 ? fi_strerror(rc) : "none");
 	{

@@ -13,13 +13,15 @@
 
 use std::ffi::c_void;
 use std::net::{SocketAddr, TcpListener};
-use std::ptr::{null, null_mut};
+use std::ptr::null_mut;
 
-use oxmr::boundary::provider::provider_ptr;
 use oxmr::info::addr;
 use oxmr::protocol::{encode_iovs, Hdr};
 use oxmr::shm::region::Region;
 use oxmr_ffi as ffi;
+
+mod common;
+use common::close;
 
 // Message kinds and header flags (docs/wire.md).
 const EAGER: u8 = 1;
@@ -50,28 +52,10 @@ struct Target {
     key: u64,
 }
 
-unsafe fn close(f: *mut ffi::fid) -> i32 {
-    unsafe { ((*(*f).ops).close.unwrap())(f) }
-}
-
 impl Target {
     unsafe fn open() -> Target {
         unsafe {
-            let p = &*provider_ptr();
-            let mut info = null_mut();
-            let r = (p.getinfo.unwrap())(
-                ffi::FI_HEADER_VERSION,
-                c"127.0.0.1".as_ptr(),
-                c"0".as_ptr(),
-                ffi::FI_SOURCE as u64,
-                null(),
-                &mut info,
-            );
-            assert_eq!(r, 0, "getinfo");
-            let mut fabric = null_mut();
-            assert_eq!((p.fabric.unwrap())((*info).fabric_attr, &mut fabric, null_mut()), 0);
-            let mut domain = null_mut();
-            assert_eq!(((*(*fabric).ops).domain.unwrap())(fabric, info, &mut domain, null_mut()), 0);
+            let common::Opened { info, fabric, domain } = common::open();
             let d = &*(*domain).ops;
             let mut cq_attr = ffi::fi_cq_attr { size: 64, format: ffi::FI_CQ_FORMAT_TAGGED, ..Default::default() };
             let mut cq = null_mut();
@@ -150,9 +134,7 @@ impl Drop for Target {
             assert_eq!(close(self.ep.cast()), 0);
             assert_eq!(close(self.av.cast()), 0);
             assert_eq!(close(self.cq.cast()), 0);
-            assert_eq!(close(self.domain.cast()), 0);
-            assert_eq!(close(self.fabric.cast()), 0);
-            ffi::fi_freeinfo(self.info);
+            common::teardown(common::Opened { info: self.info, fabric: self.fabric, domain: self.domain });
         }
     }
 }

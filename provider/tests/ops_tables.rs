@@ -11,49 +11,10 @@
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
-use oxmr::boundary::provider::provider_ptr;
 use oxmr_ffi as ffi;
 
-struct Opened {
-    info: *mut ffi::fi_info,
-    fabric: *mut ffi::fid_fabric,
-    domain: *mut ffi::fid_domain,
-}
-
-unsafe fn close(f: *mut ffi::fid) -> i32 {
-    unsafe { ((*(*f).ops).close.unwrap())(f) }
-}
-
-unsafe fn open() -> Opened {
-    unsafe {
-        let p = &*provider_ptr();
-        let mut info = null_mut();
-        let r = (p.getinfo.unwrap())(
-            ffi::FI_HEADER_VERSION,
-            c"127.0.0.1".as_ptr(),
-            c"0".as_ptr(),
-            ffi::FI_SOURCE as u64,
-            null(),
-            &mut info,
-        );
-        assert_eq!(r, 0, "getinfo");
-        assert!(!info.is_null());
-        let mut fabric = null_mut();
-        assert_eq!((p.fabric.unwrap())((*info).fabric_attr, &mut fabric, null_mut()), 0);
-        let mut domain = null_mut();
-        let r = ((*(*fabric).ops).domain.unwrap())(fabric, info, &mut domain, null_mut());
-        assert_eq!(r, 0, "fi_domain");
-        Opened { info, fabric, domain }
-    }
-}
-
-unsafe fn teardown(o: Opened) {
-    unsafe {
-        assert_eq!(close(o.domain.cast()), 0);
-        assert_eq!(close(o.fabric.cast()), 0);
-        ffi::fi_freeinfo(o.info);
-    }
-}
+mod common;
+use common::{close, open, teardown};
 
 #[test]
 fn getinfo_answers_rdm_on_loopback() {

@@ -164,23 +164,6 @@ fn revoke_live(r: &Region, why: &str) {
     }
 }
 
-impl Cache {
-    /// Revoke the tracked open registrations an unmap or remap touches.
-    /// (Their last reference may go with the upgrade below: a registration
-    /// the cache does not hold drops no cache lock.)
-    fn revoke_live_in(&self, inv: &Invalidation) {
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        live.retain(|x| x.2.strong_count() > 0);
-        for (s, e, w) in live.iter() {
-            if *s < inv.end && inv.start < *e {
-                if let Some(r) = w.upgrade() {
-                    revoke_live(&r, if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" });
-                }
-            }
-        }
-    }
-}
-
 fn overlaps(a: usize, alen: usize, i: &Invalidation) -> bool {
     (a as u64) < i.end && i.start < (a + alen) as u64
 }
@@ -504,6 +487,21 @@ impl Cache {
                 return false;
             }
             from = next;
+        }
+    }
+
+    /// Revoke the tracked open registrations an unmap or remap touches.
+    /// (Their last reference may go with the upgrade below: a registration
+    /// the cache does not hold drops no cache lock.)
+    fn revoke_live_in(&self, inv: &Invalidation) {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|x| x.2.strong_count() > 0);
+        for (s, e, w) in live.iter() {
+            if *s < inv.end && inv.start < *e {
+                if let Some(r) = w.upgrade() {
+                    revoke_live(&r, if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" });
+                }
+            }
         }
     }
 
