@@ -196,12 +196,17 @@ impl JobTable {
     }
 
     /// Either side: a claimed chunk is done (`ok`) or could not be copied.
-    pub fn settle(&self, i: u32, ok: bool) {
+    /// True when this was the job's last chunk and every chunk was
+    /// copied: the job is over, done, and this side knows it first (the
+    /// helper of a send then completes the send itself, docs/wire.md).
+    pub fn settle(&self, i: u32, ok: bool) -> bool {
         let s = self.slot(i);
         if !ok {
             s.failed.store(1, Ordering::Relaxed);
         }
-        s.settled.fetch_add(1, Ordering::AcqRel);
+        // (AcqRel: the last settle sees every earlier one's `failed`.)
+        let last = s.settled.fetch_add(1, Ordering::AcqRel) + 1 == s.nchunks.load(Ordering::Relaxed);
+        last && s.failed.load(Ordering::Relaxed) == 0
     }
 
     /// Owner: (chunks settled, whether a helper failed).
@@ -242,10 +247,12 @@ mod tests {
         assert_eq!(t.claim(3, 7, false), Some(0), "the owner from the front");
         assert_eq!(t.claim(3, 7, true), Some(3), "the helper from the back");
         assert_eq!(t.claim(3, 7, false), Some(1));
-        t.settle(3, true);
-        t.settle(3, false);
+        assert!(!t.settle(3, true));
+        assert!(!t.settle(3, false));
         assert_eq!(t.progress(3), (2, true));
         assert_eq!(t.close(3, 7), 1, "chunk 2 was left");
+        assert!(!t.settle(3, true));
+        assert!(!t.settle(3, true), "the last chunk of a job with a failed chunk: not done");
         assert_eq!(t.claim(3, 7, true), None, "all claimed");
         // Reused for generation 8: a helper told generation 7 gets nothing.
         assert!(t.open(3, 8, 10, 10, false, &[(0x2000, 10)]));
@@ -254,6 +261,11 @@ mod tests {
         assert_eq!(t.claim(3, 8, true), Some(0));
         assert_eq!(t.claim(3, 8, false), None);
         assert_eq!(t.progress(3), (0, false));
+        assert!(t.settle(3, true), "the last chunk, every chunk copied");
+        assert!(t.open(3, 9, 20, 10, false, &[(0x2000, 20)]));
+        assert_eq!((t.claim(3, 9, false), t.claim(3, 9, true)), (Some(0), Some(1)));
+        assert!(!t.settle(3, true), "the first of two");
+        assert!(t.settle(3, true), "whichever side settles last learns it");
         assert!(!t.open(5, 1, MAX_CHUNKS + 1, 1, true, &[(0, 1)]), "more chunks than a claim word counts");
         let many = vec![(0usize, 1usize); JOB_IOVS + 1];
         assert!(!t.open(4, 1, JOB_IOVS + 1, 1, true, &many), "too many iovs for a slot");
