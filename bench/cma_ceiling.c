@@ -4,12 +4,16 @@
  * else happens (no queue, no protocol, no key check). "one-way": one
  * process copies from (or into) another's buffer in a loop; "two-way": two
  * processes do so to each other at the same time (what fi_rma_bw does,
- * since both sides post RMA). Each process copies the same buffers again
- * and again, as fabtests does. Prints MB/s per copying process (1e6
- * bytes/s, as fabtests prints).
+ * since both sides post RMA); "two-way-same": two-way, each process
+ * copying the other's buffer into its own buffer at the same address
+ * (what `fi_rma_bw -o read` does: each side reads the peer's rx_buf into
+ * its own rx_buf, so every line one core writes is a line the other core
+ * reads, and moves between the cores on every pass). Each process copies
+ * the same buffers again and again, as fabtests does. Prints MB/s per
+ * copying process (1e6 bytes/s, as fabtests prints).
  *
  *   cc -O2 -o /tmp/cma_ceiling bench/cma_ceiling.c
- *   /tmp/cma_ceiling SIZE one-way|two-way [read|write] [seconds]
+ *   /tmp/cma_ceiling SIZE one-way|two-way|two-way-same [read|write] [seconds]
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -58,11 +62,13 @@ static double read_loop(pid_t peer, char *dst, char *src, size_t size, double se
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s SIZE one-way|two-way [read|write] [seconds]\n", argv[0]);
+		fprintf(stderr, "usage: %s SIZE one-way|two-way|two-way-same [read|write] [seconds]\n",
+			argv[0]);
 		return 2;
 	}
 	size_t size = strtoull(argv[1], NULL, 0);
-	int two = !strcmp(argv[2], "two-way");
+	int same = !strcmp(argv[2], "two-way-same");
+	int two = same || !strcmp(argv[2], "two-way");
 	double secs = argc > 4 ? atof(argv[4]) : 1.0;
 
 	use_write = argc > 3 && !strcmp(argv[3], "write");
@@ -79,6 +85,8 @@ int main(int argc, char **argv)
 	}
 	memset(src, 1, size);
 	memset(dst, 2, size);
+	if (same)
+		src = dst;
 	pid_t parent = getpid(), child = fork();
 
 	if (child < 0) {

@@ -6,7 +6,9 @@
 # spell of the machine hits both; medians of REPS (default 3). Bandwidth
 # rows also show this machine's copy ceiling (bench/cma_ceiling.c:
 # process_vm_readv/writev alone, the better of the two, one-way for send,
-# two-way for fi_rma_bw, which writes or reads in both directions at once).
+# two-way for fi_rma_bw, which writes or reads in both directions at once,
+# and for reads into the very buffer the peer reads from, as fi_rma_bw -o
+# read does).
 # Needs upstream fabtests built locally (not part of this repository):
 # OXMR_UPSTREAM_FABTESTS=<their bin dir>. Run it on a quiet machine; it
 # prints numbers and ratios, asserts nothing.
@@ -67,7 +69,8 @@ for sz in 65536 1048576 16777216; do
     it=$((sz >= 16777216 ? 200 : sz >= 1048576 ? 3000 : 50000))
     bw "send (tagged_bw)" "$sz" "$it" one-way fi_rdm_tagged_bw
     bw "RMA write" "$sz" "$it" two-way fi_rma_bw -e rdm -o write
-    bw "RMA read" "$sz" "$it" two-way fi_rma_bw -e rdm -o read
+    bw "RMA read" "$sz" "$it" two-way-same fi_rma_bw -e rdm -o read
 done
 echo "(latency ratio < 1 and bandwidth ratio > 1 favour oxmr; medians of $reps alternating runs;"
-echo " copy ceiling: process_vm_readv/writev alone, per process, one-way for send, two-way for RMA)"
+echo " copy ceiling: process_vm_readv/writev alone, per process, one-way for send, two-way for RMA;"
+echo " for reads, two-way into the buffer the peer reads from, as fi_rma_bw -o read does)"
