@@ -352,6 +352,31 @@ pub struct Engine {
 /// Bytes an iov list names (saturating: a peer's lengths may add up past
 /// usize::MAX; such a list names more than any buffer and is refused where
 /// it matters).
+/// Why a send to `to` found no endpoint there (`e`: opening its region),
+/// and what to do about it.
+fn unreachable_why(to: &SocketAddr, e: &std::io::Error) -> String {
+    let local = to.ip().is_loopback()
+        || crate::info::addr::local_ifaces(None).iter().any(|i| i.ip == to.ip())
+        || crate::info::addr::route_source(to).is_some_and(|ip| ip == to.ip());
+    if !local {
+        return format!(
+            "no oxmr endpoint at {to}: it is not an address of this host, and cross-host transfers need the TCP wire, which is not implemented yet"
+        );
+    }
+    let mut others = crate::shm::region::endpoints_on_port(to.port());
+    others.retain(|a| a != &to.to_string());
+    if others.is_empty() {
+        format!("no oxmr endpoint at {to} on this host ({e}): is the peer running, and its endpoint still open?")
+    } else {
+        format!(
+            "no oxmr endpoint at {to} on this host ({e}), but {} listens on that port: an endpoint is reached only at the address it was opened on; send there, or open the peer's endpoint on {} (fabtests: -s {})",
+            others.join(", "),
+            to.ip(),
+            to.ip()
+        )
+    }
+}
+
 fn total(iovs: &[(usize, usize)]) -> usize {
     iovs.iter().fold(0usize, |s, x| s.saturating_add(x.1))
 }
@@ -537,12 +562,7 @@ impl Engine {
         if let Some(i) = self.peers.find(&to) {
             return Ok(&self.peers.list[i]);
         }
-        let region = Region::open(&to).map_err(|e| {
-            fail!(
-                ffi::FI_EHOSTUNREACH,
-                "no oxmr endpoint at {to} on this host ({e}); cross-host transfers need the TCP wire, which is not implemented yet"
-            )
-        })?;
+        let region = Region::open(&to).map_err(|e| fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e)))?;
         Ok(self.peers.insert(TxPeer { addr: to, region }))
     }
 
@@ -1876,5 +1896,26 @@ impl Engine {
                 u.gone = true;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_send_to_nobody_says_why_and_what_to_do() {
+        let e = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let there: SocketAddr = "127.0.0.1:40123".parse().unwrap();
+        let elsewhere: SocketAddr = "127.0.0.2:40123".parse().unwrap();
+        let why = unreachable_why(&elsewhere, &e);
+        assert!(why.contains("is the peer running"), "{why}");
+        let _own = Region::create(&there).unwrap();
+        let why = unreachable_why(&elsewhere, &e);
+        assert!(why.contains("but 127.0.0.1:40123 listens on that port"), "{why}");
+        assert!(why.contains("-s 127.0.0.2"), "{why}");
+        let far: SocketAddr = "198.51.100.7:40123".parse().unwrap();
+        let why = unreachable_why(&far, &e);
+        assert!(why.contains("not an address of this host"), "{why}");
     }
 }

@@ -96,6 +96,24 @@ pub fn path_for(addr: &SocketAddr) -> String {
     format!("/oxmr-{}-{}", addr.ip().to_string().replace(':', "_"), addr.port())
 }
 
+/// The addresses of the endpoints on this host listening on `port` (from
+/// the names of their regions; live or not), for error messages.
+pub fn endpoints_on_port(port: u16) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    let tail = format!("-{port}");
+    let mut found: Vec<String> = dir
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ip = name.strip_prefix("oxmr-")?.strip_suffix(&tail)?.replace('_', ":");
+            let ip: std::net::IpAddr = ip.parse().ok()?;
+            Some(SocketAddr::new(ip, port).to_string())
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 /// A region's mapping, unmapped when its last holder (the region, job
 /// tables handed out) is gone.
 pub(super) struct Mapping(*mut u8);
