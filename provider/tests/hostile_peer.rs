@@ -387,3 +387,96 @@ fn an_answer_from_another_peer_completes_nothing() {
     assert_eq!(done, Some(Ok(0xabc)), "the peer's own ACK completes the send");
     assert!(other.silent(&t));
 }
+
+/// Run the target's progress until a completion (2 s at most).
+fn completion(t: &Target) -> Option<Result<usize, i32>> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        if let Some(c) = t.poll() {
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// A shared copy of a send (docs/wire.md, "Shared copies"), with this test
+/// as the receiver that owns the job: the sender (the endpoint under test)
+/// helps with the chunk it claims; when its settle is the job's last, with
+/// every chunk copied, it completes the send with no ACK; when the
+/// receiver's is, the send waits for the receiver's ACK.
+#[test]
+fn a_send_completes_on_its_helpers_last_settle_or_on_the_ack() {
+    const N: usize = 64 << 10;
+    const HALF: usize = N / 2;
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let fi_addr = t.insert(&p._port.local_addr().unwrap());
+    let src: Vec<u8> = (0..N).map(|i| (i * 13 + 5) as u8).collect();
+    let jobs = p.rx.jobs();
+    let send = |ctx: usize| unsafe {
+        let send = (*(*t.ep).msg).send.unwrap();
+        assert_eq!(send(t.ep, src.as_ptr().cast(), N, null_mut(), fi_addr, ctx as *mut c_void), 0);
+    };
+
+    // 1. We copy our chunk (the front) first, then ask for help: the
+    //    sender's chunk is the last one settled, and that completes it.
+    send(0x51);
+    let (rts, _) = p.answer(&t).expect("the RTS");
+    assert_eq!(rts.op, RTS);
+    let mut dst = vec![0u8; N];
+    assert!(jobs.open(0, 1, N, HALF, true, &[(dst.as_mut_ptr() as usize, N)]));
+    assert_eq!(jobs.claim(0, 1, false), Some(0));
+    dst[..HALF].copy_from_slice(&src[..HALF]);
+    assert!(!jobs.settle(0, true), "ours is not the last chunk");
+    p.send(Hdr { op: CTS, msg_id: rts.msg_id, rma_addr: 0, tag: 1, ..Default::default() }, &[]);
+    assert_eq!(completion(&t), Some(Ok(0x51)), "the helper's last settle completes the send, no ACK");
+    assert_eq!(jobs.progress(0), (2, false));
+    assert!(dst == src, "the helper wrote its half");
+
+    // 2. We claim our chunk, ask for help, and settle ours after the
+    //    helper's: the send is not complete until our ACK, however long
+    //    the sender runs progress.
+    send(0x52);
+    let (rts, _) = p.answer(&t).expect("the second RTS");
+    let mut dst = vec![0u8; N];
+    assert!(jobs.open(1, 2, N, HALF, true, &[(dst.as_mut_ptr() as usize, N)]));
+    assert_eq!(jobs.claim(1, 2, false), Some(0));
+    p.send(Hdr { op: CTS, msg_id: rts.msg_id, rma_addr: 1, tag: 2, ..Default::default() }, &[]);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while jobs.progress(1).0 == 0 && std::time::Instant::now() < until {
+        assert_eq!(t.poll(), None, "the send completed before every chunk was settled");
+    }
+    assert_eq!(jobs.progress(1), (1, false), "the helper settled its chunk");
+    for _ in 0..1000 {
+        assert_eq!(t.poll(), None, "the send completed before every chunk was settled");
+    }
+    dst[..HALF].copy_from_slice(&src[..HALF]);
+    assert!(jobs.settle(1, true), "ours is the last chunk");
+    for _ in 0..1000 {
+        assert_eq!(t.poll(), None, "the send completed without our ACK though we settled last");
+    }
+    p.send(Hdr { op: ACK, msg_id: rts.msg_id, ..Default::default() }, &[]);
+    assert_eq!(completion(&t), Some(Ok(0x52)), "our ACK completes it");
+    assert!(dst == src);
+
+    // 3. A chunk that failed (here: ours) keeps the helper from completing
+    //    the send even when it settles last: the owner redoes the copy
+    //    and answers.
+    send(0x53);
+    let (rts, _) = p.answer(&t).expect("the third RTS");
+    let mut dst = vec![0u8; N];
+    assert!(jobs.open(2, 3, N, HALF, true, &[(dst.as_mut_ptr() as usize, N)]));
+    assert_eq!(jobs.claim(2, 3, false), Some(0));
+    assert!(!jobs.settle(2, false), "a failed chunk");
+    p.send(Hdr { op: CTS, msg_id: rts.msg_id, rma_addr: 2, tag: 3, ..Default::default() }, &[]);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while jobs.progress(2).0 < 2 && std::time::Instant::now() < until {
+        assert_eq!(t.poll(), None, "the send completed though a chunk failed");
+    }
+    assert_eq!(jobs.progress(2), (2, true), "the helper settled the last chunk after a failed one");
+    for _ in 0..1000 {
+        assert_eq!(t.poll(), None, "the send completed though a chunk failed");
+    }
+    p.send(Hdr { op: ACK, msg_id: rts.msg_id, ..Default::default() }, &[]);
+    assert_eq!(completion(&t), Some(Ok(0x53)));
+}
