@@ -480,3 +480,77 @@ fn a_send_completes_on_its_helpers_last_settle_or_on_the_ack() {
     p.send(Hdr { op: ACK, msg_id: rts.msg_id, ..Default::default() }, &[]);
     assert_eq!(completion(&t), Some(Ok(0x53)));
 }
+
+/// The same rule from the other side: the endpoint under test receives
+/// and owns the job, this test's thread is the sending peer's helper.
+/// When the helper settles the job's last chunk (it waits for the
+/// receiver's chunk to be settled first), the receive completes intact
+/// and the receiver sends no ACK (the helper's send is complete); when
+/// the receiver settles last (the helper came too late to claim a chunk),
+/// it ACKs.
+#[test]
+fn a_receiver_acks_only_when_it_settled_the_last_chunk() {
+    const N: usize = 64 << 10;
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let src: Vec<u8> = (0..N).map(|i| (i * 11 + 3) as u8).collect();
+    let mut helper_last_seen = false;
+    for attempt in 0..40u64 {
+        let mut rbuf = vec![0u8; N];
+        unsafe {
+            let recv = (*(*t.ep).msg).recv.unwrap();
+            let r =
+                recv(t.ep, rbuf.as_mut_ptr().cast(), N, null_mut(), ffi::FI_ADDR_UNSPEC as u64, 0x77 as *mut c_void);
+            assert_eq!(r, 0);
+        }
+        // The helper: claims a chunk of the next job that shows up, waits
+        // for the owner's chunk, then copies and settles its own.
+        let jobs = p.to.jobs();
+        let before: Vec<u32> = (0..8).map(|i| jobs.generation(i)).collect();
+        let (src_at, pid) = (src.as_ptr() as usize, std::process::id());
+        let helper = std::thread::spawn(move || {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while std::time::Instant::now() < until {
+                for i in 0..8u32 {
+                    let g = jobs.generation(i);
+                    if g == before[i as usize] {
+                        continue;
+                    }
+                    let Some(v) = jobs.view(i, g) else { continue };
+                    let Some(k) = jobs.claim(i, g, true) else { return (false, false) };
+                    while jobs.progress(i).0 == 0 && std::time::Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                    let ok = oxmr::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
+                    assert!(ok, "the helper's copy");
+                    return (true, jobs.settle(i, ok));
+                }
+            }
+            (false, false)
+        });
+        let id = p.id(100 + attempt);
+        p.send(Hdr { op: RTS, msg_id: id, len: N as u64, iov_count: 1, ..Default::default() }, &iovs(&[(src_at, N)]));
+        assert_eq!(completion(&t), Some(Ok(0x77)), "the receive completes");
+        let (claimed, helper_last) = helper.join().expect("the helper thread");
+        assert!(rbuf == src, "attempt {attempt}: the data arrived intact");
+        let _ = t.poll();
+        let mut acks = 0;
+        while p.rx.pop(|m, _| {
+            if let Some((h, _)) = Hdr::decode(m) {
+                acks += (h.op == ACK && h.msg_id == id) as u32;
+            }
+        }) {}
+        eprintln!("attempt {attempt}: claimed {claimed} last {helper_last} acks {acks}");
+        if claimed && helper_last {
+            assert_eq!(acks, 0, "attempt {attempt}: the helper settled last, yet the receiver ACKed");
+            helper_last_seen = true;
+        } else {
+            assert!(!claimed || !helper_last);
+            assert_eq!(acks, 1, "attempt {attempt}: the receiver settled last and must ACK");
+        }
+        if helper_last_seen && attempt >= 3 {
+            break;
+        }
+    }
+    assert!(helper_last_seen, "the helper thread never got a chunk in 40 transfers");
+}

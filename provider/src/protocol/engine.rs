@@ -349,9 +349,6 @@ pub struct Engine {
     unserved: u32,
 }
 
-/// Bytes an iov list names (saturating: a peer's lengths may add up past
-/// usize::MAX; such a list names more than any buffer and is refused where
-/// it matters).
 /// Why a send to `to` found no endpoint there (`e`: opening its region),
 /// and what to do about it.
 fn unreachable_why(to: &SocketAddr, e: &std::io::Error) -> String {
@@ -377,6 +374,9 @@ fn unreachable_why(to: &SocketAddr, e: &std::io::Error) -> String {
     }
 }
 
+/// Bytes an iov list names (saturating: a peer's lengths may add up past
+/// usize::MAX; such a list names more than any buffer and is refused where
+/// it matters).
 fn total(iovs: &[(usize, usize)]) -> usize {
     iovs.iter().fold(0usize, |s, x| s.saturating_add(x.1))
 }
@@ -990,7 +990,7 @@ impl Engine {
     ) {
         // A receive with more queued is pipelined (see below).
         let pipelined = self.busy && matches!(what, JobFor::Recv { .. });
-        let half = (n / 2).clamp(16 << 10, 1 << 20);
+        let half = n.div_ceil(2).clamp(16 << 10, 1 << 20);
         // The helper starts about 0.35 us after us (our CTS reaches it),
         // some 4 KiB of copying: a job of two chunks copied at once gives
         // us the larger one so both end together (64 KiB pingpong,
@@ -1000,7 +1000,7 @@ impl Engine {
         // while the helper copies the last and the next is queued. Nor is
         // RMA, whose helper is often busy with its own copies (two-way
         // fi_rma_bw; not measurably better either way).
-        let lone = !pipelined && n <= 2 * half && matches!(what, JobFor::Recv { .. });
+        let lone = !pipelined && n <= 2 * half && n / 2 >= 16 << 10 && matches!(what, JobFor::Recv { .. });
         let auto = if lone { half + LONE_SKEW } else { half };
         let chunk = if self.share_chunk != 0 { self.share_chunk } else { auto }.max(n.div_ceil(jobs::MAX_CHUNKS));
         let slot = self.free_slots.pop().expect("can_share saw a free slot");
@@ -1104,8 +1104,14 @@ impl Engine {
         if settled as usize >= j.total.div_ceil(j.chunk) {
             return Some(!failed);
         }
-        // A helper killed mid-chunk never settles it.
-        (alive_check && !crate::shm::region::pid_alive(j.pid)).then_some(false)
+        // A helper killed mid-chunk never settles it. (One that settled
+        // the last chunk, completed its send and exited since the load
+        // above is not such a helper: look again once it is gone.)
+        if alive_check && !crate::shm::region::pid_alive(j.pid) {
+            let (settled, failed) = self.job_table.progress(j.slot);
+            return Some(settled as usize >= j.total.div_ceil(j.chunk) && !failed);
+        }
+        None
     }
 
     /// Complete stalled jobs that are over (`alive_check`: also those whose

@@ -38,10 +38,13 @@ pub struct JobSlot {
     /// `gen << 32 | back << 16 | front`: chunks `front..back` are
     /// unclaimed; the owner takes `front`, the helper `back - 1`.
     claim: AtomicU64,
-    /// Chunks copied (or failed) so far, by either side.
+    /// Chunks settled so far by either side (low 16 bits) and, of them,
+    /// the ones that could not be copied (high 16 bits; the owner then
+    /// redoes the job): one word, so one settle's result tells its side
+    /// everything (once the last chunk is settled the owner may reuse the
+    /// slot, so nothing in it may be read after).
     settled: AtomicU32,
-    /// Set when a helper could not copy a chunk (the owner redoes the job).
-    failed: AtomicU32,
+    _unused: u32,
     total: AtomicU64,
     chunk: AtomicU64,
     nchunks: AtomicU32,
@@ -78,6 +81,8 @@ unsafe impl Send for JobTable {}
 
 /// The most chunks a job has (16-bit halves of the claim word).
 pub(crate) const MAX_CHUNKS: usize = 0xffff;
+/// One failed chunk in `JobSlot::settled`.
+const FAILED: u32 = 1 << 16;
 
 /// Which chunk a claim got, with its byte range.
 pub fn chunk_range(total: usize, chunk: usize, k: u32) -> (usize, usize) {
@@ -146,10 +151,14 @@ impl JobTable {
             d[1].store(l as u64, Ordering::Relaxed);
         }
         s.settled.store(0, Ordering::Relaxed);
-        s.failed.store(0, Ordering::Relaxed);
         // Publishes every field above to a helper that sees this generation.
         s.claim.store((gen as u64) << 32 | nchunks << 16, Ordering::Release);
         true
+    }
+
+    /// The generation of the job in slot `i` (0: none yet).
+    pub fn generation(&self, i: u32) -> u32 {
+        (self.slot(i).claim.load(Ordering::Acquire) >> 32) as u32
     }
 
     /// Helper: the job in slot `i` if it is still generation `gen`.
@@ -201,18 +210,17 @@ impl JobTable {
     /// helper of a send then completes the send itself, docs/wire.md).
     pub fn settle(&self, i: u32, ok: bool) -> bool {
         let s = self.slot(i);
-        if !ok {
-            s.failed.store(1, Ordering::Relaxed);
-        }
-        // (AcqRel: the last settle sees every earlier one's `failed`.)
-        let last = s.settled.fetch_add(1, Ordering::AcqRel) + 1 == s.nchunks.load(Ordering::Relaxed);
-        last && s.failed.load(Ordering::Relaxed) == 0
+        // (Read before our chunk is settled: until then the job is live.)
+        let n = s.nchunks.load(Ordering::Relaxed);
+        let add = if ok { 1 } else { 1 + FAILED };
+        let now = s.settled.fetch_add(add, Ordering::AcqRel).wrapping_add(add);
+        now & 0xffff == n && now < FAILED
     }
 
-    /// Owner: (chunks settled, whether a helper failed).
+    /// Owner: (chunks settled, whether one failed).
     pub fn progress(&self, i: u32) -> (u32, bool) {
-        let s = self.slot(i);
-        (s.settled.load(Ordering::Acquire), s.failed.load(Ordering::Relaxed) != 0)
+        let v = self.slot(i).settled.load(Ordering::Acquire);
+        (v & 0xffff, v >= FAILED)
     }
 
     /// Owner: claim every chunk not yet claimed (the job is being given up
