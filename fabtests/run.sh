@@ -108,6 +108,10 @@ skip_run() {
 extra_run "xfer[FI_OXMR_SHM_SHARE_MIN=8192,FI_OXMR_SHM_SHARE_CHUNK=4096]" xfer \
 	FI_OXMR_SHM_SHARE_MIN=8192 FI_OXMR_SHM_SHARE_CHUNK=4096
 extra_run "xfer[FI_OXMR_SHM_SHARE_MIN=0]" xfer FI_OXMR_SHM_SHARE_MIN=0
+# Lone shared receives in jobs the receiver publishes (with a CTS), not in
+# the jobs senders offer (FI_OXMR_SHM_SENDER_JOBS, on by default).
+extra_run "xfer_share[FI_OXMR_SHM_SENDER_JOBS=0]" xfer_share FI_OXMR_SHM_SENDER_JOBS=0
+extra_run "xfer_gone[FI_OXMR_SHM_SENDER_JOBS=0]" xfer_gone FI_OXMR_SHM_SENDER_JOBS=0
 # Queued RMA writes each copied alone (no runs copied together).
 extra_run "xfer[FI_OXMR_SHM_WRITE_BATCH=0]" xfer FI_OXMR_SHM_WRITE_BATCH=0
 # Registrations the cache does not hold are watched (and revoked) too.

@@ -554,3 +554,155 @@ fn a_receiver_acks_only_when_it_settled_the_last_chunk() {
     }
     assert!(helper_last_seen, "the helper thread never got a chunk in 40 transfers");
 }
+
+const SJOB: u8 = 8;
+
+/// Sender jobs (docs/wire.md), the endpoint under test sending: its RTS
+/// offers a job in its own queue file; this test, the receiver, takes it
+/// and copies chunk 0, the sender copies chunk 1 once it sees the job
+/// taken. With every chunk settled and none failed the send completes
+/// with no ACK, whoever settled last; after a failed chunk it waits for
+/// the receiver's ACK.
+#[test]
+fn a_sender_job_completes_once_settled_and_after_a_failure_on_the_ack() {
+    const N: usize = 64 << 10;
+    const HALF: usize = N / 2;
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let fi_addr = t.insert(&p._port.local_addr().unwrap());
+    let src: Vec<u8> = (0..N).map(|i| (i * 17 + 9) as u8).collect();
+    let jobs = p.to.jobs();
+    let send = |ctx: usize| unsafe {
+        let send = (*(*t.ep).msg).send.unwrap();
+        assert_eq!(send(t.ep, src.as_ptr().cast(), N, null_mut(), fi_addr, ctx as *mut c_void), 0);
+    };
+    let offer = |p: &mut Peer| {
+        let (rts, _) = p.answer(&t).expect("the RTS");
+        assert_eq!(rts.op, RTS);
+        assert_ne!(rts.flags & SJOB, 0, "a 64 KiB send offers a job");
+        (rts.msg_id, rts.rma_addr as u32, rts.rma_key as u32)
+    };
+
+    // 1. We take the job and settle chunk 0 first: the sender's chunk is
+    //    the last, and its send completes.
+    send(0x61);
+    let (_, slot, gen) = offer(&mut p);
+    let mut dst = vec![0u8; N];
+    assert!(jobs.accept(slot, gen, N, HALF, &[(dst.as_mut_ptr() as usize, N)]));
+    dst[..HALF].copy_from_slice(&src[..HALF]);
+    assert!(!jobs.settle(slot, true));
+    assert_eq!(completion(&t), Some(Ok(0x61)), "settled by both, no ACK");
+    assert!(dst == src);
+    assert!(p.silent(&t), "the receiver of a sender job is sent nothing");
+
+    // 2. The sender settles first, we last: complete all the same.
+    send(0x62);
+    let (_, slot, gen) = offer(&mut p);
+    let mut dst = vec![0u8; N];
+    assert!(jobs.accept(slot, gen, N, HALF, &[(dst.as_mut_ptr() as usize, N)]));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while jobs.progress(slot).0 == 0 && std::time::Instant::now() < until {
+        assert_eq!(t.poll(), None, "complete before our chunk");
+    }
+    assert_eq!(jobs.progress(slot), (1, false), "the sender copied its chunk");
+    assert_eq!(t.poll(), None, "complete before our chunk");
+    dst[..HALF].copy_from_slice(&src[..HALF]);
+    assert!(jobs.settle(slot, true), "ours is the last");
+    assert_eq!(completion(&t), Some(Ok(0x62)));
+    assert!(dst == src);
+
+    // 3. Our chunk fails: the sender helps, then waits for our ACK.
+    send(0x63);
+    let (id, slot, gen) = offer(&mut p);
+    let mut dst = vec![0u8; N];
+    assert!(jobs.accept(slot, gen, N, HALF, &[(dst.as_mut_ptr() as usize, N)]));
+    assert!(!jobs.settle(slot, false));
+    for _ in 0..1000 {
+        assert_eq!(t.poll(), None, "a job with a failed chunk completed the send");
+    }
+    assert_eq!(jobs.progress(slot), (2, true));
+    p.send(Hdr { op: ACK, msg_id: id, ..Default::default() }, &[]);
+    assert_eq!(completion(&t), Some(Ok(0x63)), "the ACK completes it");
+
+    // 4. The slots come back: more sends than a region has slots, each
+    //    offering one, each answered by an ACK (as a receiver that
+    //    copies alone does).
+    for k in 0..3 * 8 {
+        send(0x70 + k);
+        let (id, _, _) = offer(&mut p);
+        p.send(Hdr { op: ACK, msg_id: id, ..Default::default() }, &[]);
+        assert_eq!(completion(&t), Some(Ok(0x70 + k)));
+    }
+}
+
+/// Sender jobs, the endpoint under test receiving: it takes the job this
+/// test's RTS offers, writes its buffer into the offered slot and copies
+/// chunk 0 while a thread of this test (the sender) copies chunk 1; the
+/// receive completes intact and nothing is sent back. An offer it cannot
+/// take (the slot does not hold that generation) is copied as before and
+/// ACKed.
+#[test]
+fn a_receiver_takes_a_sender_job_and_answers_nothing() {
+    const N: usize = 64 << 10;
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let src: Vec<u8> = (0..N).map(|i| (i * 5 + 1) as u8).collect();
+    let post = |rbuf: &mut Vec<u8>, ctx: usize| unsafe {
+        let recv = (*(*t.ep).msg).recv.unwrap();
+        let r = recv(t.ep, rbuf.as_mut_ptr().cast(), N, null_mut(), ffi::FI_ADDR_UNSPEC as u64, ctx as *mut c_void);
+        assert_eq!(r, 0);
+    };
+    let answers = |p: &mut Peer| {
+        let mut ops = Vec::new();
+        while p.rx.pop(|m, _| ops.extend(Hdr::decode(m).map(|(h, _)| h.op))) {}
+        ops
+    };
+    let (slot, gen) = (3u32, 9u32);
+    let (src_at, pid) = (src.as_ptr() as usize, std::process::id());
+
+    let mut rbuf = vec![0u8; N];
+    post(&mut rbuf, 0x81);
+    let jobs = p.rx.jobs();
+    jobs.offer(slot, gen, N);
+    let helper = std::thread::spawn(move || {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !jobs.accepted(slot, gen) && std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        let v = jobs.view(slot, gen).expect("the job, accepted");
+        assert!(v.helper_writes);
+        while let Some(k) = jobs.claim(slot, gen, true) {
+            let ok = oxmr::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
+            assert!(ok);
+            jobs.settle(slot, ok);
+        }
+        jobs
+    });
+    let h = Hdr {
+        op: RTS,
+        flags: SJOB,
+        msg_id: p.id(1),
+        len: N as u64,
+        iov_count: 1,
+        rma_addr: slot as u64,
+        rma_key: gen as u64,
+        ..Default::default()
+    };
+    p.send(h, &iovs(&[(src_at, N)]));
+    assert_eq!(completion(&t), Some(Ok(0x81)));
+    let jobs = helper.join().expect("the sender's thread");
+    assert!(rbuf == src, "the data arrived intact");
+    assert_eq!(jobs.progress(slot), (2, false), "both chunks settled in the sender's slot");
+    let _ = t.poll();
+    assert_eq!(answers(&mut p), Vec::<u8>::new(), "a taken sender job is answered with nothing");
+
+    // An offer naming a generation the slot does not hold: copied as
+    // without one, and ACKed.
+    let mut rbuf = vec![0u8; N];
+    post(&mut rbuf, 0x82);
+    p.send(Hdr { msg_id: p.id(2), rma_key: gen as u64 + 1, ..h }, &iovs(&[(src_at, N)]));
+    assert_eq!(completion(&t), Some(Ok(0x82)));
+    assert!(rbuf == src);
+    let _ = t.poll();
+    assert!(answers(&mut p).contains(&ACK), "an offer not taken: the receiver ACKs");
+}

@@ -85,6 +85,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         help: c"Bytes per chunk of a shared copy (default: 0, automatic: half the transfer, between 16 KiB and 1 MiB)",
     },
     ParamDef {
+        name: c"shm_sender_jobs",
+        kind: ffi::FI_PARAM_BOOL,
+        help: c"A rendezvous send large enough to be shared offers the receiver a job in the sender's own queue file, so that the receiver starts the shared copy without a CTS message and nobody sends an ACK on success (docs/wire.md) (default: 1)",
+    },
+    ParamDef {
         name: c"shm_write_batch",
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"A run of one peer's queued RMA writes (each checked as alone) is copied with one process_vm_readv of up to this many bytes; 0 copies each write alone (default: 262144)",
@@ -112,6 +117,8 @@ pub struct Config {
     pub eager_max: usize,
     /// FI_OXMR_SHM_WRITE_BATCH (0: off).
     pub write_batch: usize,
+    /// FI_OXMR_SHM_SENDER_JOBS.
+    pub sender_jobs: bool,
 }
 
 /// Default of FI_OXMR_SHM_SHARE_MIN.
@@ -131,6 +138,7 @@ impl Default for Config {
             share_chunk: 0,
             eager_max: EAGER_MAX,
             write_batch: WRITE_BATCH,
+            sender_jobs: true,
         }
     }
 }
@@ -206,6 +214,7 @@ pub fn define_and_load() {
     let share_chunk = get_size(c"shm_share_chunk").unwrap_or(0);
     let eager_max = get_size(c"shm_eager_max").unwrap_or(EAGER_MAX);
     let write_batch = get_size(c"shm_write_batch").unwrap_or(WRITE_BATCH);
+    let sender_jobs = get_bool(c"shm_sender_jobs").unwrap_or(true);
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -216,5 +225,6 @@ pub fn define_and_load() {
         share_chunk,
         eager_max,
         write_batch,
+        sender_jobs,
     });
 }

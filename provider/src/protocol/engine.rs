@@ -267,6 +267,21 @@ struct Job {
     /// send) completed the send itself: a receive's ACK is only ours to
     /// send when this is set (docs/wire.md, "Shared copies").
     settled_last: Cell<bool>,
+    /// A chunk we hold already (a sender job's chunk 0), copied first.
+    held: Cell<Option<u32>>,
+    /// A sender job (docs/wire.md): the slot is in the sender's region
+    /// (this is its job table), not ours.
+    foreign: Option<JobTable>,
+}
+
+/// A job we offered with one of our rendezvous sends, in our own region.
+#[derive(Clone, Copy)]
+struct Offer {
+    msg_id: u64,
+    slot: u32,
+    gen: u32,
+    /// We copied what we could claim once the receiver accepted it.
+    helped: bool,
 }
 
 /// A transmit operation, decoded from the C call.
@@ -323,6 +338,9 @@ pub struct Engine {
     /// whose peer did not settle its chunk in time.
     job_table: JobTable,
     free_slots: Vec<u32>,
+    /// Jobs our pending sends offer (FI_OXMR_SHM_SENDER_JOBS).
+    offers: Vec<Offer>,
+    sender_jobs: bool,
     next_gen: u32,
     stalled: Vec<Job>,
     /// A receive's shared copy whose helper may still hold a chunk, left
@@ -371,6 +389,22 @@ fn unreachable_why(to: &SocketAddr, e: &std::io::Error) -> String {
             to.ip(),
             to.ip()
         )
+    }
+}
+
+/// The chunk size of a lone shared copy of `n` bytes (a receive with
+/// nothing queued behind it): half, and for a copy of two chunks
+/// `LONE_SKEW` more for the owner. The helper starts about 0.35 us after
+/// the owner (the CTS reaching it), some 4 KiB of copying, so both end
+/// together (64 KiB pingpong, traced: the receiver waited 0.4 us for the
+/// helper's half at 32/32, nothing at 36/28; medians of 6 alternating
+/// runs 4.8 -> 4.45 us).
+fn lone_chunk(n: usize) -> usize {
+    let half = n.div_ceil(2).clamp(16 << 10, 1 << 20);
+    if n <= 2 * half && n / 2 >= 16 << 10 {
+        half + LONE_SKEW
+    } else {
+        half
     }
 }
 
@@ -441,6 +475,8 @@ impl Engine {
         Engine {
             job_table: rx.jobs(),
             free_slots: (0..jobs::JOBS as u32).rev().collect(),
+            offers: Vec::new(),
+            sender_jobs: cfg.sender_jobs,
             next_gen: 1,
             stalled: Vec::new(),
             open_job: None,
@@ -737,7 +773,21 @@ impl Engine {
         hdr.op = op::RTS;
         hdr.msg_id = self.new_id();
         hdr.iov_count = o.iovs.len() as u16;
-        self.push(to, hdr, &[&encode_iovs(&o.iovs)])?;
+        let offer = self.offer(len, &o.iovs);
+        if let Some((slot, gen)) = offer {
+            hdr.flags |= flag::SJOB;
+            hdr.rma_addr = slot as u64;
+            hdr.rma_key = gen as u64;
+        }
+        if let Err(e) = self.push(to, hdr, &[&encode_iovs(&o.iovs)]) {
+            if let Some((slot, _)) = offer {
+                self.free_slots.push(slot);
+            }
+            return Err(e);
+        }
+        if let Some((slot, gen)) = offer {
+            self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, helped: false });
+        }
         self.pending.insert(
             hdr.msg_id,
             Pending { ctx: o.ctx, kind: Kind::Send, tagged, len, credit, peer: to, report: true, iovs: o.iovs },
@@ -910,6 +960,36 @@ impl Engine {
             return self.finish_recv(p, u.hdr, u.from, ffi::FI_EIO);
         }
         let dest = clip(&p.iovs, n);
+        // The sender offered a job in its region: take it when we would
+        // share a lone transfer anyway (a busy receiver pipelines its own
+        // jobs instead, and the sender's slot goes back on our ACK).
+        if u.hdr.flags & flag::SJOB != 0 && !self.busy && self.can_share(n, &dest, &u.from) {
+            let (slot, gen) = (u.hdr.rma_addr as u32, u.hdr.rma_key as u32);
+            let t = self.peers.get(&u.from).map(|x| x.region.jobs());
+            let chunk = if self.share_chunk != 0 { self.share_chunk } else { n.div_ceil(2).clamp(16 << 10, 1 << 20) };
+            if let Some(t) = t.filter(|t| t.accept(slot, gen, n, chunk, &dest)) {
+                let remote = clip(&u.iovs, n);
+                let what = JobFor::Recv { p, hdr: u.hdr };
+                let job = Job {
+                    slot,
+                    gen,
+                    chunk,
+                    total: n,
+                    we_read: true,
+                    pid: u.pid,
+                    peer: u.from,
+                    local: dest,
+                    remote,
+                    what,
+                    settled_last: Cell::new(false),
+                    held: Cell::new(Some(0)),
+                    foreign: Some(t),
+                };
+                self.work(&job, usize::MAX);
+                self.finish_open_job();
+                return self.finish_job(job);
+            }
+        }
         if self.can_share(n, &dest, &u.from) {
             let remote = clip(&u.iovs, n);
             return self.share(n, true, dest, remote, u.pid, u.from, u.hdr.msg_id, JobFor::Recv { p, hdr: u.hdr });
@@ -942,6 +1022,81 @@ impl Engine {
             }
         };
         self.finish_recv(p, hdr, from, status);
+    }
+
+    /// Offer a job in our region for a rendezvous send of `len` bytes from
+    /// `iovs` (a sender job, docs/wire.md): the slot and generation, or
+    /// None when the send is too small to share, no slot is free, or its
+    /// buffers are device memory (only our own word copies touch it).
+    fn offer(&mut self, len: usize, iovs: &[(usize, usize)]) -> Option<(u32, u32)> {
+        if !self.sender_jobs || self.share_min == 0 || len < self.share_min / 4 {
+            return None;
+        }
+        if iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
+            return None;
+        }
+        let slot = self.free_slots.pop()?;
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        self.job_table.offer(slot, gen, len);
+        Some((slot, gen))
+    }
+
+    /// Our side of the jobs our pending sends offered: once a receiver
+    /// has accepted one, copy the chunks we can claim (from the back) into
+    /// the buffers it wrote into the slot; a send whose every chunk is
+    /// settled, none failed, is complete (no ACK comes). A send completed
+    /// or failed by any other way (an ACK: the receiver copied alone or
+    /// redid a failed job; its peer gone) gives its slot back.
+    fn poll_offers(&mut self) {
+        let mut i = 0;
+        while i < self.offers.len() {
+            let o = self.offers[i];
+            let Some(p) = self.pending.get(&o.msg_id) else {
+                self.offers.swap_remove(i);
+                self.free_slots.push(o.slot);
+                continue;
+            };
+            let t = &self.job_table;
+            if !t.accepted(o.slot, o.gen) {
+                i += 1;
+                continue;
+            }
+            let Some(v) = t.view(o.slot, o.gen) else {
+                i += 1;
+                continue;
+            };
+            let mut done = false;
+            if !o.helped {
+                self.offers[i].helped = true;
+                let pid = self.peers.get(&p.peer).map(|x| x.region.owner());
+                if !v.helper_writes || v.total > total(&p.iovs) {
+                    tracing::warn!("the receiver of send {} filled its job wrongly; not helping", o.msg_id);
+                } else if let Some(pid) = pid {
+                    while let Some(k) = t.claim(o.slot, o.gen, true) {
+                        let ok = jobs::copy_chunk(pid, false, &p.iovs, &v.iovs, v.total, v.chunk, k);
+                        done = t.settle(o.slot, ok);
+                        if !ok {
+                            break;
+                        }
+                    }
+                }
+            }
+            if !done {
+                let (settled, failed) = t.progress(o.slot);
+                done = !failed && settled == v.nchunks;
+            }
+            if done {
+                // Every chunk copied: the data is in the posted receive.
+                self.offers.swap_remove(i);
+                self.free_slots.push(o.slot);
+                if let Some(p) = self.pending.remove(&o.msg_id) {
+                    self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
+                }
+                continue;
+            }
+            i += 1;
+        }
     }
 
     /// Whether a copy of `n` bytes into/out of our `local` buffers is
@@ -990,26 +1145,34 @@ impl Engine {
     ) {
         // A receive with more queued is pipelined (see below).
         let pipelined = self.busy && matches!(what, JobFor::Recv { .. });
-        let half = n.div_ceil(2).clamp(16 << 10, 1 << 20);
-        // The helper starts about 0.35 us after us (our CTS reaches it),
-        // some 4 KiB of copying: a job of two chunks copied at once gives
-        // us the larger one so both end together (64 KiB pingpong,
-        // traced: the receiver waited 0.4 us for the helper's half at
-        // 32/32, nothing at 36/28; medians of 6 alternating runs 4.8 ->
-        // 4.45 us). A pipelined receive is not: there we copy one chunk
-        // while the helper copies the last and the next is queued. Nor is
-        // RMA, whose helper is often busy with its own copies (two-way
-        // fi_rma_bw; not measurably better either way).
-        let lone = !pipelined && n <= 2 * half && n / 2 >= 16 << 10 && matches!(what, JobFor::Recv { .. });
-        let auto = if lone { half + LONE_SKEW } else { half };
+        // A lone receive's owner copies 4 KiB more (`lone_chunk`); a
+        // pipelined receive is cut in halves: there we copy one chunk
+        // while the helper copies the last and the next is queued. RMA
+        // too, whose helper is often busy with its own copies (two-way
+        // fi_rma_bw; the skew was not measurably better either way).
+        let lone = !pipelined && matches!(what, JobFor::Recv { .. });
+        let auto = if lone { lone_chunk(n) } else { n.div_ceil(2).clamp(16 << 10, 1 << 20) };
         let chunk = if self.share_chunk != 0 { self.share_chunk } else { auto }.max(n.div_ceil(jobs::MAX_CHUNKS));
         let slot = self.free_slots.pop().expect("can_share saw a free slot");
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
         // We read from the peer exactly when the peer writes into us.
         let opened = self.job_table.open(slot, gen, n, chunk, we_read, &local);
-        let job =
-            Job { slot, gen, chunk, total: n, we_read, pid, peer, local, remote, what, settled_last: Cell::new(false) };
+        let job = Job {
+            slot,
+            gen,
+            chunk,
+            total: n,
+            we_read,
+            pid,
+            peer,
+            local,
+            remote,
+            what,
+            settled_last: Cell::new(false),
+            held: Cell::new(None),
+            foreign: None,
+        };
         if !opened {
             // (can_share checked what a slot holds; should it still not
             // take the job, copy alone rather than trust the slot.)
@@ -1054,10 +1217,10 @@ impl Engine {
     /// Copy every chunk of `j` nobody has claimed yet (`max`: at most that
     /// many).
     fn work(&self, j: &Job, max: usize) {
-        let t = &self.job_table;
+        let t = j.foreign.as_ref().unwrap_or(&self.job_table);
         let mut n = 0;
         while n < max {
-            let Some(k) = t.claim(j.slot, j.gen, false) else { break };
+            let Some(k) = j.held.take().or_else(|| t.claim(j.slot, j.gen, false)) else { break };
             n += 1;
             let ok = jobs::copy_chunk(j.pid, j.we_read, &j.local, &j.remote, j.total, j.chunk, k);
             if t.settle(j.slot, ok) {
@@ -1100,15 +1263,21 @@ impl Engine {
     /// some chunk failed or (`alive_check`, which reads /proc) its copier
     /// is gone, None still copying.
     fn job_state(&self, j: &Job, alive_check: bool) -> Option<bool> {
-        let (settled, failed) = self.job_table.progress(j.slot);
+        let t = j.foreign.as_ref().unwrap_or(&self.job_table);
+        let (settled, failed) = t.progress(j.slot);
         if settled as usize >= j.total.div_ceil(j.chunk) {
             return Some(!failed);
+        }
+        // A sender job's slot is the sender's, reused only once the job is
+        // over, every chunk copied (a failed one waits for our ACK).
+        if j.foreign.is_some() && t.generation(j.slot) != j.gen {
+            return Some(true);
         }
         // A helper killed mid-chunk never settles it. (One that settled
         // the last chunk, completed its send and exited since the load
         // above is not such a helper: look again once it is gone.)
         if alive_check && !crate::shm::region::pid_alive(j.pid) {
-            let (settled, failed) = self.job_table.progress(j.slot);
+            let (settled, failed) = t.progress(j.slot);
             return Some(settled as usize >= j.total.div_ceil(j.chunk) && !failed);
         }
         None
@@ -1132,11 +1301,14 @@ impl Engine {
     /// A job is over: free its slot (no chunk is in flight any more, or its
     /// copier is dead) and complete the transfer, or redo it alone.
     fn complete_job(&mut self, j: Job, ok: bool) {
-        self.free_slots.push(j.slot);
+        if j.foreign.is_none() {
+            self.free_slots.push(j.slot);
+        }
         match j.what {
-            JobFor::Recv { p, hdr } if ok && !j.settled_last.get() => {
+            JobFor::Recv { p, hdr } if ok && (j.foreign.is_some() || !j.settled_last.get()) => {
                 // The helper settled the last chunk and so completed its
-                // send itself: no ACK.
+                // send itself, or the job was the sender's, which sees it
+                // done in its own slot: no ACK.
                 self.finish_open_job();
                 self.complete_recv(p, hdr, j.peer, 0);
             }
@@ -1652,6 +1824,9 @@ impl Engine {
         if !self.gone.is_empty() {
             self.settle_gone();
         }
+        if !self.offers.is_empty() {
+            self.poll_offers();
+        }
         // Idle: no copy of our own waiting, so a peer's shared copy gets
         // our core at once.
         let idle = self.deferred.is_empty();
@@ -1821,6 +1996,11 @@ impl Engine {
     /// Fail what gone peers left pending once our queue has been read past
     /// everything they sent (see `peer_gone`).
     fn settle_gone(&mut self) {
+        // A send whose sender job the peer finished before it went away
+        // is complete: its answer is in our slot, not our queue.
+        if !self.offers.is_empty() {
+            self.poll_offers();
+        }
         let Some(rx) = &self.rx else { return };
         let (head, tail) = rx.positions();
         let mut i = 0;

@@ -49,6 +49,9 @@ pub mod flag {
     pub(crate) const TAGGED: u8 = 1;
     pub(crate) const CQ_DATA: u8 = 2;
     pub(crate) const NEED_ACK: u8 = 4;
+    /// RTS: the sender offers a job in its own region (`rma_addr` the
+    /// slot, `rma_key` the generation; docs/wire.md).
+    pub(crate) const SJOB: u8 = 8;
 }
 
 /// The fixed header (little-endian on the wire).

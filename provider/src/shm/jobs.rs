@@ -156,6 +156,59 @@ impl JobTable {
         true
     }
 
+    /// Sender: offer slot `i` as job `gen` for our rendezvous send of
+    /// `total` bytes (a *sender job*, docs/wire.md): nothing is claimable
+    /// until the receiver `accept`s it with its buffers.
+    pub fn offer(&self, i: u32, gen: u32, total: usize) {
+        let s = self.slot(i);
+        s.total.store(total as u64, Ordering::Relaxed);
+        s.nchunks.store(0, Ordering::Relaxed);
+        s.niov.store(0, Ordering::Relaxed);
+        s.settled.store(0, Ordering::Relaxed);
+        s.claim.store((gen as u64) << 32, Ordering::Release);
+    }
+
+    /// Receiver, in the sender's table: take the job `gen` offered in slot
+    /// `i`, describe our buffers (`iovs`, `total` bytes cut in `chunk`s,
+    /// which the sender writes into) and open its chunks, chunk 0 already
+    /// ours (we copy it at once). False when the slot is not offering
+    /// `gen`, or the job cannot be described.
+    ///
+    /// The fields are written before the claim word says so: the sender
+    /// reads them only once it does, and reuses the slot only once its
+    /// send is over, which no one but us (its only receiver) can bring
+    /// about while we are here. Written in one go, the line the sender
+    /// polls moves to us once rather than once per field.
+    pub fn accept(&self, i: u32, gen: u32, total: usize, chunk: usize, iovs: &[(usize, usize)]) -> bool {
+        if iovs.len() > JOB_IOVS || chunk == 0 || total == 0 || total.div_ceil(chunk) > MAX_CHUNKS {
+            return false;
+        }
+        let s = self.slot(i);
+        let offered = (gen as u64) << 32;
+        if s.claim.load(Ordering::Relaxed) != offered {
+            return false;
+        }
+        let nchunks = total.div_ceil(chunk);
+        s.total.store(total as u64, Ordering::Relaxed);
+        s.chunk.store(chunk as u64, Ordering::Relaxed);
+        s.nchunks.store(nchunks as u32, Ordering::Relaxed);
+        s.helper_writes.store(1, Ordering::Relaxed);
+        s.niov.store(iovs.len() as u32, Ordering::Relaxed);
+        for (d, &(a, l)) in s.iovs.iter().zip(iovs) {
+            d[0].store(a as u64, Ordering::Relaxed);
+            d[1].store(l as u64, Ordering::Relaxed);
+        }
+        let open = offered | (nchunks as u64) << 16 | 1;
+        s.claim.compare_exchange(offered, open, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// Sender: whether the job `gen` offered in slot `i` has been
+    /// accepted (its chunks opened; false while offered or being filled).
+    pub fn accepted(&self, i: u32, gen: u32) -> bool {
+        let c = self.slot(i).claim.load(Ordering::Acquire);
+        (c >> 32) as u32 == gen && c & 0xffff_ffff != 0
+    }
+
     /// The generation of the job in slot `i` (0: none yet).
     pub fn generation(&self, i: u32) -> u32 {
         (self.slot(i).claim.load(Ordering::Acquire) >> 32) as u32
@@ -242,6 +295,29 @@ mod tests {
         let r = super::super::region::Region::create(&"127.0.0.1:3".parse().unwrap()).unwrap();
         let t = r.jobs();
         (r, t)
+    }
+
+    #[test]
+    fn an_offered_job_opens_only_once_accepted_and_only_for_its_generation() {
+        let (_keep, t) = table();
+        t.offer(2, 5, 1000);
+        assert!(!t.accepted(2, 5));
+        assert_eq!(t.claim(2, 5, true), None, "nothing to claim while offered");
+        assert!(!t.accept(2, 4, 1000, 500, &[(0x1000, 1000)]), "another generation");
+        assert!(t.accept(2, 5, 1000, 600, &[(0x1000, 1000)]));
+        assert!(!t.accept(2, 5, 1000, 600, &[(0x1000, 1000)]), "taken once");
+        assert!(t.accepted(2, 5));
+        let v = t.view(2, 5).unwrap();
+        assert_eq!((v.total, v.chunk, v.nchunks, v.helper_writes), (1000, 600, 2, true));
+        assert_eq!(&v.iovs[..], &[(0x1000, 1000)]);
+        assert_eq!(t.claim(2, 5, true), Some(1), "chunk 0 is the receiver's from the start");
+        assert_eq!(t.claim(2, 5, false), None);
+        assert!(!t.settle(2, true));
+        assert!(t.settle(2, true));
+        t.offer(2, 6, 10);
+        assert_eq!(t.progress(2), (0, false), "a new offer starts from nothing");
+        assert!(!t.accept(2, 6, 10, 1, &vec![(0, 1); JOB_IOVS + 1]), "too many iovs");
+        assert!(!t.accepted(2, 6), "a refused accept leaves the offer");
     }
 
     #[test]
