@@ -633,6 +633,20 @@ fn a_sender_job_completes_once_settled_and_after_a_failure_on_the_ack() {
         p.send(Hdr { op: ACK, msg_id: id, ..Default::default() }, &[]);
         assert_eq!(completion(&t), Some(Ok(0x70 + k)));
     }
+
+    // 5. Sends whose receives are not posted hold their offers: at most
+    //    half the slots; the rest go without one.
+    let mut ids = Vec::new();
+    for k in 0..6 {
+        send(0x90 + k);
+        let (rts, _) = p.answer(&t).expect("an RTS");
+        assert_eq!(rts.flags & SJOB != 0, k < 4, "send {k}: offers only while half the slots are free");
+        ids.push(rts.msg_id);
+    }
+    for (k, id) in ids.into_iter().enumerate() {
+        p.send(Hdr { op: ACK, msg_id: id, ..Default::default() }, &[]);
+        assert_eq!(completion(&t), Some(Ok(0x90 + k)));
+    }
 }
 
 /// Sender jobs, the endpoint under test receiving: it takes the job this

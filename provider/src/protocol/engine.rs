@@ -280,6 +280,8 @@ struct Offer {
     msg_id: u64,
     slot: u32,
     gen: u32,
+    /// The receiver's process (its region's owner when we sent).
+    pid: u32,
     /// We copied what we could claim once the receiver accepted it.
     helped: bool,
 }
@@ -786,7 +788,9 @@ impl Engine {
             return Err(e);
         }
         if let Some((slot, gen)) = offer {
-            self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, helped: false });
+            // (The queue it went to, which the push has opened.)
+            let pid = self.peers.get(&to).map_or(0, |x| x.region.owner());
+            self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, pid, helped: false });
         }
         self.pending.insert(
             hdr.msg_id,
@@ -1029,7 +1033,9 @@ impl Engine {
     /// None when the send is too small to share, no slot is free, or its
     /// buffers are device memory (only our own word copies touch it).
     fn offer(&mut self, len: usize, iovs: &[(usize, usize)]) -> Option<(u32, u32)> {
-        if !self.sender_jobs || self.share_min == 0 || len < self.share_min / 4 {
+        // (At most half the slots: an offer holds its slot until the
+        // receive is posted, and our own receives and RMA need the rest.)
+        if !self.sender_jobs || self.share_min == 0 || len < self.share_min / 4 || self.offers.len() >= jobs::JOBS / 2 {
             return None;
         }
         if iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
@@ -1069,10 +1075,10 @@ impl Engine {
             let mut done = false;
             if !o.helped {
                 self.offers[i].helped = true;
-                let pid = self.peers.get(&p.peer).map(|x| x.region.owner());
                 if !v.helper_writes || v.total > total(&p.iovs) {
                     tracing::warn!("the receiver of send {} filled its job wrongly; not helping", o.msg_id);
-                } else if let Some(pid) = pid {
+                } else {
+                    let pid = o.pid;
                     while let Some(k) = t.claim(o.slot, o.gen, true) {
                         let ok = jobs::copy_chunk(pid, false, &p.iovs, &v.iovs, v.total, v.chunk, k);
                         done = t.settle(o.slot, ok);
@@ -1265,13 +1271,15 @@ impl Engine {
     fn job_state(&self, j: &Job, alive_check: bool) -> Option<bool> {
         let t = j.foreign.as_ref().unwrap_or(&self.job_table);
         let (settled, failed) = t.progress(j.slot);
-        if settled as usize >= j.total.div_ceil(j.chunk) {
-            return Some(!failed);
-        }
         // A sender job's slot is the sender's, reused only once the job is
-        // over, every chunk copied (a failed one waits for our ACK).
+        // over, every chunk copied (a failed one waits for our ACK). Read
+        // after the counts: counts from a later job in the slot come after
+        // its generation, so with the generation still ours they are ours.
         if j.foreign.is_some() && t.generation(j.slot) != j.gen {
             return Some(true);
+        }
+        if settled as usize >= j.total.div_ceil(j.chunk) {
+            return Some(!failed);
         }
         // A helper killed mid-chunk never settles it. (One that settled
         // the last chunk, completed its send and exited since the load

@@ -25,8 +25,10 @@ use std::sync::Arc;
 
 use super::region::Mapping;
 
-/// Job slots in a region (a job ends within the progress call that
-/// starts it; more than one slot lets a late helper's generation check
+/// Job slots in a region (a receiver-owned job ends within the progress
+/// call that starts it, or soon after when stalled or left open; a sender
+/// job's offer holds its slot until its receive is posted, so offers take
+/// at most half; more than one slot lets a late helper's generation check
 /// meet a slot that has moved on rather than one being rewritten).
 pub(crate) const JOBS: usize = 8;
 /// The most owner-side iovs a job can describe (more: no shared copy).
@@ -103,6 +105,10 @@ pub fn copy_chunk(
     chunk: usize,
     k: u32,
 ) -> bool {
+    // (A chunk past the end: a claim word someone else wrote wrongly.)
+    if (k as usize).saturating_mul(chunk) >= total {
+        return false;
+    }
     let (off, len) = chunk_range(total, chunk, k);
     let l = super::cma::slice(local, off, len);
     let r = super::cma::slice(remote, off, len);
@@ -185,7 +191,7 @@ impl JobTable {
         }
         let s = self.slot(i);
         let offered = (gen as u64) << 32;
-        if s.claim.load(Ordering::Relaxed) != offered {
+        if s.claim.load(Ordering::Acquire) != offered {
             return false;
         }
         let nchunks = total.div_ceil(chunk);
