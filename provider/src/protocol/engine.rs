@@ -282,8 +282,9 @@ struct Offer {
     gen: u32,
     /// The receiver's process (its region's owner when we sent).
     pid: u32,
-    /// We copied what we could claim once the receiver accepted it.
-    helped: bool,
+    /// We copied what we could claim once the receiver accepted it: the
+    /// job's chunk count (0: not yet).
+    helped: u32,
 }
 
 /// A transmit operation, decoded from the C call.
@@ -790,7 +791,7 @@ impl Engine {
         if let Some((slot, gen)) = offer {
             // (The queue it went to, which the push has opened.)
             let pid = self.peers.get(&to).map_or(0, |x| x.region.owner());
-            self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, pid, helped: false });
+            self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, pid, helped: 0 });
         }
         self.pending.insert(
             hdr.msg_id,
@@ -1064,23 +1065,24 @@ impl Engine {
                 continue;
             };
             let t = &self.job_table;
-            if !t.accepted(o.slot, o.gen) {
-                i += 1;
-                continue;
-            }
-            let Some(v) = t.view(o.slot, o.gen) else {
-                i += 1;
-                continue;
-            };
             let mut done = false;
-            if !o.helped {
-                self.offers[i].helped = true;
+            if o.helped == 0 {
+                // (Then, until the receiver settles its chunks, only the
+                // counts are read: one load per call.)
+                if !t.accepted(o.slot, o.gen) {
+                    i += 1;
+                    continue;
+                }
+                let Some(v) = t.view(o.slot, o.gen) else {
+                    i += 1;
+                    continue;
+                };
+                self.offers[i].helped = v.nchunks;
                 if !v.helper_writes || v.total > total(&p.iovs) {
                     tracing::warn!("the receiver of send {} filled its job wrongly; not helping", o.msg_id);
                 } else {
-                    let pid = o.pid;
                     while let Some(k) = t.claim(o.slot, o.gen, true) {
-                        let ok = jobs::copy_chunk(pid, false, &p.iovs, &v.iovs, v.total, v.chunk, k);
+                        let ok = jobs::copy_chunk(o.pid, false, &p.iovs, &v.iovs, v.total, v.chunk, k);
                         done = t.settle(o.slot, ok);
                         if !ok {
                             break;
@@ -1090,7 +1092,7 @@ impl Engine {
             }
             if !done {
                 let (settled, failed) = t.progress(o.slot);
-                done = !failed && settled == v.nchunks;
+                done = !failed && settled == self.offers[i].helped;
             }
             if done {
                 // Every chunk copied: the data is in the posted receive.
