@@ -395,22 +395,6 @@ fn unreachable_why(to: &SocketAddr, e: &std::io::Error) -> String {
     }
 }
 
-/// The chunk size of a lone shared copy of `n` bytes (a receive with
-/// nothing queued behind it): half, and for a copy of two chunks
-/// `LONE_SKEW` more for the owner. The helper starts about 0.35 us after
-/// the owner (the CTS reaching it), some 4 KiB of copying, so both end
-/// together (64 KiB pingpong, traced: the receiver waited 0.4 us for the
-/// helper's half at 32/32, nothing at 36/28; medians of 6 alternating
-/// runs 4.8 -> 4.45 us).
-fn lone_chunk(n: usize) -> usize {
-    let half = n.div_ceil(2).clamp(16 << 10, 1 << 20);
-    if n <= 2 * half && n / 2 >= 16 << 10 {
-        half + LONE_SKEW
-    } else {
-        half
-    }
-}
-
 /// Bytes an iov list names (saturating: a peer's lengths may add up past
 /// usize::MAX; such a list names more than any buffer and is refused where
 /// it matters).
@@ -971,7 +955,7 @@ impl Engine {
         if u.hdr.flags & flag::SJOB != 0 && !self.busy && self.can_share(n, &dest, &u.from) {
             let (slot, gen) = (u.hdr.rma_addr as u32, u.hdr.rma_key as u32);
             let t = self.peers.get(&u.from).map(|x| x.region.jobs());
-            let chunk = if self.share_chunk != 0 { self.share_chunk } else { n.div_ceil(2).clamp(16 << 10, 1 << 20) };
+            let chunk = self.job_chunk(n, false);
             if let Some(t) = t.filter(|t| t.accept(slot, gen, n, chunk, &dest)) {
                 let remote = clip(&u.iovs, n);
                 let what = JobFor::Recv { p, hdr: u.hdr };
@@ -1107,6 +1091,26 @@ impl Engine {
         }
     }
 
+    /// The chunk size of a shared copy of `n` bytes: FI_OXMR_SHM_SHARE_CHUNK
+    /// when set, else halves (16 KiB to 1 MiB); never more chunks than a
+    /// claim word counts. `skew` (a lone receive in a job of ours): a copy
+    /// of two chunks gives us, the owner, `LONE_SKEW` more. The helper
+    /// starts about 0.35 us after us (our CTS reaching it), some 4 KiB of
+    /// copying, so both end together (64 KiB pingpong, traced: the
+    /// receiver waited 0.4 us for the helper's half at 32/32, nothing at
+    /// 36/28; medians of 6 alternating runs 4.8 -> 4.45 us).
+    fn job_chunk(&self, n: usize, skew: bool) -> usize {
+        let half = n.div_ceil(2).clamp(16 << 10, 1 << 20);
+        let chunk = if self.share_chunk != 0 {
+            self.share_chunk
+        } else if skew && n <= 2 * half && n / 2 >= 16 << 10 {
+            half + LONE_SKEW
+        } else {
+            half
+        };
+        chunk.max(n.div_ceil(jobs::MAX_CHUNKS))
+    }
+
     /// Whether a copy of `n` bytes into/out of our `local` buffers is
     /// shared with the peer: large enough, a free job slot, buffers a slot
     /// can describe, and none of them device memory (which only its
@@ -1153,14 +1157,13 @@ impl Engine {
     ) {
         // A receive with more queued is pipelined (see below).
         let pipelined = self.busy && matches!(what, JobFor::Recv { .. });
-        // A lone receive's owner copies 4 KiB more (`lone_chunk`); a
+        // A lone receive's owner copies 4 KiB more (`job_chunk`); a
         // pipelined receive is cut in halves: there we copy one chunk
         // while the helper copies the last and the next is queued. RMA
         // too, whose helper is often busy with its own copies (two-way
         // fi_rma_bw; the skew was not measurably better either way).
         let lone = !pipelined && matches!(what, JobFor::Recv { .. });
-        let auto = if lone { lone_chunk(n) } else { n.div_ceil(2).clamp(16 << 10, 1 << 20) };
-        let chunk = if self.share_chunk != 0 { self.share_chunk } else { auto }.max(n.div_ceil(jobs::MAX_CHUNKS));
+        let chunk = self.job_chunk(n, lone);
         let slot = self.free_slots.pop().expect("can_share saw a free slot");
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
