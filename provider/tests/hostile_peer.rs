@@ -107,6 +107,50 @@ impl Target {
         }
     }
 
+    /// Run progress until a completion (2 s at most).
+    fn completion(&self) -> Option<Result<usize, i32>> {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::time::Instant::now() < until {
+            if let Some(c) = self.poll() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Run progress, which must complete nothing, until `done` (2 s at
+    /// most).
+    fn nothing_until(&self, done: impl Fn() -> bool, why: &str) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !done() && std::time::Instant::now() < until {
+            assert_eq!(self.poll(), None, "{why}");
+        }
+    }
+
+    /// fi_send of `buf` to `to`.
+    fn send(&self, buf: &[u8], to: u64, ctx: usize) {
+        unsafe {
+            let send = (*(*self.ep).msg).send.unwrap();
+            assert_eq!(send(self.ep, buf.as_ptr().cast(), buf.len(), null_mut(), to, ctx as *mut c_void), 0);
+        }
+    }
+
+    /// fi_recv into `buf`, from anyone.
+    fn post_recv(&self, buf: &mut [u8], ctx: usize) {
+        unsafe {
+            let recv = (*(*self.ep).msg).recv.unwrap();
+            let r = recv(
+                self.ep,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                null_mut(),
+                ffi::FI_ADDR_UNSPEC as u64,
+                ctx as *mut c_void,
+            );
+            assert_eq!(r, 0);
+        }
+    }
+
     /// The registered page.
     fn page(&self) -> &[u8] {
         &self.mem[PAGE..2 * PAGE]
@@ -190,6 +234,13 @@ impl Peer {
             }
         }
         None
+    }
+
+    /// Every message waiting in our queue, as headers.
+    fn drain(&mut self) -> Vec<Hdr> {
+        let mut got = Vec::new();
+        while self.rx.pop(|m, _| got.extend(Hdr::decode(m).map(|(h, _)| h))) {}
+        got
     }
 
     /// No answer within 100 ms of progress.
@@ -334,25 +385,9 @@ fn malformed_requests_are_refused_and_the_endpoint_keeps_working() {
     assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(8), 0));
     assert_eq!(t.page(), &src[..]);
     let mut rbuf = [0u8; 32];
-    unsafe {
-        let recv = (*(*t.ep).msg).recv.unwrap();
-        let r = recv(
-            t.ep,
-            rbuf.as_mut_ptr().cast(),
-            rbuf.len(),
-            null_mut(),
-            ffi::FI_ADDR_UNSPEC as u64,
-            0x5eed as *mut c_void,
-        );
-        assert_eq!(r, 0);
-    }
+    t.post_recv(&mut rbuf, 0x5eed);
     p.send(Hdr { op: EAGER, len: 32, ..Default::default() }, &src[..32]);
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    let mut done = None;
-    while done.is_none() && std::time::Instant::now() < until {
-        done = t.poll();
-    }
-    assert_eq!(done, Some(Ok(0x5eed)), "the receive after the junk");
+    assert_eq!(t.completion(), Some(Ok(0x5eed)), "the receive after the junk");
     assert_eq!(&rbuf[..], &src[..32]);
     assert!(t.guards_intact(), "bytes outside the registration changed");
 }
@@ -365,10 +400,7 @@ fn an_answer_from_another_peer_completes_nothing() {
     let fi_addr = t.insert(&p._port.local_addr().unwrap());
     // A 64 KiB send to the peer: an RTS, complete only on the peer's ACK.
     let buf = vec![5u8; 64 << 10];
-    unsafe {
-        let send = (*(*t.ep).msg).send.unwrap();
-        assert_eq!(send(t.ep, buf.as_ptr().cast(), buf.len(), null_mut(), fi_addr, 0xabc as *mut c_void), 0);
-    }
+    t.send(&buf, fi_addr, 0xabc);
     let (rts, _) = p.answer(&t).expect("the RTS at the peer");
     assert_eq!(rts.op, RTS);
     assert!(rts.msg_id != 0);
@@ -379,24 +411,8 @@ fn an_answer_from_another_peer_completes_nothing() {
         assert_eq!(t.poll(), None, "another peer's answer completed the send");
     }
     p.send(Hdr { op: ACK, msg_id: rts.msg_id, ..Default::default() }, &[]);
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    let mut done = None;
-    while done.is_none() && std::time::Instant::now() < until {
-        done = t.poll();
-    }
-    assert_eq!(done, Some(Ok(0xabc)), "the peer's own ACK completes the send");
+    assert_eq!(t.completion(), Some(Ok(0xabc)), "the peer's own ACK completes the send");
     assert!(other.silent(&t));
-}
-
-/// Run the target's progress until a completion (2 s at most).
-fn completion(t: &Target) -> Option<Result<usize, i32>> {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while std::time::Instant::now() < until {
-        if let Some(c) = t.poll() {
-            return Some(c);
-        }
-    }
-    None
 }
 
 /// A shared copy of a send (docs/wire.md, "Shared copies"), with this test
@@ -413,10 +429,7 @@ fn a_send_completes_on_its_helpers_last_settle_or_on_the_ack() {
     let fi_addr = t.insert(&p._port.local_addr().unwrap());
     let src: Vec<u8> = (0..N).map(|i| (i * 13 + 5) as u8).collect();
     let jobs = p.rx.jobs();
-    let send = |ctx: usize| unsafe {
-        let send = (*(*t.ep).msg).send.unwrap();
-        assert_eq!(send(t.ep, src.as_ptr().cast(), N, null_mut(), fi_addr, ctx as *mut c_void), 0);
-    };
+    let send = |ctx: usize| t.send(&src, fi_addr, ctx);
 
     // 1. We copy our chunk (the front) first, then ask for help: the
     //    sender's chunk is the last one settled, and that completes it.
@@ -429,7 +442,7 @@ fn a_send_completes_on_its_helpers_last_settle_or_on_the_ack() {
     dst[..HALF].copy_from_slice(&src[..HALF]);
     assert!(!jobs.settle(0, true), "ours is not the last chunk");
     p.send(Hdr { op: CTS, msg_id: rts.msg_id, rma_addr: 0, tag: 1, ..Default::default() }, &[]);
-    assert_eq!(completion(&t), Some(Ok(0x51)), "the helper's last settle completes the send, no ACK");
+    assert_eq!(t.completion(), Some(Ok(0x51)), "the helper's last settle completes the send, no ACK");
     assert_eq!(jobs.progress(0), (2, false));
     assert!(dst == src, "the helper wrote its half");
 
@@ -442,10 +455,7 @@ fn a_send_completes_on_its_helpers_last_settle_or_on_the_ack() {
     assert!(jobs.open(1, 2, N, HALF, true, &[(dst.as_mut_ptr() as usize, N)]));
     assert_eq!(jobs.claim(1, 2, false), Some(0));
     p.send(Hdr { op: CTS, msg_id: rts.msg_id, rma_addr: 1, tag: 2, ..Default::default() }, &[]);
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while jobs.progress(1).0 == 0 && std::time::Instant::now() < until {
-        assert_eq!(t.poll(), None, "the send completed before every chunk was settled");
-    }
+    t.nothing_until(|| jobs.progress(1).0 > 0, "the send completed before every chunk was settled");
     assert_eq!(jobs.progress(1), (1, false), "the helper settled its chunk");
     for _ in 0..1000 {
         assert_eq!(t.poll(), None, "the send completed before every chunk was settled");
@@ -456,7 +466,7 @@ fn a_send_completes_on_its_helpers_last_settle_or_on_the_ack() {
         assert_eq!(t.poll(), None, "the send completed without our ACK though we settled last");
     }
     p.send(Hdr { op: ACK, msg_id: rts.msg_id, ..Default::default() }, &[]);
-    assert_eq!(completion(&t), Some(Ok(0x52)), "our ACK completes it");
+    assert_eq!(t.completion(), Some(Ok(0x52)), "our ACK completes it");
     assert!(dst == src);
 
     // 3. A chunk that failed (here: ours) keeps the helper from completing
@@ -469,16 +479,13 @@ fn a_send_completes_on_its_helpers_last_settle_or_on_the_ack() {
     assert_eq!(jobs.claim(2, 3, false), Some(0));
     assert!(!jobs.settle(2, false), "a failed chunk");
     p.send(Hdr { op: CTS, msg_id: rts.msg_id, rma_addr: 2, tag: 3, ..Default::default() }, &[]);
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while jobs.progress(2).0 < 2 && std::time::Instant::now() < until {
-        assert_eq!(t.poll(), None, "the send completed though a chunk failed");
-    }
+    t.nothing_until(|| jobs.progress(2).0 >= 2, "the send completed though a chunk failed");
     assert_eq!(jobs.progress(2), (2, true), "the helper settled the last chunk after a failed one");
     for _ in 0..1000 {
         assert_eq!(t.poll(), None, "the send completed though a chunk failed");
     }
     p.send(Hdr { op: ACK, msg_id: rts.msg_id, ..Default::default() }, &[]);
-    assert_eq!(completion(&t), Some(Ok(0x53)));
+    assert_eq!(t.completion(), Some(Ok(0x53)));
 }
 
 /// The same rule from the other side: the endpoint under test receives
@@ -498,20 +505,10 @@ fn a_receiver_acks_only_when_it_settled_the_last_chunk() {
     let mut p = Peer::new(&t.name);
     let src: Vec<u8> = (0..N).map(|i| (i * 11 + 3) as u8).collect();
     let (src_at, pid) = (src.as_ptr() as usize, std::process::id());
-    let post = |rbuf: &mut Vec<u8>| unsafe {
-        let recv = (*(*t.ep).msg).recv.unwrap();
-        let r = recv(t.ep, rbuf.as_mut_ptr().cast(), N, null_mut(), ffi::FI_ADDR_UNSPEC as u64, 0x77 as *mut c_void);
-        assert_eq!(r, 0);
-    };
+    let post = |rbuf: &mut Vec<u8>| t.post_recv(rbuf, 0x77);
     let acks_for = |p: &mut Peer, id: u64| {
         let _ = t.poll();
-        let mut acks = 0;
-        while p.rx.pop(|m, _| {
-            if let Some((h, _)) = Hdr::decode(m) {
-                acks += (h.op == ACK && h.msg_id == id) as u32;
-            }
-        }) {}
-        acks
+        p.drain().iter().filter(|h| h.op == ACK && h.msg_id == id).count()
     };
     let mut helper_last = 0;
     for attempt in 0..10u64 {
@@ -550,7 +547,7 @@ fn a_receiver_acks_only_when_it_settled_the_last_chunk() {
         }
         let id = p.id(100 + attempt);
         p.send(Hdr { op: RTS, msg_id: id, len: N as u64, iov_count: 1, ..Default::default() }, &iovs(&[(src_at, N)]));
-        assert_eq!(completion(&t), Some(Ok(0x77)), "the receive completes");
+        assert_eq!(t.completion(), Some(Ok(0x77)), "the receive completes");
         let helped = helper.join().expect("the helper thread");
         assert!(rbuf == src, "attempt {attempt}: the data arrived intact");
         let acks = acks_for(&mut p, id);
@@ -571,7 +568,7 @@ fn a_receiver_acks_only_when_it_settled_the_last_chunk() {
     post(&mut rbuf);
     let id = p.id(200);
     p.send(Hdr { op: RTS, msg_id: id, len: N as u64, iov_count: 1, ..Default::default() }, &iovs(&[(src_at, N)]));
-    assert_eq!(completion(&t), Some(Ok(0x77)));
+    assert_eq!(t.completion(), Some(Ok(0x77)));
     assert!(rbuf == src);
     assert_eq!(acks_for(&mut p, id), 1, "a receiver that settled last ACKs");
 }
@@ -593,10 +590,7 @@ fn a_sender_job_completes_once_settled_and_after_a_failure_on_the_ack() {
     let fi_addr = t.insert(&p._port.local_addr().unwrap());
     let src: Vec<u8> = (0..N).map(|i| (i * 17 + 9) as u8).collect();
     let jobs = p.to.jobs();
-    let send = |ctx: usize| unsafe {
-        let send = (*(*t.ep).msg).send.unwrap();
-        assert_eq!(send(t.ep, src.as_ptr().cast(), N, null_mut(), fi_addr, ctx as *mut c_void), 0);
-    };
+    let send = |ctx: usize| t.send(&src, fi_addr, ctx);
     let offer = |p: &mut Peer| {
         let (rts, _) = p.answer(&t).expect("the RTS");
         assert_eq!(rts.op, RTS);
@@ -612,7 +606,7 @@ fn a_sender_job_completes_once_settled_and_after_a_failure_on_the_ack() {
     assert!(jobs.accept(slot, gen, N, HALF, &[(dst.as_mut_ptr() as usize, N)]));
     dst[..HALF].copy_from_slice(&src[..HALF]);
     assert!(!jobs.settle(slot, true));
-    assert_eq!(completion(&t), Some(Ok(0x61)), "settled by both, no ACK");
+    assert_eq!(t.completion(), Some(Ok(0x61)), "settled by both, no ACK");
     assert!(dst == src);
     assert!(p.silent(&t), "the receiver of a sender job is sent nothing");
 
@@ -621,15 +615,12 @@ fn a_sender_job_completes_once_settled_and_after_a_failure_on_the_ack() {
     let (_, slot, gen) = offer(&mut p);
     let mut dst = vec![0u8; N];
     assert!(jobs.accept(slot, gen, N, HALF, &[(dst.as_mut_ptr() as usize, N)]));
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while jobs.progress(slot).0 == 0 && std::time::Instant::now() < until {
-        assert_eq!(t.poll(), None, "complete before our chunk");
-    }
+    t.nothing_until(|| jobs.progress(slot).0 > 0, "complete before our chunk");
     assert_eq!(jobs.progress(slot), (1, false), "the sender copied its chunk");
     assert_eq!(t.poll(), None, "complete before our chunk");
     dst[..HALF].copy_from_slice(&src[..HALF]);
     assert!(jobs.settle(slot, true), "ours is the last");
-    assert_eq!(completion(&t), Some(Ok(0x62)));
+    assert_eq!(t.completion(), Some(Ok(0x62)));
     assert!(dst == src);
 
     // 3. Our chunk fails: the sender helps, then waits for our ACK.
@@ -643,7 +634,7 @@ fn a_sender_job_completes_once_settled_and_after_a_failure_on_the_ack() {
     }
     assert_eq!(jobs.progress(slot), (2, true));
     p.send(Hdr { op: ACK, msg_id: id, ..Default::default() }, &[]);
-    assert_eq!(completion(&t), Some(Ok(0x63)), "the ACK completes it");
+    assert_eq!(t.completion(), Some(Ok(0x63)), "the ACK completes it");
 
     // 4. The slots come back: more sends than a region has slots, each
     //    offering one, each answered by an ACK (as a receiver that
@@ -652,7 +643,7 @@ fn a_sender_job_completes_once_settled_and_after_a_failure_on_the_ack() {
         send(0x70 + k);
         let (id, _, _) = offer(&mut p);
         p.send(Hdr { op: ACK, msg_id: id, ..Default::default() }, &[]);
-        assert_eq!(completion(&t), Some(Ok(0x70 + k)));
+        assert_eq!(t.completion(), Some(Ok(0x70 + k)));
     }
 
     // 5. Sends whose receives are not posted hold their offers: at most
@@ -666,7 +657,7 @@ fn a_sender_job_completes_once_settled_and_after_a_failure_on_the_ack() {
     }
     for (k, id) in ids.into_iter().enumerate() {
         p.send(Hdr { op: ACK, msg_id: id, ..Default::default() }, &[]);
-        assert_eq!(completion(&t), Some(Ok(0x90 + k)));
+        assert_eq!(t.completion(), Some(Ok(0x90 + k)));
     }
 }
 
@@ -682,16 +673,8 @@ fn a_receiver_takes_a_sender_job_and_answers_nothing() {
     let t = unsafe { Target::open() };
     let mut p = Peer::new(&t.name);
     let src: Vec<u8> = (0..N).map(|i| (i * 5 + 1) as u8).collect();
-    let post = |rbuf: &mut Vec<u8>, ctx: usize| unsafe {
-        let recv = (*(*t.ep).msg).recv.unwrap();
-        let r = recv(t.ep, rbuf.as_mut_ptr().cast(), N, null_mut(), ffi::FI_ADDR_UNSPEC as u64, ctx as *mut c_void);
-        assert_eq!(r, 0);
-    };
-    let answers = |p: &mut Peer| {
-        let mut ops = Vec::new();
-        while p.rx.pop(|m, _| ops.extend(Hdr::decode(m).map(|(h, _)| h.op))) {}
-        ops
-    };
+    let post = |rbuf: &mut Vec<u8>, ctx: usize| t.post_recv(rbuf, ctx);
+    let answers = |p: &mut Peer| p.drain().iter().map(|h| h.op).collect::<Vec<u8>>();
     let (slot, gen) = (3u32, 9u32);
     let (src_at, pid) = (src.as_ptr() as usize, std::process::id());
 
@@ -724,7 +707,7 @@ fn a_receiver_takes_a_sender_job_and_answers_nothing() {
         ..Default::default()
     };
     p.send(h, &iovs(&[(src_at, N)]));
-    assert_eq!(completion(&t), Some(Ok(0x81)));
+    assert_eq!(t.completion(), Some(Ok(0x81)));
     let jobs = helper.join().expect("the sender's thread");
     assert!(rbuf == src, "the data arrived intact");
     assert_eq!(jobs.progress(slot), (2, false), "both chunks settled in the sender's slot");
@@ -736,7 +719,7 @@ fn a_receiver_takes_a_sender_job_and_answers_nothing() {
     let mut rbuf = vec![0u8; N];
     post(&mut rbuf, 0x82);
     p.send(Hdr { msg_id: p.id(2), rma_key: gen as u64 + 1, ..h }, &iovs(&[(src_at, N)]));
-    assert_eq!(completion(&t), Some(Ok(0x82)));
+    assert_eq!(t.completion(), Some(Ok(0x82)));
     assert!(rbuf == src);
     let _ = t.poll();
     assert!(answers(&mut p).contains(&ACK), "an offer not taken: the receiver ACKs");
