@@ -313,6 +313,27 @@ static inline double oxt_now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* Fork a child that runs `fn` on its end of a socketpair and exits with
+ * its result; returns the child's pid and puts the parent's end in *sock.
+ * (Output is flushed first, so nothing buffered is printed twice.) */
+static inline pid_t oxt_fork(int (*fn)(int sock), int *sock)
+{
+	int sv[2];
+	pid_t pid;
+
+	REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair: %s", strerror(errno));
+	fflush(stdout);
+	pid = fork();
+	REQUIRE(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(sv[0]);
+		exit(fn(sv[1]));
+	}
+	close(sv[1]);
+	*sock = sv[0];
+	return pid;
+}
+
 static inline void oxt_sleep_ms(int ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
@@ -423,6 +444,16 @@ static inline bool oxt_same(const unsigned char *p, size_t n, unsigned seed)
 		if (p[i] != (unsigned char)(i * 13 + seed))
 			return false;
 	return true;
+}
+
+/* The first index of p[0..n) whose byte is not `v` (n: none). */
+static inline size_t oxt_first_not(const unsigned char *p, size_t n, unsigned char v)
+{
+	size_t i = 0;
+
+	while (i < n && p[i] == v)
+		i++;
+	return i;
 }
 
 /* A fabric and domain opened over one info. */

@@ -106,7 +106,7 @@ static void sleep_until_received(struct oxt_ep *r, int sock, char cmd, size_t n,
 
 int main(int argc, char **argv)
 {
-	int sv[2], status;
+	int sock, status;
 	pid_t pid;
 	struct oxt_ep r;
 	fi_addr_t peer;
@@ -118,40 +118,33 @@ int main(int argc, char **argv)
 	oxt_init(argv[0]);
 	(void)argc;
 	REQUIRE(rbuf, "malloc");
-	REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
-	pid = fork();
-	REQUIRE(pid >= 0, "fork");
-	if (pid == 0) {
-		close(sv[0]);
-		exit(child(sv[1]));
-	}
-	close(sv[1]);
+	pid = oxt_fork(child, &sock);
 	oxt_ep_open(&r, 0, FI_WAIT_FD);
-	exchange(&r, sv[0], &peer);
+	exchange(&r, sock, &peer);
 	REQUIRE_RC(fi_mr_reg(r.e.domain, rbuf, BIG, FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
 	rma[0] = (r.e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)rbuf : 0;
 	rma[1] = fi_mr_key(mr);
-	REQUIRE(write(sv[0], rma, sizeof rma) == sizeof rma, "socketpair write");
+	REQUIRE(write(sock, rma, sizeof rma) == sizeof rma, "socketpair write");
 
 	OXT_GROUP("1. asleep in poll() on the CQ fd after fi_trywait: an eager and a 1 MiB send wake it and arrive");
-	sleep_until_received(&r, sv[0], 'e', 64, rbuf);
-	sleep_until_received(&r, sv[0], 'r', BIG, rbuf);
+	sleep_until_received(&r, sock, 'e', 64, rbuf);
+	sleep_until_received(&r, sock, 'r', BIG, rbuf);
 
 	OXT_GROUP("2. a target that only calls fi_cq_read(cq, NULL, 0) serves its peer's RMA write");
 	memset(rbuf, 0, BIG);
-	REQUIRE(write(sv[0], "w", 1) == 1, "socketpair write");
+	REQUIRE(write(sock, "w", 1) == 1, "socketpair write");
 	{
-		struct pollfd p = { .fd = sv[0], .events = POLLIN };
+		struct pollfd p = { .fd = sock, .events = POLLIN };
 		double t0 = oxt_now_ms();
 
 		while (poll(&p, 1, 0) == 0 && oxt_now_ms() - t0 < 10000)
 			EXPECT_RC(fi_cq_read(r.cq, NULL, 0), -FI_EAGAIN);
-		REQUIRE(read(sv[0], &ok, 1) == 1, "socketpair read");
+		REQUIRE(read(sock, &ok, 1) == 1, "socketpair read");
 		EXPECT(ok == 'y', "the child's write did not complete");
 		EXPECT(oxt_same(rbuf, BIG, 'w'), "the write's bytes did not land");
 	}
 
-	REQUIRE(write(sv[0], "q", 1) == 1, "socketpair write");
+	REQUIRE(write(sock, "q", 1) == 1, "socketpair write");
 	waitpid(pid, &status, 0);
 	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status %d)", status);
 	EXPECT_RC(fi_close(&mr->fid), 0);

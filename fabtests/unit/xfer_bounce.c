@@ -67,7 +67,7 @@ static int child(int sock)
 
 int main(int argc, char **argv)
 {
-	int sv[2], fd, status;
+	int sock, fd, status;
 	unsigned char *sec;
 	struct oxt_side s;
 	struct fi_context ctx;
@@ -85,22 +85,15 @@ int main(int argc, char **argv)
 	REQUIRE(ftruncate(fd, MSG) == 0, "ftruncate secret memory");
 	sec = mmap(NULL, MSG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	REQUIRE(sec != MAP_FAILED, "mmap secret memory");
-	REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
-	pid = fork();
-	REQUIRE(pid >= 0, "fork");
-	if (pid == 0) {
-		close(sv[0]);
-		exit(child(sv[1]));
-	}
-	close(sv[1]);
-	oxt_side_open(&s, sv[0]);
-	REQUIRE(read(sv[0], info, sizeof info) == sizeof info, "socketpair read");
+	pid = oxt_fork(child, &sock);
+	oxt_side_open(&s, sock);
+	REQUIRE(read(sock, info, sizeof info) == sizeof info, "socketpair read");
 
 	OXT_GROUP("1 MiB send from secret memory reaches the peer (pushed by its owner)");
 	oxt_fill(sec, MSG, 1);
 	EXPECT_RC(fi_send(s.ep, sec, MSG, NULL, s.peer, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
-	REQUIRE(read(sv[0], &ok, 1) == 1, "socketpair read");
+	REQUIRE(read(sock, &ok, 1) == 1, "socketpair read");
 	EXPECT(ok == 'y', "the receiver got different bytes");
 
 	OXT_GROUP("4 RMA writes of 16 KiB from secret memory, queued at the target together");
@@ -139,8 +132,8 @@ int main(int argc, char **argv)
 	EXPECT(oxt_same(sec, RMA, 3), "the read brought different bytes");
 
 	ok = 'd';
-	REQUIRE(write(sv[0], &ok, 1) == 1, "socketpair write");
-	REQUIRE(read(sv[0], &ok, 1) == 1, "socketpair read");
+	REQUIRE(write(sock, &ok, 1) == 1, "socketpair write");
+	REQUIRE(read(sock, &ok, 1) == 1, "socketpair read");
 	OXT_GROUP("the target holds the written bytes");
 	EXPECT(ok == 'y', "the target's region has different bytes");
 	waitpid(pid, &status, 0);

@@ -185,7 +185,7 @@ static int pulled_sender(int sock)
 
 static void killed_mid_pull(void)
 {
-	int sv[2], fd, status, rc;
+	int sock, fd, status, rc;
 	unsigned char *rbuf;
 	struct oxt_side s;
 	struct fi_context c;
@@ -203,23 +203,16 @@ static void killed_mid_pull(void)
 	close(fd);
 	rbuf = malloc(PULLED);
 	REQUIRE(rbuf, "malloc");
-	REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
-	pid = fork();
-	REQUIRE(pid >= 0, "fork");
-	if (pid == 0) {
-		close(sv[0]);
-		exit(pulled_sender(sv[1]));
-	}
-	close(sv[1]);
-	oxt_side_open(&s, sv[0]);
-	REQUIRE(read(sv[0], &m, 1) == 1, "socketpair read");
+	pid = oxt_fork(pulled_sender, &sock);
+	oxt_side_open(&s, sock);
+	REQUIRE(read(sock, &m, 1) == 1, "socketpair read");
 	REQUIRE_RC(fi_recv(s.ep, rbuf, PULLED, NULL, FI_ADDR_UNSPEC, &c), 0);
 	/* Match the RTS (process_vm_readv: EFAULT) and ask for the bytes. */
 	rc = oxt_next_completion(s.cq, 50, &ctx);
 	EXPECT(rc == -1, "the receive completed (%d) before the sender pushed anything", rc);
-	REQUIRE(write(sv[0], "g", 1) == 1, "socketpair write");
+	REQUIRE(write(sock, "g", 1) == 1, "socketpair write");
 	/* The sender pushes for 30 ms; we take what arrives. */
-	while (read(sv[0], &m, 1) != 1)
+	while (read(sock, &m, 1) != 1)
 		;
 	rc = oxt_next_completion(s.cq, 50, &ctx);
 	EXPECT(rc == -1, "the receive completed (%d) with the sender stopped part way", rc);
@@ -387,10 +380,8 @@ static void unmapped_under_mr(void)
 	EXPECT(rc == FI_EKEYREJECTED, "a write with the key of replaced memory: completion %d (%s), want FI_EKEYREJECTED",
 	       rc, rc > 0 ? fi_strerror(rc) : "none");
 	{
-		size_t i = 0;
+		size_t i = oxt_first_not(reg, n, 0xAA);
 
-		while (i < n && reg[i] == 0xAA)
-			i++;
 		EXPECT(i == n, "the new memory changed at byte %zu", i);
 	}
 	/* Registering the new memory works. */
@@ -473,10 +464,8 @@ static void unmapped_under_regv(void)
 	EXPECT(rc == FI_EKEYREJECTED, "a write with the key of a replaced regv: completion %d (%s), want FI_EKEYREJECTED",
 	       rc, rc > 0 ? fi_strerror(rc) : "none");
 	{
-		size_t i = 0;
+		size_t i = oxt_first_not(a, n, 0);
 
-		while (i < n && a[i] == 0)
-			i++;
 		EXPECT(i == n, "the first piece changed at byte %zu", i);
 	}
 	EXPECT_RC(fi_close(&mr->fid), 0);
