@@ -112,6 +112,9 @@ extra_run "xfer[FI_OXMR_SHM_SHARE_MIN=0]" xfer FI_OXMR_SHM_SHARE_MIN=0
 # the jobs senders offer (FI_OXMR_SHM_SENDER_JOBS, on by default).
 extra_run "xfer_share[FI_OXMR_SHM_SENDER_JOBS=0]" xfer_share FI_OXMR_SHM_SENDER_JOBS=0
 extra_run "xfer_gone[FI_OXMR_SHM_SENDER_JOBS=0]" xfer_gone FI_OXMR_SHM_SENDER_JOBS=0
+# Queued rendezvous receives of equal size each copied in a job of their
+# own (not paired, docs/wire.md "Paired receives").
+extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
 # Queued RMA writes each copied alone (no runs copied together).
 extra_run "xfer[FI_OXMR_SHM_WRITE_BATCH=0]" xfer FI_OXMR_SHM_WRITE_BATCH=0
 # Registrations the cache does not hold are watched (and revoked) too.

@@ -1138,6 +1138,11 @@ static void t_kept(struct node *n, bool ps)
 {
 	static const size_t kept[] = { 60000, 100, 60000, 7, 30000, 9 };
 	static const size_t shared[] = { 100000, 9, 200000, 300000, 70000, 5, 131072, 65536, 1 };
+	/* docs/wire.md "Paired receives": pairs of equal even sizes from one
+	 * peer; 65537 is odd (never paired), 9 is eager (ends a pair). */
+	static const size_t paired[] = { 65536, 65536, 65536, 100000, 100000, 65537,
+					 65537, 9, 131072, 131072, 131072, 200000,
+					 70000, 70000, 65536 };
 
 	OXT_GROUP(gname("2. RTS, eager, RTS, eager, RTS, eager queued before the receiver polls: received in order, %s",
 			dir(ps)));
@@ -1146,6 +1151,10 @@ static void t_kept(struct node *n, bool ps)
 			"received in order, %s",
 			dir(ps)));
 	in_order(n, ps, shared, 9, 512 * KiB);
+	OXT_GROUP(gname("2. paired receives (equal sizes 64-200 KiB in a row, odd sizes and eager messages between), "
+			"queued before the receiver polls: received in order, %s",
+			dir(ps)));
+	in_order(n, ps, paired, 15, 256 * KiB);
 }
 
 /* The parent receives from the child's second endpoint. */

@@ -724,3 +724,134 @@ fn a_receiver_takes_a_sender_job_and_answers_nothing() {
     let _ = t.poll();
     assert!(answers(&mut p).contains(&ACK), "an offer not taken: the receiver ACKs");
 }
+
+const PAIR: u8 = 16;
+
+/// The paired job's layout over two `n`-byte buffers (docs/wire.md,
+/// "Paired receives"): both first halves, then both second halves.
+fn paired(x: usize, y: usize, n: usize) -> Vec<(usize, usize)> {
+    let a = n / 2;
+    vec![(x, a), (y, a), (x + a, n - a), (y + a, n - a)]
+}
+
+/// Paired receives, the endpoint under test sending: this test, the
+/// receiver, opens one job over two of its sends and asks for help with
+/// a PAIR CTS; the endpoint copies the back chunk (the second halves of
+/// both) and, settling last, completes both sends. A PAIR CTS that does
+/// not describe two of its sends of the job's half size gets no help: the
+/// sends complete only on the receiver's ACKs.
+#[test]
+fn a_paired_job_gets_both_sends_copied_and_completed() {
+    const N: usize = 64 << 10;
+    const H: usize = N / 2;
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let fi_addr = t.insert(&p._port.local_addr().unwrap());
+    let src1: Vec<u8> = (0..N).map(|i| (i * 7 + 1) as u8).collect();
+    let src2: Vec<u8> = (0..N).map(|i| (i * 3 + 2) as u8).collect();
+    let short: Vec<u8> = src2[..N - 2].to_vec();
+    let jobs = p.rx.jobs();
+    let rts = |p: &mut Peer| {
+        let (h, _) = p.answer(&t).expect("an RTS");
+        assert_eq!(h.op, RTS);
+        h.msg_id
+    };
+    let cts = |id1: u64, id2: u64, slot: u32, gen: u32| Hdr {
+        op: CTS,
+        flags: PAIR,
+        msg_id: id1,
+        rma_key: id2,
+        rma_addr: slot as u64,
+        tag: gen as u64,
+        ..Default::default()
+    };
+
+    // 1. Two 64 KiB sends; we copy the first halves, the endpoint the
+    //    second ones, and its settle, the last, completes both.
+    t.send(&src1, fi_addr, 0x61);
+    let id1 = rts(&mut p);
+    t.send(&src2, fi_addr, 0x62);
+    let id2 = rts(&mut p);
+    let (mut dst1, mut dst2) = (vec![0u8; N], vec![0u8; N]);
+    let layout = paired(dst1.as_mut_ptr() as usize, dst2.as_mut_ptr() as usize, N);
+    assert!(jobs.open(0, 1, 2 * N, N, true, &layout));
+    assert_eq!(jobs.claim(0, 1, false), Some(0));
+    dst1[..H].copy_from_slice(&src1[..H]);
+    dst2[..H].copy_from_slice(&src2[..H]);
+    assert!(!jobs.settle(0, true), "ours is not the last chunk");
+    p.send(cts(id1, id2, 0, 1), &[]);
+    assert_eq!(t.completion(), Some(Ok(0x61)), "the first send completes on the helper's settle");
+    assert_eq!(t.completion(), Some(Ok(0x62)), "so does the second");
+    assert_eq!(jobs.progress(0), (2, false));
+    assert!(dst1 == src1 && dst2 == src2, "the helper wrote both second halves");
+
+    // 2. Jobs that do not fit the sends: one send 2 bytes shorter than
+    //    the job's half; the same send named twice; a send that is not
+    //    the endpoint's. Nothing is claimed; the ACKs complete the sends.
+    t.send(&src1, fi_addr, 0x63);
+    let a = rts(&mut p);
+    t.send(&short, fi_addr, 0x64);
+    let b = rts(&mut p);
+    for (k, (x, y)) in [(a, b), (a, a), (a, p.id(999))].into_iter().enumerate() {
+        let (slot, gen) = (1 + k as u32, 10 + k as u32);
+        let (mut d1, mut d2) = (vec![0u8; N], vec![0u8; N]);
+        assert!(jobs.open(slot, gen, 2 * N, N, true, &paired(d1.as_mut_ptr() as usize, d2.as_mut_ptr() as usize, N)));
+        p.send(cts(x, y, slot, gen), &[]);
+        for _ in 0..1000 {
+            assert_eq!(t.poll(), None, "case {k}: a send completed from a job that does not fit it");
+        }
+        assert_eq!(jobs.progress(slot), (0, false), "case {k}: the endpoint copied into a job that does not fit");
+        assert_eq!(jobs.claim(slot, gen, true), Some(1), "case {k}: the back chunk is still unclaimed");
+        assert!(d1.iter().chain(&d2).all(|&x| x == 0), "case {k}: nothing written");
+    }
+    for (id, ctx) in [(a, 0x63), (b, 0x64)] {
+        p.send(Hdr { op: ACK, msg_id: id, ..Default::default() }, &[]);
+        assert_eq!(t.completion(), Some(Ok(ctx)));
+    }
+}
+
+/// Paired receives, the endpoint under test receiving: two RTSs of equal
+/// size queued before it polls are copied as one job (its CTS carries
+/// PAIR and both ids); this test does not help, so the endpoint copies
+/// both chunks, completes both receives in order, intact, and ACKs both.
+/// Two RTSs of different sizes are not paired.
+#[test]
+fn a_receiver_pairs_two_queued_sends_of_equal_size() {
+    const N: usize = 64 << 10;
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    // (The sender says it has no copy of its own waiting, as one that
+    // only waits for its sends does: the receiver shares from 64 KiB.)
+    p.rx.set_idle(true);
+    let src1: Vec<u8> = (0..N + 2).map(|i| (i * 9 + 4) as u8).collect();
+    let src2: Vec<u8> = (0..N + 2).map(|i| (i * 5 + 7) as u8).collect();
+    let rts = |id: u64, src: &[u8], n: usize| {
+        let h = Hdr { op: RTS, msg_id: id, len: n as u64, iov_count: 1, ..Default::default() };
+        (h, iovs(&[(src.as_ptr() as usize, n)]))
+    };
+    for (round, n2) in [(0u64, N), (1, N + 2)] {
+        let (mut r1, mut r2) = (vec![0u8; N + 2], vec![0u8; N + 2]);
+        t.post_recv(&mut r1, 0x71);
+        t.post_recv(&mut r2, 0x72);
+        let (id1, id2) = (p.id(10 * round + 1), p.id(10 * round + 2));
+        let (h1, b1) = rts(id1, &src1, N);
+        let (h2, b2) = rts(id2, &src2, n2);
+        p.send(h1, &b1);
+        p.send(h2, &b2);
+        assert_eq!(t.completion(), Some(Ok(0x71)), "round {round}: the first receive completes first");
+        assert_eq!(t.completion(), Some(Ok(0x72)), "round {round}: then the second");
+        assert!(r1[..N] == src1[..N] && r2[..n2] == src2[..n2], "round {round}: both arrived intact");
+        let _ = t.poll();
+        let got = p.drain();
+        let pair = got.iter().find(|h| h.op == CTS && h.flags & PAIR != 0);
+        if n2 == N {
+            let c = pair.expect("a PAIR CTS for two queued sends of equal size");
+            assert_eq!((c.msg_id, c.rma_key), (id1, id2), "the CTS names both sends, in order");
+        } else {
+            assert!(pair.is_none(), "sends of different sizes were paired");
+        }
+        for id in [id1, id2] {
+            assert_eq!(got.iter().filter(|h| h.op == ACK && h.msg_id == id).count(), 1, "round {round}: one ACK each");
+        }
+    }
+}

@@ -90,6 +90,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         help: c"A rendezvous send large enough to be shared offers the receiver a job in the sender's own queue file, so that the receiver starts the shared copy without a CTS message and nobody sends an ACK on success (docs/wire.md) (default: 1)",
     },
     ParamDef {
+        name: c"shm_pair_recv",
+        kind: ffi::FI_PARAM_BOOL,
+        help: c"Two queued rendezvous receives of equal size (under shm_share_min) from one peer are copied as one shared job: each process copies the same half of both messages with one call (docs/wire.md) (default: 1)",
+    },
+    ParamDef {
         name: c"shm_write_batch",
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"A run of one peer's queued RMA writes (each checked as alone) is copied with one process_vm_readv of up to this many bytes; 0 copies each write alone (default: 262144)",
@@ -119,6 +124,8 @@ pub struct Config {
     pub write_batch: usize,
     /// FI_OXMR_SHM_SENDER_JOBS.
     pub sender_jobs: bool,
+    /// FI_OXMR_SHM_PAIR_RECV.
+    pub pair_recv: bool,
 }
 
 /// Default of FI_OXMR_SHM_SHARE_MIN.
@@ -139,6 +146,7 @@ impl Default for Config {
             eager_max: EAGER_MAX,
             write_batch: WRITE_BATCH,
             sender_jobs: true,
+            pair_recv: true,
         }
     }
 }
@@ -215,6 +223,7 @@ pub fn define_and_load() {
     let eager_max = get_size(c"shm_eager_max").unwrap_or(EAGER_MAX);
     let write_batch = get_size(c"shm_write_batch").unwrap_or(WRITE_BATCH);
     let sender_jobs = get_bool(c"shm_sender_jobs").unwrap_or(true);
+    let pair_recv = get_bool(c"shm_pair_recv").unwrap_or(true);
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -226,5 +235,6 @@ pub fn define_and_load() {
         eager_max,
         write_batch,
         sender_jobs,
+        pair_recv,
     });
 }

@@ -241,8 +241,31 @@ struct Gone {
 
 /// What a shared copy completes when every chunk is in place.
 enum JobFor {
-    Recv { p: Posted, hdr: Hdr },
-    Rma { hdr: Hdr, hold: Arc<crate::mr::registry::Region> },
+    Recv {
+        p: Posted,
+        hdr: Hdr,
+    },
+    /// Two receives of equal-size sends from one peer in one job (see
+    /// `pair_recv`): each message's first half in the first chunk, its
+    /// second half in the second; `src` is each send's buffers.
+    Pair {
+        first: Box<Paired>,
+        second: Box<Paired>,
+    },
+    Rma {
+        hdr: Hdr,
+        hold: Arc<crate::mr::registry::Region>,
+    },
+}
+
+/// One receive of a paired job, or one kept for pairing.
+struct Paired {
+    p: Posted,
+    hdr: Hdr,
+    pid: u32,
+    from: SocketAddr,
+    dest: Vec<(usize, usize)>,
+    src: Vec<(usize, usize)>,
 }
 
 /// A shared copy we own (shm::jobs): we matched the receive or checked the
@@ -351,6 +374,10 @@ pub struct Engine {
     /// calls since it was opened.
     open_job: Option<Job>,
     open_calls: u32,
+    /// A rendezvous receive kept for the next one to pair with (see
+    /// `pair_recv`); it completes before anything matched after it.
+    kept: Option<Box<Paired>>,
+    pair_recv: bool,
     /// More messages wait behind the one being handled.
     busy: bool,
     /// What our region's `idle` word says (written on change only).
@@ -421,6 +448,17 @@ fn region_slice(iovs: &[(usize, usize)], offset: usize, len: usize) -> Vec<(usiz
     cma::slice(iovs, offset, len)
 }
 
+/// The byte layout of a paired job (`JobFor::Pair`) over two `n`-byte
+/// buffers: the first halves of `x` and `y`, then their second halves.
+fn interleave(x: &[(usize, usize)], y: &[(usize, usize)], n: usize) -> Vec<(usize, usize)> {
+    let a = n / 2;
+    let mut v = region_slice(x, 0, a);
+    v.extend(region_slice(y, 0, a));
+    v.extend(region_slice(x, a, n - a));
+    v.extend(region_slice(y, a, n - a));
+    v
+}
+
 fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
     (!tagged || (p.tag | p.ignore) == (tag | p.ignore)) && p.src.is_none_or(|s| s == *from)
 }
@@ -468,6 +506,8 @@ impl Engine {
             stalled: Vec::new(),
             open_job: None,
             open_calls: 0,
+            kept: None,
+            pair_recv: cfg.pair_recv,
             busy: false,
             idle_shown: false,
             share_min: cfg.share_min,
@@ -979,11 +1019,74 @@ impl Engine {
                 return self.finish_job(job);
             }
         }
-        if self.can_share(n, &dest, &u.from) {
-            let remote = clip(&u.iovs, n);
-            return self.share(n, true, dest, remote, u.pid, u.from, u.hdr.msg_id, JobFor::Recv { p, hdr: u.hdr });
+        let src = clip(&u.iovs, n);
+        let r = Box::new(Paired { p, hdr: u.hdr, pid: u.pid, from: u.from, dest, src });
+        if self.pair_recv
+            && n == len
+            && n.is_multiple_of(2)
+            && n < self.share_min
+            && 2 * n >= self.share_from(&r.from)
+            && (self.busy || self.kept.is_some())
+        {
+            return self.pair_recv(r);
         }
-        self.recv_rts(p, u.hdr, u.from, u.pid, &clip(&u.iovs, n));
+        self.deliver_rts(r);
+    }
+
+    /// A rendezvous receive whose data is copied alone or in a job of its
+    /// own.
+    fn deliver_rts(&mut self, r: Box<Paired>) {
+        let n = total(&r.dest);
+        if self.can_share(n, &r.dest, &r.from) {
+            let Paired { p, hdr, pid, from, dest, src } = *r;
+            return self.share(n, true, dest, src, pid, from, hdr.msg_id, JobFor::Recv { p, hdr });
+        }
+        self.recv_rts(r.p, r.hdr, r.from, r.pid, &r.src);
+    }
+
+    /// Pair rendezvous receives of equal size from one peer: keep one
+    /// while more messages wait, and copy it together with the next in
+    /// one job, each side copying the same half of both messages with one
+    /// call (process_vm_readv/writev of two pieces costs little more than
+    /// one: the per-call work is paid once for both).
+    fn pair_recv(&mut self, r: Box<Paired>) {
+        let n = total(&r.dest);
+        match self.kept.take() {
+            Some(k) if k.from == r.from && total(&k.dest) == n => {
+                let local = interleave(&k.dest, &r.dest, n);
+                if self.can_share(2 * n, &local, &r.from) {
+                    let remote = interleave(&k.src, &r.src, n);
+                    let (pid, from, msg_id) = (r.pid, r.from, k.hdr.msg_id);
+                    tracing::debug!(
+                        "pairing the receives of sends {msg_id} and {} from {from}, {n} B each",
+                        r.hdr.msg_id
+                    );
+                    return self.share(
+                        2 * n,
+                        true,
+                        local,
+                        remote,
+                        pid,
+                        from,
+                        msg_id,
+                        JobFor::Pair { first: k, second: r },
+                    );
+                }
+                self.deliver_rts(k);
+                self.deliver_rts(r);
+            }
+            Some(k) => {
+                self.deliver_rts(k);
+                self.pair_recv(r);
+            }
+            None if self.busy => {
+                if self.open_job.is_none() {
+                    self.open_calls = 0;
+                }
+                self.kept = Some(r);
+            }
+            None => self.deliver_rts(r),
+        }
     }
 
     /// The receiver's copy of a rendezvous send, alone: process_vm_readv
@@ -1156,14 +1259,15 @@ impl Engine {
         what: JobFor,
     ) {
         // A receive with more queued is pipelined (see below).
-        let pipelined = self.busy && matches!(what, JobFor::Recv { .. });
+        let pipelined = self.busy && matches!(what, JobFor::Recv { .. } | JobFor::Pair { .. });
         // A lone receive's owner copies 4 KiB more (`job_chunk`); a
         // pipelined receive is cut in halves: there we copy one chunk
         // while the helper copies the last and the next is queued. RMA
         // too, whose helper is often busy with its own copies (two-way
         // fi_rma_bw; the skew was not measurably better either way).
         let lone = !pipelined && matches!(what, JobFor::Recv { .. });
-        let chunk = self.job_chunk(n, lone);
+        // (A pair: one chunk of each side's halves.)
+        let chunk = if matches!(what, JobFor::Pair { .. }) { n / 2 } else { self.job_chunk(n, lone) };
         let slot = self.free_slots.pop().expect("can_share saw a free slot");
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
@@ -1189,7 +1293,12 @@ impl Engine {
             // take the job, copy alone rather than trust the slot.)
             return self.complete_job(job, false);
         }
-        self.push_ctrl(peer, Hdr { op: op::CTS, msg_id, rma_addr: slot as u64, tag: gen as u64, ..Default::default() });
+        let mut cts = Hdr { op: op::CTS, msg_id, rma_addr: slot as u64, tag: gen as u64, ..Default::default() };
+        if let JobFor::Pair { second, .. } = &job.what {
+            cts.flags |= flag::PAIR;
+            cts.rma_key = second.hdr.msg_id;
+        }
+        self.push_ctrl(peer, cts);
         if pipelined {
             // More is queued: rather than copy our share and wait for the
             // helper's now (its CTS latency and its copy on our critical
@@ -1214,14 +1323,25 @@ impl Engine {
         }
     }
 
-    /// Complete the receive job left open by `share`, if any: copy what
-    /// its helper has not claimed, wait for the chunks it holds. Called
+    /// Complete the receive job left open by `share`, if any (copy what
+    /// its helper has not claimed, wait for the chunks it holds), then the
+    /// receive kept for pairing (`pair_recv`), if any, alone. Called
     /// before any other receive completes and before any other data
     /// message takes effect.
     fn finish_open_job(&mut self) {
+        // (A kept receive, when there is an open job too, was matched after
+        // it: taken first, so that the job's own completion, which
+        // completes what came before it, does not deliver it.)
+        let kept = self.kept.take();
         if let Some(j) = self.open_job.take() {
             self.work(&j, usize::MAX);
             self.finish_job(j);
+        }
+        if let Some(k) = kept {
+            // (Alone, and completed now: nothing may stay open.)
+            let busy = std::mem::replace(&mut self.busy, false);
+            self.deliver_rts(k);
+            self.busy = busy;
         }
     }
 
@@ -1327,6 +1447,19 @@ impl Engine {
             }
             JobFor::Recv { p, hdr } if ok => self.finish_recv(p, hdr, j.peer, 0),
             JobFor::Recv { p, hdr } => self.recv_rts(p, hdr, j.peer, j.pid, &j.remote),
+            JobFor::Pair { first, second } if ok && (j.foreign.is_some() || !j.settled_last.get()) => {
+                self.finish_open_job();
+                self.complete_recv(first.p, first.hdr, j.peer, 0);
+                self.complete_recv(second.p, second.hdr, j.peer, 0);
+            }
+            JobFor::Pair { first, second } if ok => {
+                self.finish_recv(first.p, first.hdr, j.peer, 0);
+                self.finish_recv(second.p, second.hdr, j.peer, 0);
+            }
+            JobFor::Pair { first, second } => {
+                self.recv_rts(first.p, first.hdr, j.peer, j.pid, &first.src);
+                self.recv_rts(second.p, second.hdr, j.peer, j.pid, &second.src);
+            }
             JobFor::Rma { hdr, hold } if ok => self.rma_done(hdr, j.peer, 0, Some(&hold)),
             JobFor::Rma { hdr, hold } => self.rma_copy(hdr, j.peer, j.pid, j.local, j.remote, hold),
         }
@@ -1335,6 +1468,9 @@ impl Engine {
     /// The peer's side of a shared copy: claim and copy chunks of the job
     /// the owner (`from`) published for our operation `h.msg_id`.
     fn help(&mut self, h: Hdr, from: SocketAddr) {
+        if h.flags & flag::PAIR != 0 {
+            return self.help_pair(h, from);
+        }
         let (slot, gen) = (h.rma_addr as u32, h.tag as u32);
         // Only the peer the operation went to may ask us to copy its data.
         let Some(p) = self.pending.get(&h.msg_id).filter(|p| p.peer == from) else { return };
@@ -1370,6 +1506,47 @@ impl Engine {
         if done && send {
             if let Some(p) = self.pending.remove(&h.msg_id) {
                 self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
+            }
+        }
+    }
+
+    /// Help with a paired job (`JobFor::Pair`): our sends `h.msg_id` and
+    /// `h.rma_key`, both of the job's half size and both to `from`.
+    fn help_pair(&mut self, h: Hdr, from: SocketAddr) {
+        let (slot, gen) = (h.rma_addr as u32, h.tag as u32);
+        let ids = [h.msg_id, h.rma_key];
+        let Some(t) = self.peers.get(&from).map(|x| x.region.jobs()) else { return };
+        let Some(v) = t.view(slot, gen) else { return };
+        let n = v.total / 2;
+        let mine: Vec<&Pending> = ids.iter().filter_map(|id| self.pending.get(id)).collect();
+        let fits = |p: &&Pending| p.peer == from && p.kind == Kind::Send && p.len == n;
+        if ids[0] == ids[1]
+            || mine.len() != 2
+            || !mine.iter().all(fits)
+            || !v.total.is_multiple_of(2)
+            || !v.helper_writes
+        {
+            tracing::warn!("paired copy from {from} for operations {ids:?} does not match them; not helping");
+            return;
+        }
+        if mine.iter().any(|p| p.iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l))) {
+            return; // only our own word copies touch device memory
+        }
+        let local = interleave(&clip(&mine[0].iovs, n), &clip(&mine[1].iovs, n), n);
+        let mut done = false;
+        while let Some(k) = t.claim(slot, gen, true) {
+            let ok = jobs::copy_chunk(h.pid, false, &local, &v.iovs, v.total, v.chunk, k);
+            done = t.settle(slot, ok);
+            if !ok {
+                tracing::debug!("paired copy chunk {k} for {from} failed; the owner redoes the job");
+                return;
+            }
+        }
+        if done {
+            for id in ids {
+                if let Some(p) = self.pending.remove(&id) {
+                    self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
+                }
             }
         }
     }
@@ -1823,7 +2000,7 @@ impl Engine {
         } else if !self.deferred.is_empty() {
             self.unserved += 1;
         }
-        if self.open_job.is_some() {
+        if self.open_job.is_some() || self.kept.is_some() {
             self.open_calls += 1;
             // Nothing to overlap it with, or open for long enough: a stream
             // of messages that start no copy must not hold its completion
@@ -1905,7 +2082,7 @@ impl Engine {
             let copy = matches!(m.first(), Some(&(op::RTS | op::WRITE | op::READ)));
             self.busy = !self.deferred.is_empty();
             self.on_message(&m);
-            if copy {
+            if copy && self.kept.is_none() {
                 break;
             }
         }

@@ -45,7 +45,7 @@ const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 /// when its endpoint closes.
 const READY: u32 = 1;
 const CLOSED: u32 = 2;
-const VERSION: u32 = 8;
+const VERSION: u32 = 9;
 
 #[repr(C)]
 struct Header {
