@@ -1168,13 +1168,7 @@ impl Engine {
                 if !v.helper_writes || v.total > total(&p.iovs) {
                     tracing::warn!("the receiver of send {} filled its job wrongly; not helping", o.msg_id);
                 } else {
-                    while let Some(k) = t.claim(o.slot, o.gen, true) {
-                        let ok = jobs::copy_chunk(o.pid, false, &p.iovs, &v.iovs, v.total, v.chunk, k);
-                        done = t.settle(o.slot, ok);
-                        if !ok {
-                            break;
-                        }
-                    }
+                    done = t.help(o.slot, o.gen, o.pid, false, &p.iovs, &v);
                 }
             }
             if !done {
@@ -1490,15 +1484,7 @@ impl Engine {
             return;
         }
         let send = p.kind == Kind::Send;
-        let mut done = false;
-        while let Some(k) = t.claim(slot, gen, true) {
-            let ok = jobs::copy_chunk(h.pid, !v.helper_writes, &p.iovs, &v.iovs, v.total, v.chunk, k);
-            done = t.settle(slot, ok);
-            if !ok {
-                tracing::debug!("shared copy chunk {k} for {from} failed; the owner redoes the job");
-                return;
-            }
-        }
+        let done = t.help(slot, gen, h.pid, !v.helper_writes, &p.iovs, &v);
         // We settled the last chunk of a send's job, every chunk copied:
         // the data is in the receiver's posted buffer and ours is no
         // longer read, so the send is complete (delivery complete too);
@@ -1533,16 +1519,7 @@ impl Engine {
             return; // only our own word copies touch device memory
         }
         let local = interleave(&clip(&mine[0].iovs, n), &clip(&mine[1].iovs, n), n);
-        let mut done = false;
-        while let Some(k) = t.claim(slot, gen, true) {
-            let ok = jobs::copy_chunk(h.pid, false, &local, &v.iovs, v.total, v.chunk, k);
-            done = t.settle(slot, ok);
-            if !ok {
-                tracing::debug!("paired copy chunk {k} for {from} failed; the owner redoes the job");
-                return;
-            }
-        }
-        if done {
+        if t.help(slot, gen, h.pid, false, &local, &v) {
             for id in ids {
                 if let Some(p) = self.pending.remove(&id) {
                     self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);

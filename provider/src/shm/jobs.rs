@@ -244,6 +244,24 @@ impl JobTable {
         consistent.then_some(v)
     }
 
+    /// The helper's side of job `slot` (generation `gen`, as `v` shows
+    /// it): claim chunks from the back and copy each between our `local`
+    /// buffers and the owner's (`read`: from them), until none is left or
+    /// one fails (the owner then redoes the job). Whether our settle was
+    /// the last one, with every chunk copied.
+    pub fn help(&self, slot: u32, gen: u32, pid: u32, read: bool, local: &[(usize, usize)], v: &JobView) -> bool {
+        let mut done = false;
+        while let Some(k) = self.claim(slot, gen, true) {
+            let ok = copy_chunk(pid, read, local, &v.iovs, v.total, v.chunk, k);
+            done = self.settle(slot, ok);
+            if !ok {
+                tracing::debug!("shared copy chunk {k} in slot {slot} failed; its owner redoes the job");
+                return false;
+            }
+        }
+        done
+    }
+
     /// Claim a chunk of job `gen`: the owner the first unclaimed one, the
     /// helper (`from_back`) the last (None: all claimed, or the slot moved
     /// on to another job).
