@@ -2052,29 +2052,44 @@ static void t_rma_queued(struct node *n, const struct rinfo *ri)
 		bool badkey, data;
 		size_t off, len;
 		int err;
+		/* Bytes of it a later write of the run leaves in place (from
+		 * its start; 0: all of it); `gone`: none. */
+		size_t keep;
+		bool gone;
 	} w[] = {
-		{ R_MAIN, false, false, 0, 20000, 0 },
-		{ R_MAIN, false, false, 20000 + 7, 30000, 0 },
-		{ R_MAIN, false, true, 60000, 9000, 0 },
-		{ R_MAIN, false, false, 70000, 50000, 0 },
-		{ R_ERR, true, false, 0, 20000, FI_EKEYREJECTED },
-		{ R_MAIN, false, false, 130000, 40000, 0 },
-		{ R_MAIN, false, false, 180000, 100, 0 },
-		{ R_MAIN, false, false, 190000, 60000, 0 },
-		{ R_RO, false, false, 0, 10000, FI_EACCES },
-		{ R_MAIN, false, false, 260000, 65536, 0 },
-		{ R_MAIN, false, false, 330000, 12345, 0 },
-		{ R_MAIN, false, false, 350000, 20000, 0 },
-		{ R_MAIN, false, false, 380000, 64000, 0 },
-		{ R_MAIN, false, false, 450000, 8081, 0 },
+		{ R_MAIN, false, false, 0, 20000, 0, 0, false },
+		{ R_MAIN, false, false, 20000 + 7, 30000, 0, 0, false },
+		{ R_MAIN, false, true, 60000, 9000, 0, 0, false },
+		{ R_MAIN, false, false, 70000, 50000, 0, 0, false },
+		{ R_ERR, true, false, 0, 20000, FI_EKEYREJECTED, 0, false },
+		{ R_MAIN, false, false, 130000, 40000, 0, 0, false },
+		{ R_MAIN, false, false, 180000, 100, 0, 0, false },
+		{ R_MAIN, false, false, 190000, 60000, 0, 0, false },
+		{ R_RO, false, false, 0, 10000, FI_EACCES, 0, false },
+		{ R_MAIN, false, false, 260000, 65536, 0, 0, false },
+		{ R_MAIN, false, false, 330000, 12345, 0, 0, false },
+		{ R_MAIN, false, false, 350000, 20000, 0, 0, false },
+		{ R_MAIN, false, false, 380000, 64000, 0, 0, false },
+		{ R_MAIN, false, false, 450000, 8081, 0, 0, false },
+		/* The same range twice (the later write's bytes win), two
+		 * apart, then two overlapping in part (a run holding them is
+		 * not split in halves between the two processes: the later
+		 * write's bytes still win). */
+		{ R_MAIN, false, false, 600000, 65536, 0, 0, true },
+		{ R_MAIN, false, false, 600000, 65536, 0, 0, false },
+		{ R_MAIN, false, false, 700000, 65536, 0, 0, false },
+		{ R_MAIN, false, false, 800000, 65536, 0, 0, false },
+		{ R_MAIN, false, false, 900000, 40000, 0, 20000, false },
+		{ R_MAIN, false, false, 920000, 40000, 0, 0, false },
 	};
 	enum { COUNT = sizeof w / sizeof w[0], CTX0 = 200 };
 	bool seen[COUNT] = { false };
 	size_t at[COUNT], tx = 0;
 	struct comp c;
 
-	OXT_GROUP("5. RMA writes queued at the target before it polls (runs copied with one process_vm_readv): "
-		  "refused ones in the middle refused, every write completes once, its bytes in place");
+	OXT_GROUP("5. RMA writes queued at the target before it polls (runs copied with one process_vm_readv, "
+		  "or shared in halves with the idle initiator): refused ones in the middle refused, every write "
+		  "completes once, its bytes in place, a later write's bytes over an earlier one's");
 	CMD(n, CMD_HOLD, 300, 0, 0, 0);
 	for (int i = 0; i < COUNT; i++) {
 		const struct rinfo *r = &ri[w[i].reg];
@@ -2123,8 +2138,9 @@ static void t_rma_queued(struct node *n, const struct rinfo *ri)
 			       (unsigned long long)c.e.flags);
 	}
 	for (int i = 0; i < COUNT; i++) {
-		if (w[i].err == 0)
-			CMD(n, CMD_VERIFY, w[i].reg, w[i].off, w[i].len, 18000 + i);
+		if (w[i].err == 0 && !w[i].gone)
+			CMD(n, CMD_VERIFY, w[i].reg, w[i].off, w[i].keep ? w[i].keep : w[i].len,
+			    18000 + i);
 		if (w[i].data)
 			CMD(n, CMD_CQDATA, 0xDA7A0000ULL + i, w[i].len, 0, 0);
 	}

@@ -135,6 +135,15 @@ impl Target {
         }
     }
 
+    /// fi_write of `buf` to `to` at (`addr`, `key`).
+    fn write(&self, buf: &[u8], to: u64, addr: u64, key: u64, ctx: usize) {
+        unsafe {
+            let write = (*(*self.ep).rma).write.unwrap();
+            let r = write(self.ep, buf.as_ptr().cast(), buf.len(), null_mut(), to, addr, key, ctx as *mut c_void);
+            assert_eq!(r, 0);
+        }
+    }
+
     /// fi_recv into `buf`, from anyone.
     fn post_recv(&self, buf: &mut [u8], ctx: usize) {
         unsafe {
@@ -238,8 +247,13 @@ impl Peer {
 
     /// Every message waiting in our queue, as headers.
     fn drain(&mut self) -> Vec<Hdr> {
+        self.drain_bodies().into_iter().map(|(h, _)| h).collect()
+    }
+
+    /// Every message waiting in our queue, with its body.
+    fn drain_bodies(&mut self) -> Vec<(Hdr, Vec<u8>)> {
         let mut got = Vec::new();
-        while self.rx.pop(|m, _| got.extend(Hdr::decode(m).map(|(h, _)| h))) {}
+        while self.rx.pop(|m, _| got.extend(Hdr::decode(m).map(|(h, n)| (h, m[n..].to_vec())))) {}
         got
     }
 
@@ -725,19 +739,40 @@ fn a_receiver_takes_a_sender_job_and_answers_nothing() {
     assert!(answers(&mut p).contains(&ACK), "an offer not taken: the receiver ACKs");
 }
 
-const PAIR: u8 = 16;
+const RUN: u8 = 16;
 
-/// The paired job's layout over two `n`-byte buffers (docs/wire.md,
-/// "Paired receives"): both first halves, then both second halves.
-fn paired(x: usize, y: usize, n: usize) -> Vec<(usize, usize)> {
-    let a = n / 2;
-    vec![(x, a), (y, a), (x + a, n - a), (y + a, n - a)]
+/// The layout of a job over several operations (docs/wire.md, "Jobs over
+/// several operations") over single buffers `(address, length)`: the
+/// first half of each (rounded up), then the second halves.
+fn halves(bufs: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let first = bufs.iter().map(|&(a, n)| (a, n.div_ceil(2)));
+    let second = bufs.iter().map(|&(a, n)| (a + n.div_ceil(2), n - n.div_ceil(2)));
+    first.chain(second).filter(|x| x.1 > 0).collect()
+}
+
+/// A CTS for a job over the operations `ids` in `slot` at `gen`.
+fn run_cts(p: &Peer, ids: &[u64], slot: u32, gen: u32) {
+    let h = Hdr {
+        op: CTS,
+        flags: RUN,
+        msg_id: ids[0],
+        iov_count: ids.len() as u16,
+        rma_addr: slot as u64,
+        tag: gen as u64,
+        ..Default::default()
+    };
+    p.send(h, &ids.iter().flat_map(|id| id.to_le_bytes()).collect::<Vec<u8>>());
+}
+
+/// The ids in a RUN CTS's body.
+fn run_ids(body: &[u8]) -> Vec<u64> {
+    body.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).collect()
 }
 
 /// Paired receives, the endpoint under test sending: this test, the
 /// receiver, opens one job over two of its sends and asks for help with
-/// a PAIR CTS; the endpoint copies the back chunk (the second halves of
-/// both) and, settling last, completes both sends. A PAIR CTS that does
+/// a RUN CTS; the endpoint copies the back chunk (the second halves of
+/// both) and, settling last, completes both sends. A RUN CTS that does
 /// not describe two of its sends of the job's half size gets no help: the
 /// sends complete only on the receiver's ACKs.
 #[test]
@@ -756,15 +791,6 @@ fn a_paired_job_gets_both_sends_copied_and_completed() {
         assert_eq!(h.op, RTS);
         h.msg_id
     };
-    let cts = |id1: u64, id2: u64, slot: u32, gen: u32| Hdr {
-        op: CTS,
-        flags: PAIR,
-        msg_id: id1,
-        rma_key: id2,
-        rma_addr: slot as u64,
-        tag: gen as u64,
-        ..Default::default()
-    };
 
     // 1. Two 64 KiB sends; we copy the first halves, the endpoint the
     //    second ones, and its settle, the last, completes both.
@@ -773,13 +799,13 @@ fn a_paired_job_gets_both_sends_copied_and_completed() {
     t.send(&src2, fi_addr, 0x62);
     let id2 = rts(&mut p);
     let (mut dst1, mut dst2) = (vec![0u8; N], vec![0u8; N]);
-    let layout = paired(dst1.as_mut_ptr() as usize, dst2.as_mut_ptr() as usize, N);
+    let layout = halves(&[(dst1.as_mut_ptr() as usize, N), (dst2.as_mut_ptr() as usize, N)]);
     assert!(jobs.open(0, 1, 2 * N, N, true, &layout));
     assert_eq!(jobs.claim(0, 1, false), Some(0));
     dst1[..H].copy_from_slice(&src1[..H]);
     dst2[..H].copy_from_slice(&src2[..H]);
     assert!(!jobs.settle(0, true), "ours is not the last chunk");
-    p.send(cts(id1, id2, 0, 1), &[]);
+    run_cts(&p, &[id1, id2], 0, 1);
     assert_eq!(t.completion(), Some(Ok(0x61)), "the first send completes on the helper's settle");
     assert_eq!(t.completion(), Some(Ok(0x62)), "so does the second");
     assert_eq!(jobs.progress(0), (2, false));
@@ -795,8 +821,15 @@ fn a_paired_job_gets_both_sends_copied_and_completed() {
     for (k, (x, y)) in [(a, b), (a, a), (a, p.id(999))].into_iter().enumerate() {
         let (slot, gen) = (1 + k as u32, 10 + k as u32);
         let (mut d1, mut d2) = (vec![0u8; N], vec![0u8; N]);
-        assert!(jobs.open(slot, gen, 2 * N, N, true, &paired(d1.as_mut_ptr() as usize, d2.as_mut_ptr() as usize, N)));
-        p.send(cts(x, y, slot, gen), &[]);
+        assert!(jobs.open(
+            slot,
+            gen,
+            2 * N,
+            N,
+            true,
+            &halves(&[(d1.as_mut_ptr() as usize, N), (d2.as_mut_ptr() as usize, N)])
+        ));
+        run_cts(&p, &[x, y], slot, gen);
         for _ in 0..1000 {
             assert_eq!(t.poll(), None, "case {k}: a send completed from a job that does not fit it");
         }
@@ -812,7 +845,7 @@ fn a_paired_job_gets_both_sends_copied_and_completed() {
 
 /// Paired receives, the endpoint under test receiving: two RTSs of equal
 /// size queued before it polls are copied as one job (its CTS carries
-/// PAIR and both ids); this test does not help, so the endpoint copies
+/// RUN and both ids); this test does not help, so the endpoint copies
 /// both chunks, completes both receives in order, intact, and ACKs both.
 /// Two RTSs of different sizes are not paired.
 #[test]
@@ -842,16 +875,99 @@ fn a_receiver_pairs_two_queued_sends_of_equal_size() {
         assert_eq!(t.completion(), Some(Ok(0x72)), "round {round}: then the second");
         assert!(r1[..N] == src1[..N] && r2[..n2] == src2[..n2], "round {round}: both arrived intact");
         let _ = t.poll();
-        let got = p.drain();
-        let pair = got.iter().find(|h| h.op == CTS && h.flags & PAIR != 0);
+        let got = p.drain_bodies();
+        let pair = got.iter().find(|(h, _)| h.op == CTS && h.flags & RUN != 0);
         if n2 == N {
-            let c = pair.expect("a PAIR CTS for two queued sends of equal size");
-            assert_eq!((c.msg_id, c.rma_key), (id1, id2), "the CTS names both sends, in order");
+            let (_, ids) = pair.expect("a RUN CTS for two queued sends of equal size");
+            assert_eq!(run_ids(ids), vec![id1, id2], "the CTS names both sends, in order");
         } else {
             assert!(pair.is_none(), "sends of different sizes were paired");
         }
         for id in [id1, id2] {
-            assert_eq!(got.iter().filter(|h| h.op == ACK && h.msg_id == id).count(), 1, "round {round}: one ACK each");
+            let acks = got.iter().filter(|(h, _)| h.op == ACK && h.msg_id == id).count();
+            assert_eq!(acks, 1, "round {round}: one ACK each");
         }
+    }
+}
+
+/// A run of writes shared with their initiator (docs/wire.md, "Jobs over
+/// several operations"), the endpoint under test writing: this test, the
+/// target, opens one job over three of its queued writes (64 KiB, 40000 B
+/// and 65537 B: halves rounded up) and copies the first halves; the
+/// endpoint copies the second halves, and its writes still complete only
+/// on the target's answer. Jobs that do not fit its writes (a size or a
+/// first chunk off by one, an id twice, a single id) get no help.
+#[test]
+fn a_run_of_writes_gets_its_initiators_help_and_completes_on_the_answer() {
+    let sizes = [64 << 10, 40000, 65537];
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let fi_addr = t.insert(&p._port.local_addr().unwrap());
+    let srcs: Vec<Vec<u8>> =
+        sizes.iter().enumerate().map(|(k, &n)| (0..n).map(|i| (i * (k + 3) + k) as u8).collect()).collect();
+    let total: usize = sizes.iter().sum();
+    let first: usize = sizes.iter().map(|n| n.div_ceil(2)).sum();
+    let jobs = p.rx.jobs();
+    let post = |p: &mut Peer, ctx0: usize| -> Vec<u64> {
+        (0..sizes.len())
+            .map(|k| {
+                t.write(&srcs[k], fi_addr, 0x10000, 0x77, ctx0 + k);
+                let (h, _) = p.answer(&t).expect("a WRITE request");
+                assert_eq!(h.op, WRITE);
+                h.msg_id
+            })
+            .collect()
+    };
+    let answer = |p: &Peer, ids: &[u64]| {
+        let h = Hdr { op: ACKS, iov_count: ids.len() as u16, ..Default::default() };
+        p.send(h, &ids.iter().flat_map(|id| id.to_le_bytes()).collect::<Vec<u8>>());
+    };
+
+    // 1. We copy the first halves, the endpoint the second ones.
+    let ids = post(&mut p, 0xA0);
+    let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+    let bufs: Vec<(usize, usize)> = dsts.iter_mut().map(|d| (d.as_mut_ptr() as usize, d.len())).collect();
+    assert!(jobs.open(0, 1, total, first, true, &halves(&bufs)));
+    assert_eq!(jobs.claim(0, 1, false), Some(0));
+    for (d, s) in dsts.iter_mut().zip(&srcs) {
+        let a = s.len().div_ceil(2);
+        d[..a].copy_from_slice(&s[..a]);
+    }
+    assert!(!jobs.settle(0, true), "ours is not the last chunk");
+    run_cts(&p, &ids, 0, 1);
+    t.nothing_until(|| jobs.progress(0).0 == 2, "a write completed before the target's answer");
+    assert_eq!(jobs.progress(0), (2, false), "the initiator copied its chunk");
+    for _ in 0..1000 {
+        assert_eq!(t.poll(), None, "a write completed before the target's answer");
+    }
+    assert!(dsts == srcs, "the initiator wrote the second halves of all three");
+    answer(&p, &ids);
+    for k in 0..sizes.len() {
+        assert_eq!(t.completion(), Some(Ok(0xA0 + k)), "the answer completes each write");
+    }
+
+    // 2. Jobs that do not fit: nothing claimed, nothing written.
+    let ids = post(&mut p, 0xB0);
+    let cases: [(usize, usize, Vec<u64>); 4] = [
+        (total - 1, first, ids.clone()),
+        (total, first + 1, ids.clone()),
+        (total, first, vec![ids[0], ids[0], ids[1]]),
+        (sizes[0], sizes[0].div_ceil(2), vec![ids[0]]),
+    ];
+    for (k, (size, chunk, named)) in cases.into_iter().enumerate() {
+        let (slot, gen) = (1 + k as u32, 20 + k as u32);
+        let mut d = vec![0u8; total];
+        assert!(jobs.open(slot, gen, size, chunk, true, &[(d.as_mut_ptr() as usize, size)]));
+        run_cts(&p, &named, slot, gen);
+        for _ in 0..1000 {
+            assert_eq!(t.poll(), None, "case {k}: a write completed");
+        }
+        assert_eq!(jobs.progress(slot), (0, false), "case {k}: the initiator copied into a job that does not fit");
+        assert_eq!(jobs.claim(slot, gen, true), Some(1), "case {k}: the back chunk is still unclaimed");
+        assert!(d.iter().all(|&x| x == 0), "case {k}: nothing written");
+    }
+    answer(&p, &ids);
+    for k in 0..sizes.len() {
+        assert_eq!(t.completion(), Some(Ok(0xB0 + k)));
     }
 }

@@ -252,11 +252,20 @@ enum JobFor {
         first: Box<Paired>,
         second: Box<Paired>,
     },
+    /// A run of one peer's queued writes (see `write_batch`), each with
+    /// its registration, our buffers and the initiator's.
+    Writes {
+        run: Vec<QueuedWrite>,
+    },
     Rma {
         hdr: Hdr,
         hold: Arc<crate::mr::registry::Region>,
     },
 }
+
+/// A checked RMA write waiting to be copied in a run: its header, the
+/// registration it writes into (held), our buffers and the initiator's.
+type QueuedWrite = (Hdr, Arc<crate::mr::registry::Region>, Vec<(usize, usize)>, Vec<(usize, usize)>);
 
 /// One receive of a paired job, or one kept for pairing.
 struct Paired {
@@ -448,15 +457,38 @@ fn region_slice(iovs: &[(usize, usize)], offset: usize, len: usize) -> Vec<(usiz
     cma::slice(iovs, offset, len)
 }
 
-/// The byte layout of a paired job (`JobFor::Pair`) over two `n`-byte
-/// buffers: the first halves of `x` and `y`, then their second halves.
-fn interleave(x: &[(usize, usize)], y: &[(usize, usize)], n: usize) -> Vec<(usize, usize)> {
-    let a = n / 2;
-    let mut v = region_slice(x, 0, a);
-    v.extend(region_slice(y, 0, a));
-    v.extend(region_slice(x, a, n - a));
-    v.extend(region_slice(y, a, n - a));
+/// The byte layout of a job over several operations (a pair of
+/// receives, a run of writes; docs/wire.md "Jobs over several
+/// operations"): the first half of each one's bytes (rounded up), in
+/// order, then the second halves. Its first chunk is the first halves.
+fn halves(parts: &[&[(usize, usize)]]) -> Vec<(usize, usize)> {
+    let mut v = Vec::new();
+    for x in parts {
+        v.extend(region_slice(x, 0, total(x).div_ceil(2)));
+    }
+    for x in parts {
+        let n = total(x);
+        v.extend(region_slice(x, n.div_ceil(2), n - n.div_ceil(2)));
+    }
     v
+}
+
+/// The first chunk of `halves` over operations of these sizes.
+fn first_halves(lens: impl Iterator<Item = usize>) -> usize {
+    lens.map(|n| n.div_ceil(2)).sum()
+}
+
+/// Whether the writes of a run may be copied by both sides at once in
+/// halves: each writes one piece of our memory, and any two pieces are
+/// apart or the very same (then both sides write their half of it in the
+/// order sent).
+fn runs_apart(run: &[QueuedWrite]) -> bool {
+    let spans: Option<Vec<(usize, usize)>> = run.iter().map(|w| (w.2.len() == 1).then(|| w.2[0])).collect();
+    let Some(spans) = spans else { return false };
+    spans
+        .iter()
+        .enumerate()
+        .all(|(i, &(a, n))| spans[..i].iter().all(|&(b, m)| (a, n) == (b, m) || a + n <= b || b + m <= a))
 }
 
 fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
@@ -1053,9 +1085,9 @@ impl Engine {
         let n = total(&r.dest);
         match self.kept.take() {
             Some(k) if k.from == r.from && total(&k.dest) == n => {
-                let local = interleave(&k.dest, &r.dest, n);
+                let local = halves(&[&k.dest, &r.dest]);
                 if self.can_share(2 * n, &local, &r.from) {
-                    let remote = interleave(&k.src, &r.src, n);
+                    let remote = halves(&[&k.src, &r.src]);
                     let (pid, from, msg_id) = (r.pid, r.from, k.hdr.msg_id);
                     tracing::debug!(
                         "pairing the receives of sends {msg_id} and {} from {from}, {n} B each",
@@ -1261,7 +1293,13 @@ impl Engine {
         // fi_rma_bw; the skew was not measurably better either way).
         let lone = !pipelined && matches!(what, JobFor::Recv { .. });
         // (A pair: one chunk of each side's halves.)
-        let chunk = if matches!(what, JobFor::Pair { .. }) { n / 2 } else { self.job_chunk(n, lone) };
+        let chunk = match &what {
+            JobFor::Pair { first, second } => {
+                first_halves([first.hdr.len, second.hdr.len].map(|l| l as usize).into_iter())
+            }
+            JobFor::Writes { run } => first_halves(run.iter().map(|w| w.0.len as usize)),
+            _ => self.job_chunk(n, lone),
+        };
         let slot = self.free_slots.pop().expect("can_share saw a free slot");
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
@@ -1288,11 +1326,20 @@ impl Engine {
             return self.complete_job(job, false);
         }
         let mut cts = Hdr { op: op::CTS, msg_id, rma_addr: slot as u64, tag: gen as u64, ..Default::default() };
-        if let JobFor::Pair { second, .. } = &job.what {
-            cts.flags |= flag::PAIR;
-            cts.rma_key = second.hdr.msg_id;
+        let ids: Vec<u64> = match &job.what {
+            JobFor::Pair { first, second } => vec![first.hdr.msg_id, second.hdr.msg_id],
+            JobFor::Writes { run } => run.iter().map(|w| w.0.msg_id).collect(),
+            _ => Vec::new(),
+        };
+        if ids.is_empty() {
+            self.push_ctrl(peer, cts);
+        } else {
+            // (A job over several operations: their ids in the body.)
+            cts.flags |= flag::RUN;
+            cts.iov_count = ids.len() as u16;
+            let body: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+            self.push_ctrl_body(peer, cts, &body);
         }
-        self.push_ctrl(peer, cts);
         if pipelined {
             // More is queued: rather than copy our share and wait for the
             // helper's now (its CTS latency and its copy on our critical
@@ -1454,6 +1501,12 @@ impl Engine {
                 self.recv_rts(first.p, first.hdr, j.peer, j.pid, &first.src);
                 self.recv_rts(second.p, second.hdr, j.peer, j.pid, &second.src);
             }
+            JobFor::Writes { run } if ok => self.writes_done(j.peer, &run),
+            JobFor::Writes { run } => {
+                for (h, region, l, r) in run {
+                    self.rma_copy(h, j.peer, j.pid, l, r, region);
+                }
+            }
             JobFor::Rma { hdr, hold } if ok => self.rma_done(hdr, j.peer, 0, Some(&hold)),
             JobFor::Rma { hdr, hold } => self.rma_copy(hdr, j.peer, j.pid, j.local, j.remote, hold),
         }
@@ -1461,9 +1514,9 @@ impl Engine {
 
     /// The peer's side of a shared copy: claim and copy chunks of the job
     /// the owner (`from`) published for our operation `h.msg_id`.
-    fn help(&mut self, h: Hdr, from: SocketAddr) {
-        if h.flags & flag::PAIR != 0 {
-            return self.help_pair(h, from);
+    fn help(&mut self, h: Hdr, from: SocketAddr, body: &[u8]) {
+        if h.flags & flag::RUN != 0 {
+            return self.help_run(h, from, body);
         }
         let (slot, gen) = (h.rma_addr as u32, h.tag as u32);
         // Only the peer the operation went to may ask us to copy its data.
@@ -1496,30 +1549,39 @@ impl Engine {
         }
     }
 
-    /// Help with a paired job (`JobFor::Pair`): our sends `h.msg_id` and
-    /// `h.rma_key`, both of the job's half size and both to `from`.
-    fn help_pair(&mut self, h: Hdr, from: SocketAddr) {
+    /// Help with a job over several of our operations (a CTS with flag
+    /// RUN, their ids in `body`): all sends or all writes to `from`, laid
+    /// out in halves (`halves`) exactly as the job's size and first chunk
+    /// say. Our last settle completes sends, as for one; writes complete
+    /// on the owner's answer.
+    fn help_run(&mut self, h: Hdr, from: SocketAddr, body: &[u8]) {
         let (slot, gen) = (h.rma_addr as u32, h.tag as u32);
-        let ids = [h.msg_id, h.rma_key];
+        let n = h.iov_count as usize;
+        let ids: Vec<u64> =
+            body.chunks_exact(8).take(n).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())).collect();
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
         let Some(t) = self.peers.get(&from).map(|x| x.region.jobs()) else { return };
         let Some(v) = t.view(slot, gen) else { return };
-        let n = v.total / 2;
-        let mine: Vec<&Pending> = ids.iter().filter_map(|id| self.pending.get(id)).collect();
-        let fits = |p: &&Pending| p.peer == from && p.kind == Kind::Send && p.len == n;
-        if ids[0] == ids[1]
-            || mine.len() != 2
-            || !mine.iter().all(fits)
-            || !v.total.is_multiple_of(2)
-            || !v.helper_writes
-        {
-            tracing::warn!("paired copy from {from} for operations {ids:?} does not match them; not helping");
+        let mine: Option<Vec<&Pending>> = ids.iter().map(|id| self.pending.get(id)).collect();
+        let kind = mine.as_ref().and_then(|m| m.first()).map(|p| p.kind);
+        let fits = mine.as_ref().is_some_and(|m| {
+            m.iter().all(|p| p.peer == from && Some(p.kind) == kind)
+                && m.iter().map(|p| p.len).sum::<usize>() == v.total
+                && first_halves(m.iter().map(|p| p.len)) == v.chunk
+        });
+        if n < 2 || ids.len() != n || distinct.len() != n || !fits || kind == Some(Kind::Read) || !v.helper_writes {
+            tracing::warn!("a shared copy from {from} over operations {ids:?} does not match them; not helping");
             return;
         }
+        let mine = mine.unwrap_or_default();
         if mine.iter().any(|p| p.iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l))) {
             return; // only our own word copies touch device memory
         }
-        let local = interleave(&clip(&mine[0].iovs, n), &clip(&mine[1].iovs, n), n);
-        if t.help(slot, gen, h.pid, false, &local, &v) {
+        let parts: Vec<Vec<(usize, usize)>> = mine.iter().map(|p| clip(&p.iovs, p.len)).collect();
+        let local = halves(&parts.iter().map(|x| &x[..]).collect::<Vec<_>>());
+        if t.help(slot, gen, h.pid, false, &local, &v) && kind == Some(Kind::Send) {
             for id in ids {
                 if let Some(p) = self.pending.remove(&id) {
                     self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
@@ -1785,7 +1847,7 @@ impl Engine {
             }
             op::WRITE | op::WRITE_INLINE | op::READ => self.rma_target(h, from, pid, body),
             op::PULL => self.on_pull(h, from),
-            op::CTS => self.help(h, from),
+            op::CTS => self.help(h, from, body),
             op::DATA => self.on_data(h, from, body),
             other => tracing::warn!("dropping a message of unknown kind {other} from {from}"),
         }
@@ -2146,17 +2208,24 @@ impl Engine {
             self.rma_copy(h, peer, first.pid, l, r, region);
             return true;
         }
+        // The initiator says it is idle (it waits for these writes): the
+        // run is a job it helps with, each side copying the same half of
+        // every write, when no two writes of the run overlap partly (each
+        // byte is then written by one side only, in the order sent).
+        if self.peers.get(&peer).is_some_and(|p| p.region.idle()) && runs_apart(&run) {
+            let local = halves(&run.iter().map(|w| &w.2[..]).collect::<Vec<_>>());
+            if self.can_share(bytes, &local, &peer) {
+                let remote = halves(&run.iter().map(|w| &w.3[..]).collect::<Vec<_>>());
+                let msg_id = run[0].0.msg_id;
+                tracing::debug!("sharing a run of {} writes ({bytes} B) from {peer} with it", run.len());
+                self.share(bytes, true, local, remote, first.pid, peer, msg_id, JobFor::Writes { run });
+                return true;
+            }
+        }
         let local: Vec<_> = run.iter().flat_map(|w| w.2.iter().copied()).collect();
         let remote: Vec<_> = run.iter().flat_map(|w| w.3.iter().copied()).collect();
         if cma::read_from(first.pid, &local, &remote).is_ok_and(|n| n == bytes) {
-            // One answer for the run (op::ACKS).
-            let mut ids = Vec::with_capacity(run.len() * 8);
-            for (h, region, _, _) in &run {
-                self.rma_took_effect(h, peer, Some(region));
-                ids.extend_from_slice(&h.msg_id.to_le_bytes());
-            }
-            let acks = Hdr { op: op::ACKS, iov_count: run.len() as u16, ..Default::default() };
-            self.push_ctrl_body(peer, acks, &ids);
+            self.writes_done(peer, &run);
         } else {
             // Part of it could not be copied (memory CMA cannot reach, a
             // peer gone): each write alone, with its own bounce path or
@@ -2172,6 +2241,18 @@ impl Engine {
 
     /// Fail what gone peers left pending once our queue has been read past
     /// everything they sent (see `peer_gone`).
+    /// A run of writes took effect: each one's counters and CQ data, and
+    /// one answer for the run (op::ACKS).
+    fn writes_done(&mut self, peer: SocketAddr, run: &[QueuedWrite]) {
+        let mut ids = Vec::with_capacity(run.len() * 8);
+        for (h, region, _, _) in run {
+            self.rma_took_effect(h, peer, Some(region));
+            ids.extend_from_slice(&h.msg_id.to_le_bytes());
+        }
+        let acks = Hdr { op: op::ACKS, iov_count: run.len() as u16, ..Default::default() };
+        self.push_ctrl_body(peer, acks, &ids);
+    }
+
     fn settle_gone(&mut self) {
         // A send whose sender job the peer finished before it went away
         // is complete: its answer is in our slot, not our queue.

@@ -52,9 +52,10 @@ pub mod flag {
     /// RTS: the sender offers a job in its own region (`rma_addr` the
     /// slot, `rma_key` the generation; docs/wire.md).
     pub(crate) const SJOB: u8 = 8;
-    /// CTS: the job pairs two of our sends (`msg_id` and `rma_key`), each
-    /// one's first half in the first chunk (docs/wire.md).
-    pub(crate) const PAIR: u8 = 16;
+    /// CTS: the job covers several of our operations, their ids in the
+    /// body (`iov_count` of them), each one's first half in the first
+    /// chunk (docs/wire.md, "Jobs over several operations").
+    pub(crate) const RUN: u8 = 16;
 }
 
 /// The fixed header (little-endian on the wire).
