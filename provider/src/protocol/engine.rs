@@ -275,6 +275,8 @@ struct Paired {
     from: SocketAddr,
     dest: Vec<(usize, usize)>,
     src: Vec<(usize, usize)>,
+    /// Its sender went away (`peer_gone`) while it was kept.
+    gone: bool,
 }
 
 /// A shared copy we own (shm::jobs): we matched the receive or checked the
@@ -387,6 +389,9 @@ pub struct Engine {
     /// `pair_recv`); it completes before anything matched after it.
     kept: Option<Box<Paired>>,
     pair_recv: bool,
+    /// Rendezvous receives sent their way so far (`deliver_rts`): tells
+    /// `serve_deferred` whether a message it handled started a copy.
+    delivered: u64,
     /// More messages wait behind the one being handled.
     busy: bool,
     /// What our region's `idle` word says (written on change only).
@@ -540,6 +545,7 @@ impl Engine {
             open_calls: 0,
             kept: None,
             pair_recv: cfg.pair_recv,
+            delivered: 0,
             busy: false,
             idle_shown: false,
             share_min: cfg.share_min,
@@ -1052,7 +1058,7 @@ impl Engine {
             }
         }
         let src = clip(&u.iovs, n);
-        let r = Box::new(Paired { p, hdr: u.hdr, pid: u.pid, from: u.from, dest, src });
+        let r = Box::new(Paired { p, hdr: u.hdr, pid: u.pid, from: u.from, dest, src, gone: false });
         if self.pair_recv
             && n == len
             && n.is_multiple_of(2)
@@ -1068,9 +1074,19 @@ impl Engine {
     /// A rendezvous receive whose data is copied alone or in a job of its
     /// own.
     fn deliver_rts(&mut self, r: Box<Paired>) {
+        self.delivered = self.delivered.wrapping_add(1);
+        // (A receive kept for pairing: its sender may have gone or closed
+        // its endpoint since it matched.)
+        if r.gone || self.closed_peer(&r.from, r.hdr.msg_id) {
+            tracing::warn!(
+                "a receive matched a send from {}, whose endpoint has closed since; its data is gone",
+                r.from
+            );
+            return self.finish_recv(r.p, r.hdr, r.from, ffi::FI_EIO);
+        }
         let n = total(&r.dest);
         if self.can_share(n, &r.dest, &r.from) {
-            let Paired { p, hdr, pid, from, dest, src } = *r;
+            let Paired { p, hdr, pid, from, dest, src, .. } = *r;
             return self.share(n, true, dest, src, pid, from, hdr.msg_id, JobFor::Recv { p, hdr });
         }
         self.recv_rts(r.p, r.hdr, r.from, r.pid, &r.src);
@@ -1084,7 +1100,14 @@ impl Engine {
     fn pair_recv(&mut self, r: Box<Paired>) {
         let n = total(&r.dest);
         match self.kept.take() {
-            Some(k) if k.from == r.from && total(&k.dest) == n => {
+            // (One sender endpoint: address, process and epoch.)
+            Some(k)
+                if k.from == r.from
+                    && k.pid == r.pid
+                    && k.hdr.msg_id >> 32 == r.hdr.msg_id >> 32
+                    && !k.gone
+                    && total(&k.dest) == n =>
+            {
                 let local = halves(&[&k.dest, &r.dest]);
                 if self.can_share(2 * n, &local, &r.from) {
                     let remote = halves(&[&k.src, &r.src]);
@@ -1498,8 +1521,8 @@ impl Engine {
                 self.finish_recv(second.p, second.hdr, j.peer, 0);
             }
             JobFor::Pair { first, second } => {
-                self.recv_rts(first.p, first.hdr, j.peer, j.pid, &first.src);
-                self.recv_rts(second.p, second.hdr, j.peer, j.pid, &second.src);
+                self.recv_rts(first.p, first.hdr, j.peer, first.pid, &first.src);
+                self.recv_rts(second.p, second.hdr, j.peer, second.pid, &second.src);
             }
             JobFor::Writes { run } if ok => self.writes_done(j.peer, &run),
             JobFor::Writes { run } => {
@@ -2106,6 +2129,12 @@ impl Engine {
     fn take_message(&mut self, msg: &[u8], more: bool) {
         // (The kind is the header's first byte; on_message checks the rest.)
         let op = msg.first().copied();
+        if matches!(op, Some(op::WRITE | op::WRITE_INLINE | op::READ))
+            && Hdr::decode(msg).is_some_and(|(h, _)| self.rma_held(h.pid))
+        {
+            self.deferred.push_back(msg.to_vec());
+            return;
+        }
         let control = matches!(op, Some(op::ACK | op::ACKS | op::CTS | op::PULL | op::DATA));
         // (Not READ: two-way reads copy into the buffer the peer's copy
         // reads from, and overlap less served in order; docs/architecture.md.)
@@ -2117,19 +2146,38 @@ impl Engine {
         self.deferred.push_back(msg.to_vec());
     }
 
+    /// Whether RMA requests from process `pid` wait: one of its RMA jobs
+    /// with us is stalled (its helper holds a chunk, `finish_job`), and a
+    /// later request must not take effect before that chunk does (a write
+    /// over the same bytes would be overwritten by the older chunk, a read
+    /// would see a write posted after it).
+    fn rma_held(&self, pid: u32) -> bool {
+        !self.stalled.is_empty()
+            && self.stalled.iter().any(|j| j.pid == pid && matches!(j.what, JobFor::Rma { .. } | JobFor::Writes { .. }))
+    }
+
     /// Handle kept messages, up to and including one copy (or one batch of
     /// writes, `write_batch`), so a progress call returns to the
     /// application after at most one peer's copy.
     fn serve_deferred(&mut self) {
         loop {
+            let front = self.deferred.front().and_then(|m| Hdr::decode(m)).map(|(h, _)| h);
+            if front.is_some_and(|h| matches!(h.op, op::WRITE | op::WRITE_INLINE | op::READ) && self.rma_held(h.pid)) {
+                // (Everything behind it waits too: a peer's data messages
+                // take effect in the order sent.)
+                break;
+            }
             if self.write_batch() {
                 break;
             }
             let Some(m) = self.deferred.pop_front() else { break };
             let copy = matches!(m.first(), Some(&(op::RTS | op::WRITE | op::READ)));
             self.busy = !self.deferred.is_empty();
+            let delivered = self.delivered;
             self.on_message(&m);
-            if copy && self.kept.is_none() {
+            // (A receive kept for pairing has not copied yet: go on to its
+            // partner; one that copied another on its way counts.)
+            if copy && (self.kept.is_none() || self.delivered != delivered) {
                 break;
             }
         }
@@ -2339,6 +2387,9 @@ impl Engine {
             for u in q.iter_mut().filter(|u| u.from == a && u.hdr.op == op::RTS) {
                 u.gone = true;
             }
+        }
+        if let Some(k) = self.kept.as_mut().filter(|k| k.from == a) {
+            k.gone = true;
         }
     }
 }
