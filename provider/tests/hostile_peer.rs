@@ -276,6 +276,27 @@ fn iovs(v: &[(usize, usize)]) -> Vec<u8> {
     encode_iovs(v)
 }
 
+/// Wait (until `until`) for a job in a slot of `jobs` whose generation
+/// has moved on from `before` (as a helper finds a job it was not told
+/// of): its slot, generation and contents.
+fn new_job(
+    jobs: &oxmr::shm::jobs::JobTable,
+    before: &[u32],
+    until: std::time::Instant,
+) -> Option<(u32, u32, oxmr::shm::jobs::JobView)> {
+    while std::time::Instant::now() < until {
+        for i in 0..before.len() as u32 {
+            let g = jobs.generation(i);
+            if g != before[i as usize] {
+                if let Some(v) = jobs.view(i, g) {
+                    return Some((i, g, v));
+                }
+            }
+        }
+    }
+    None
+}
+
 #[test]
 fn malformed_requests_are_refused_and_the_endpoint_keeps_working() {
     let t = unsafe { Target::open() };
@@ -535,23 +556,14 @@ fn a_receiver_acks_only_when_it_settled_the_last_chunk() {
         let helper = std::thread::spawn(move || {
             let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
             ready2.store(true, std::sync::atomic::Ordering::Release);
-            while std::time::Instant::now() < until {
-                for i in 0..8u32 {
-                    let g = jobs.generation(i);
-                    if g == before[i as usize] {
-                        continue;
-                    }
-                    let Some(v) = jobs.view(i, g) else { continue };
-                    let k = jobs.claim(i, g, true)?;
-                    while jobs.progress(i).0 + 1 < v.nchunks && std::time::Instant::now() < until {
-                        std::hint::spin_loop();
-                    }
-                    let ok = oxmr::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
-                    assert!(ok, "the helper's copy");
-                    return Some(jobs.settle(i, ok));
-                }
+            let (i, g, v) = new_job(&jobs, &before, until).expect("a job appeared");
+            let k = jobs.claim(i, g, true)?;
+            while jobs.progress(i).0 + 1 < v.nchunks && std::time::Instant::now() < until {
+                std::hint::spin_loop();
             }
-            panic!("no job appeared");
+            let ok = oxmr::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
+            assert!(ok, "the helper's copy");
+            Some(jobs.settle(i, ok))
         });
         // (The helper spinning before the RTS goes: the receiver's four
         // chunks take it hundreds of microseconds, the helper's claim far
@@ -1054,23 +1066,14 @@ fn rma_waits_for_a_stalled_rma_job_of_the_same_peer() {
         let holding2 = holding.clone();
         let helper = std::thread::spawn(move || {
             let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-            while std::time::Instant::now() < until {
-                for i in 0..8u32 {
-                    let g = jobs.generation(i);
-                    if g == before[i as usize] {
-                        continue;
-                    }
-                    let Some(v) = jobs.view(i, g) else { continue };
-                    let k = jobs.claim(i, g, true)?;
-                    holding2.store(true, std::sync::atomic::Ordering::Release);
-                    std::thread::sleep(std::time::Duration::from_millis(60));
-                    let ok = oxmr::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
-                    assert!(ok, "the helper's copy");
-                    jobs.settle(i, ok);
-                    return Some(());
-                }
-            }
-            None
+            let (i, g, v) = new_job(&jobs, &before, until)?;
+            let k = jobs.claim(i, g, true)?;
+            holding2.store(true, std::sync::atomic::Ordering::Release);
+            std::thread::sleep(std::time::Duration::from_millis(60));
+            let ok = oxmr::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
+            assert!(ok, "the helper's copy");
+            jobs.settle(i, ok);
+            Some(())
         });
         mem.fill(0);
         let (w1, w2) = (p.id(10 * attempt + 1), p.id(10 * attempt + 2));
