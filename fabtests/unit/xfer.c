@@ -1078,7 +1078,7 @@ static void t_unexpected(struct node *n, bool ps)
 	EXPECT_NONE(&n->e1, 0, "after the unexpected messages");
 }
 
-/* Messages queued behind a copy the receiver keeps for later (engine.rs
+/* Messages queued behind a copy the receiver keeps for later (protocol/engine
  * take_message: rendezvous sends under FI_OXMR_SHM_SHARE_MIN are served
  * after the control messages behind them) still complete in the order
  * sent, each in its own buffer. The receiver posts first, then does not

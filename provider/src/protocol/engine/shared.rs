@@ -1,0 +1,539 @@
+//! Shared copies (docs/wire.md, "Shared copies", "Sender jobs", "Jobs over
+//! several operations"): the jobs this endpoint owns (a receive's or an
+//! RMA target's copy, published in its region and worked on by both
+//! processes), the ones it helps with (a peer's job over its own sends or
+//! writes), the jobs its sends offer, and receives kept to be paired.
+//! Everything here runs inside the engine's progress or posting calls,
+//! under the endpoint's lock, like the rest of `Engine`.
+
+use super::*;
+
+/// The byte layout of a job over several operations (a pair of
+/// receives, a run of writes; docs/wire.md "Jobs over several
+/// operations"): the first half of each one's bytes (rounded up), in
+/// order, then the second halves. Its first chunk is the first halves.
+pub(super) fn halves(parts: &[&[(usize, usize)]]) -> Vec<(usize, usize)> {
+    let mut v = Vec::new();
+    for x in parts {
+        v.extend(region_slice(x, 0, total(x).div_ceil(2)));
+    }
+    for x in parts {
+        let n = total(x);
+        v.extend(region_slice(x, n.div_ceil(2), n - n.div_ceil(2)));
+    }
+    v
+}
+
+/// The first chunk of `halves` over operations of these sizes.
+pub(super) fn first_halves(lens: impl Iterator<Item = usize>) -> usize {
+    lens.map(|n| n.div_ceil(2)).sum()
+}
+
+/// Whether the writes of a run may be copied by both sides at once in
+/// halves: each writes one piece of our memory, and any two pieces are
+/// apart or the very same (then both sides write their half of it in the
+/// order sent).
+pub(super) fn runs_apart(run: &[QueuedWrite]) -> bool {
+    let spans: Option<Vec<(usize, usize)>> = run.iter().map(|w| (w.2.len() == 1).then(|| w.2[0])).collect();
+    let Some(spans) = spans else { return false };
+    spans
+        .iter()
+        .enumerate()
+        .all(|(i, &(a, n))| spans[..i].iter().all(|&(b, m)| (a, n) == (b, m) || a + n <= b || b + m <= a))
+}
+
+impl Engine {
+    /// Pair rendezvous receives of equal size from one peer: keep one
+    /// while more messages wait, and copy it together with the next in
+    /// one job, each side copying the same half of both messages with one
+    /// call (process_vm_readv/writev of two pieces costs little more than
+    /// one: the per-call work is paid once for both).
+    pub(super) fn pair_recv(&mut self, r: Box<Paired>) {
+        let n = total(&r.dest);
+        match self.kept.take() {
+            // (One sender endpoint: address, process and epoch.)
+            Some(k)
+                if k.from == r.from
+                    && k.pid == r.pid
+                    && k.hdr.msg_id >> 32 == r.hdr.msg_id >> 32
+                    && !k.gone
+                    && total(&k.dest) == n =>
+            {
+                let local = halves(&[&k.dest, &r.dest]);
+                if self.can_share(2 * n, &local, &r.from) {
+                    let remote = halves(&[&k.src, &r.src]);
+                    let (pid, from, msg_id) = (r.pid, r.from, k.hdr.msg_id);
+                    tracing::debug!(
+                        "pairing the receives of sends {msg_id} and {} from {from}, {n} B each",
+                        r.hdr.msg_id
+                    );
+                    return self.share(
+                        2 * n,
+                        true,
+                        local,
+                        remote,
+                        pid,
+                        from,
+                        msg_id,
+                        JobFor::Pair { first: k, second: r },
+                    );
+                }
+                self.deliver_rts(k);
+                self.deliver_rts(r);
+            }
+            Some(k) => {
+                self.deliver_rts(k);
+                self.pair_recv(r);
+            }
+            None if self.busy => {
+                if self.open_job.is_none() {
+                    self.open_calls = 0;
+                }
+                self.kept = Some(r);
+            }
+            None => self.deliver_rts(r),
+        }
+    }
+
+    /// Offer a job in our region for a rendezvous send of `len` bytes from
+    /// `iovs` (a sender job, docs/wire.md): the slot and generation, or
+    /// None when the send is too small to share, no slot is free, or its
+    /// buffers are device memory (only our own word copies touch it).
+    pub(super) fn offer(&mut self, len: usize, iovs: &[(usize, usize)]) -> Option<(u32, u32)> {
+        // (At most half the slots: an offer holds its slot until the
+        // receive is posted, and our own receives and RMA need the rest.)
+        if !self.sender_jobs || self.share_min == 0 || len < self.share_min / 4 || self.offers.len() >= jobs::JOBS / 2 {
+            return None;
+        }
+        if iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
+            return None;
+        }
+        let slot = self.free_slots.pop()?;
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        self.job_table.offer(slot, gen, len);
+        Some((slot, gen))
+    }
+
+    /// Our side of the jobs our pending sends offered: once a receiver
+    /// has accepted one, copy the chunks we can claim (from the back) into
+    /// the buffers it wrote into the slot; a send whose every chunk is
+    /// settled, none failed, is complete (no ACK comes). A send completed
+    /// or failed by any other way (an ACK: the receiver copied alone or
+    /// redid a failed job; its peer gone) gives its slot back.
+    pub(super) fn poll_offers(&mut self) {
+        let mut i = 0;
+        while i < self.offers.len() {
+            let o = self.offers[i];
+            let Some(p) = self.pending.get(&o.msg_id) else {
+                self.offers.swap_remove(i);
+                self.free_slots.push(o.slot);
+                continue;
+            };
+            let t = &self.job_table;
+            let mut done = false;
+            if o.helped == 0 {
+                // (Then, until the receiver settles its chunks, only the
+                // counts are read: one load per call.)
+                if !t.accepted(o.slot, o.gen) {
+                    i += 1;
+                    continue;
+                }
+                let Some(v) = t.view(o.slot, o.gen) else {
+                    i += 1;
+                    continue;
+                };
+                self.offers[i].helped = v.nchunks;
+                if !v.helper_writes || v.total > total(&p.iovs) {
+                    tracing::warn!("the receiver of send {} filled its job wrongly; not helping", o.msg_id);
+                } else {
+                    done = t.help(o.slot, o.gen, o.pid, false, &p.iovs, &v);
+                }
+            }
+            if !done {
+                let (settled, failed) = t.progress(o.slot);
+                done = !failed && settled == self.offers[i].helped;
+            }
+            if done {
+                // Every chunk copied: the data is in the posted receive.
+                self.offers.swap_remove(i);
+                self.free_slots.push(o.slot);
+                if let Some(p) = self.pending.remove(&o.msg_id) {
+                    self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
+                }
+                continue;
+            }
+            i += 1;
+        }
+    }
+
+    /// The chunk size of a shared copy of `n` bytes: FI_OXMR_SHM_SHARE_CHUNK
+    /// when set, else halves (16 KiB to 1 MiB); never more chunks than a
+    /// claim word counts. `skew` (a lone receive in a job of ours): a copy
+    /// of two chunks gives us, the owner, `LONE_SKEW` more. The helper
+    /// starts about 0.35 us after us (our CTS reaching it), some 4 KiB of
+    /// copying, so both end together (64 KiB pingpong, traced: the
+    /// receiver waited 0.4 us for the helper's half at 32/32, nothing at
+    /// 36/28; medians of 6 alternating runs 4.8 -> 4.45 us).
+    pub(super) fn job_chunk(&self, n: usize, skew: bool) -> usize {
+        let half = n.div_ceil(2).clamp(16 << 10, 1 << 20);
+        let chunk = if self.share_chunk != 0 {
+            self.share_chunk
+        } else if skew && n <= 2 * half && n / 2 >= 16 << 10 {
+            half + LONE_SKEW
+        } else {
+            half
+        };
+        chunk.max(n.div_ceil(jobs::MAX_CHUNKS))
+    }
+
+    /// Whether a copy of `n` bytes into/out of our `local` buffers is
+    /// shared with the peer: large enough, a free job slot, buffers a slot
+    /// can describe, and none of them device memory (which only its
+    /// owner's word copies may touch).
+    pub(super) fn can_share(&mut self, n: usize, local: &[(usize, usize)], peer: &SocketAddr) -> bool {
+        n >= self.share_from(peer)
+            && !self.free_slots.is_empty()
+            && local.len() <= jobs::JOB_IOVS
+            && !local.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l))
+    }
+
+    /// The smallest copy shared with `peer` now (usize::MAX: none).
+    pub(super) fn share_from(&mut self, peer: &SocketAddr) -> usize {
+        // Sharing costs a message and a wait for the peer's half; it pays
+        // from `share_min`, and from `share_min / 4` when nothing else is
+        // queued (a lone transfer: the latency case, where our core has
+        // nothing better to do than wait for it) or when the peer says it
+        // is idle (one-way streams: its core would only spin; when both
+        // sides have copies of their own, as in two-way RMA, splitting
+        // 64 KiB copies only adds messages and waits).
+        if self.share_min == 0 {
+            usize::MAX
+        } else if !self.busy || self.peers.get(peer).is_some_and(|p| p.region.idle()) {
+            self.share_min / 4
+        } else {
+            self.share_min
+        }
+    }
+
+    /// Start a shared copy of `n` bytes between our `local` buffers and the
+    /// peer's `remote` ones, ask the peer (operation `msg_id`) to help, and
+    /// copy our share now.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn share(
+        &mut self,
+        n: usize,
+        we_read: bool,
+        local: Vec<(usize, usize)>,
+        remote: Vec<(usize, usize)>,
+        pid: u32,
+        peer: SocketAddr,
+        msg_id: u64,
+        what: JobFor,
+    ) {
+        // A receive with more queued is pipelined (see below).
+        let pipelined = self.busy && matches!(what, JobFor::Recv { .. } | JobFor::Pair { .. });
+        // A lone receive's owner copies 4 KiB more (`job_chunk`); a
+        // pipelined receive is cut in halves: there we copy one chunk
+        // while the helper copies the last and the next is queued. RMA
+        // too, whose helper is often busy with its own copies (two-way
+        // fi_rma_bw; the skew was not measurably better either way).
+        let lone = !pipelined && matches!(what, JobFor::Recv { .. });
+        // (A pair: one chunk of each side's halves.)
+        let chunk = match &what {
+            JobFor::Pair { first, second } => {
+                first_halves([first.hdr.len, second.hdr.len].map(|l| l as usize).into_iter())
+            }
+            JobFor::Writes { run } => first_halves(run.iter().map(|w| w.0.len as usize)),
+            _ => self.job_chunk(n, lone),
+        };
+        let slot = self.free_slots.pop().expect("can_share saw a free slot");
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        // We read from the peer exactly when the peer writes into us.
+        let opened = self.job_table.open(slot, gen, n, chunk, we_read, &local);
+        let job = Job {
+            slot,
+            gen,
+            chunk,
+            total: n,
+            we_read,
+            pid,
+            peer,
+            local,
+            remote,
+            what,
+            settled_last: Cell::new(false),
+            held: Cell::new(None),
+            foreign: None,
+        };
+        if !opened {
+            // (can_share checked what a slot holds; should it still not
+            // take the job, copy alone rather than trust the slot.)
+            return self.complete_job(job, false);
+        }
+        let mut cts = Hdr { op: op::CTS, msg_id, rma_addr: slot as u64, tag: gen as u64, ..Default::default() };
+        let ids: Vec<u64> = match &job.what {
+            JobFor::Pair { first, second } => vec![first.hdr.msg_id, second.hdr.msg_id],
+            JobFor::Writes { run } => run.iter().map(|w| w.0.msg_id).collect(),
+            _ => Vec::new(),
+        };
+        if ids.is_empty() {
+            self.push_ctrl(peer, cts);
+        } else {
+            // (A job over several operations: their ids in the body.)
+            cts.flags |= flag::RUN;
+            cts.iov_count = ids.len() as u16;
+            let body: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+            self.push_ctrl_body(peer, cts, &body);
+        }
+        if pipelined {
+            // More is queued: rather than copy our share and wait for the
+            // helper's now (its CTS latency and its copy on our critical
+            // path), copy one chunk and start the next transfer; the
+            // helper's chunks of this one overlap it, and what it has not
+            // claimed by then we copy when the job completes. (Taking every
+            // chunk the late helper had not claimed yet, as a lone job
+            // does, left it idle: one-way 64 KiB sends 14 -> 16.9 GB/s
+            // medians of 6 alternating runs, by taking one.) Only
+            // receives: each has its own buffer, so their copies may
+            // overlap; RMA writes to one region must not.
+            self.work(&job, 1);
+            // The previous receive's job completes first: receives
+            // complete in matching order.
+            self.finish_open_job();
+            self.open_job = Some(job);
+            self.open_calls = 0;
+        } else {
+            self.work(&job, usize::MAX);
+            self.finish_open_job();
+            self.finish_job(job);
+        }
+    }
+
+    /// Complete the receive job left open by `share`, if any (copy what
+    /// its helper has not claimed, wait for the chunks it holds), then the
+    /// receive kept for pairing (`pair_recv`), if any, alone. Called
+    /// before any other receive completes and before any other data
+    /// message takes effect.
+    pub(super) fn finish_open_job(&mut self) {
+        // (A kept receive, when there is an open job too, was matched after
+        // it: taken first, so that the job's own completion, which
+        // completes what came before it, does not deliver it.)
+        let kept = self.kept.take();
+        if let Some(j) = self.open_job.take() {
+            self.work(&j, usize::MAX);
+            self.finish_job(j);
+        }
+        if let Some(k) = kept {
+            // (Alone, and completed now: nothing may stay open.)
+            let busy = std::mem::replace(&mut self.busy, false);
+            self.deliver_rts(k);
+            self.busy = busy;
+        }
+    }
+
+    /// Copy every chunk of `j` nobody has claimed yet (`max`: at most that
+    /// many).
+    pub(super) fn work(&self, j: &Job, max: usize) {
+        let t = j.foreign.as_ref().unwrap_or(&self.job_table);
+        let mut n = 0;
+        while n < max {
+            let Some(k) = j.held.take().or_else(|| t.claim(j.slot, j.gen, false)) else { break };
+            n += 1;
+            let ok = jobs::copy_chunk(j.pid, j.we_read, &j.local, &j.remote, j.total, j.chunk, k);
+            if t.settle(j.slot, ok) {
+                j.settled_last.set(true);
+            }
+            if !ok {
+                // Settle the rest unclaimed: the whole job is redone alone.
+                for _ in 0..t.close(j.slot, j.gen) {
+                    t.settle(j.slot, false);
+                }
+            }
+        }
+    }
+
+    /// Wait for the chunks the peer is still copying (at most one each,
+    /// since we claimed the rest), then complete the transfer. Completing
+    /// here, not later, keeps receive completions in matching order. A peer
+    /// that does not settle within `JOB_WAIT` (stopped, descheduled) leaves
+    /// the job stalled: it completes from a later progress call, and this
+    /// one returns rather than hang.
+    pub(super) fn finish_job(&mut self, j: Job) {
+        let start = Instant::now();
+        loop {
+            match self.job_state(&j, false) {
+                Some(ok) => return self.complete_job(j, ok),
+                None if start.elapsed() >= JOB_WAIT => {
+                    if let Some(ok) = self.job_state(&j, true) {
+                        return self.complete_job(j, ok);
+                    }
+                    break;
+                }
+                None => std::hint::spin_loop(),
+            }
+        }
+        tracing::debug!("shared copy with {} stalled (its peer holds a chunk); completing it later", j.peer);
+        self.stalled.push(j);
+    }
+
+    /// Whether a job is over: Some(true) all chunks copied, Some(false)
+    /// some chunk failed or (`alive_check`, which reads /proc) its copier
+    /// is gone, None still copying.
+    pub(super) fn job_state(&self, j: &Job, alive_check: bool) -> Option<bool> {
+        let t = j.foreign.as_ref().unwrap_or(&self.job_table);
+        let (settled, failed) = t.progress(j.slot);
+        // A sender job's slot is the sender's, reused only once the job is
+        // over, every chunk copied (a failed one waits for our ACK). Read
+        // after the counts: counts from a later job in the slot come after
+        // its generation, so with the generation still ours they are ours.
+        if j.foreign.is_some() && t.generation(j.slot) != j.gen {
+            return Some(true);
+        }
+        if settled as usize >= j.total.div_ceil(j.chunk) {
+            return Some(!failed);
+        }
+        // A helper killed mid-chunk never settles it. (One that settled
+        // the last chunk, completed its send and exited since the load
+        // above is not such a helper: look again once it is gone.)
+        if alive_check && !crate::shm::region::pid_alive(j.pid) {
+            let (settled, failed) = t.progress(j.slot);
+            return Some(settled as usize >= j.total.div_ceil(j.chunk) && !failed);
+        }
+        None
+    }
+
+    /// Complete stalled jobs that are over (`alive_check`: also those whose
+    /// peer died; on the liveness tick).
+    pub(super) fn check_stalled(&mut self, alive_check: bool) {
+        let mut i = 0;
+        while i < self.stalled.len() {
+            match self.job_state(&self.stalled[i], alive_check) {
+                Some(ok) => {
+                    let j = self.stalled.swap_remove(i);
+                    self.complete_job(j, ok);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// A job is over: free its slot (no chunk is in flight any more, or its
+    /// copier is dead) and complete the transfer, or redo it alone.
+    pub(super) fn complete_job(&mut self, j: Job, ok: bool) {
+        if j.foreign.is_none() {
+            self.free_slots.push(j.slot);
+        }
+        match j.what {
+            JobFor::Recv { p, hdr } if ok && (j.foreign.is_some() || !j.settled_last.get()) => {
+                // The helper settled the last chunk and so completed its
+                // send itself, or the job was the sender's, which sees it
+                // done in its own slot: no ACK.
+                self.finish_open_job();
+                self.complete_recv(p, hdr, j.peer, 0);
+            }
+            JobFor::Recv { p, hdr } if ok => self.finish_recv(p, hdr, j.peer, 0),
+            JobFor::Recv { p, hdr } => self.recv_rts(p, hdr, j.peer, j.pid, &j.remote),
+            JobFor::Pair { first, second } if ok && (j.foreign.is_some() || !j.settled_last.get()) => {
+                self.finish_open_job();
+                self.complete_recv(first.p, first.hdr, j.peer, 0);
+                self.complete_recv(second.p, second.hdr, j.peer, 0);
+            }
+            JobFor::Pair { first, second } if ok => {
+                self.finish_recv(first.p, first.hdr, j.peer, 0);
+                self.finish_recv(second.p, second.hdr, j.peer, 0);
+            }
+            JobFor::Pair { first, second } => {
+                self.recv_rts(first.p, first.hdr, j.peer, first.pid, &first.src);
+                self.recv_rts(second.p, second.hdr, j.peer, second.pid, &second.src);
+            }
+            JobFor::Writes { run } if ok => self.writes_done(j.peer, &run),
+            JobFor::Writes { run } => {
+                for (h, region, l, r) in run {
+                    self.rma_copy(h, j.peer, j.pid, l, r, region);
+                }
+            }
+            JobFor::Rma { hdr, hold } if ok => self.rma_done(hdr, j.peer, 0, Some(&hold)),
+            JobFor::Rma { hdr, hold } => self.rma_copy(hdr, j.peer, j.pid, j.local, j.remote, hold),
+        }
+    }
+
+    /// The peer's side of a shared copy: claim and copy chunks of the job
+    /// the owner (`from`) published for our operation `h.msg_id`.
+    pub(super) fn help(&mut self, h: Hdr, from: SocketAddr, body: &[u8]) {
+        if h.flags & flag::RUN != 0 {
+            return self.help_run(h, from, body);
+        }
+        let (slot, gen) = (h.rma_addr as u32, h.tag as u32);
+        // Only the peer the operation went to may ask us to copy its data.
+        let Some(p) = self.pending.get(&h.msg_id).filter(|p| p.peer == from) else { return };
+        let Some(t) = self.peers.get(&from).map(|x| x.region.jobs()) else { return };
+        if p.iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
+            return; // only our own word copies touch device memory
+        }
+        let Some(v) = t.view(slot, gen) else { return };
+        // The helper writes its buffers into the owner's for a send or a
+        // write, and reads into them for a read; never the other way.
+        if v.helper_writes != (p.kind != Kind::Read) {
+            tracing::warn!("shared copy from {from} for operation {} goes the wrong way; not helping", h.msg_id);
+            return;
+        }
+        if v.total > total(&p.iovs) {
+            tracing::warn!("shared copy from {from} for operation {} is larger than it; not helping", h.msg_id);
+            return;
+        }
+        let send = p.kind == Kind::Send;
+        let done = t.help(slot, gen, h.pid, !v.helper_writes, &p.iovs, &v);
+        // We settled the last chunk of a send's job, every chunk copied:
+        // the data is in the receiver's posted buffer and ours is no
+        // longer read, so the send is complete (delivery complete too);
+        // the receiver, which sees it settled by us, sends no ACK.
+        if done && send {
+            if let Some(p) = self.pending.remove(&h.msg_id) {
+                self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
+            }
+        }
+    }
+
+    /// Help with a job over several of our operations (a CTS with flag
+    /// RUN, their ids in `body`): all sends or all writes to `from`, laid
+    /// out in halves (`halves`) exactly as the job's size and first chunk
+    /// say. Our last settle completes sends, as for one; writes complete
+    /// on the owner's answer.
+    pub(super) fn help_run(&mut self, h: Hdr, from: SocketAddr, body: &[u8]) {
+        let (slot, gen) = (h.rma_addr as u32, h.tag as u32);
+        let n = h.iov_count as usize;
+        let ids: Vec<u64> =
+            body.chunks_exact(8).take(n).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())).collect();
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let Some(t) = self.peers.get(&from).map(|x| x.region.jobs()) else { return };
+        let Some(v) = t.view(slot, gen) else { return };
+        let mine: Option<Vec<&Pending>> = ids.iter().map(|id| self.pending.get(id)).collect();
+        let kind = mine.as_ref().and_then(|m| m.first()).map(|p| p.kind);
+        let fits = mine.as_ref().is_some_and(|m| {
+            m.iter().all(|p| p.peer == from && Some(p.kind) == kind)
+                && m.iter().map(|p| p.len).sum::<usize>() == v.total
+                && first_halves(m.iter().map(|p| p.len)) == v.chunk
+        });
+        if n < 2 || ids.len() != n || distinct.len() != n || !fits || kind == Some(Kind::Read) || !v.helper_writes {
+            tracing::warn!("a shared copy from {from} over operations {ids:?} does not match them; not helping");
+            return;
+        }
+        let mine = mine.unwrap_or_default();
+        if mine.iter().any(|p| p.iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l))) {
+            return; // only our own word copies touch device memory
+        }
+        let parts: Vec<Vec<(usize, usize)>> = mine.iter().map(|p| clip(&p.iovs, p.len)).collect();
+        let local = halves(&parts.iter().map(|x| &x[..]).collect::<Vec<_>>());
+        if t.help(slot, gen, h.pid, false, &local, &v) && kind == Some(Kind::Send) {
+            for id in ids {
+                if let Some(p) = self.pending.remove(&id) {
+                    self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
+                }
+            }
+        }
+    }
+}
