@@ -1735,7 +1735,9 @@ impl Engine {
         // run is a job it helps with, each side copying the same half of
         // every write, when no two writes of the run overlap partly (each
         // byte is then written by one side only, in the order sent).
-        if self.peers.get(&peer).is_some_and(|p| p.region.idle()) && runs_apart(&run) {
+        if self.peers.get(&peer).is_some_and(|p| p.region.idle())
+            && runs_apart(&run.iter().map(|w| &w.2[..]).collect::<Vec<_>>())
+        {
             let local = halves(&run.iter().map(|w| &w.2[..]).collect::<Vec<_>>());
             if self.can_share(bytes, &local, &peer) {
                 let remote = halves(&run.iter().map(|w| &w.3[..]).collect::<Vec<_>>());

@@ -29,12 +29,12 @@ pub(super) fn first_halves(lens: impl Iterator<Item = usize>) -> usize {
     lens.map(|n| n.div_ceil(2)).sum()
 }
 
-/// Whether the writes of a run may be copied by both sides at once in
-/// halves: each writes one piece of our memory, and any two pieces are
-/// apart or the very same (then both sides write their half of it in the
-/// order sent).
-pub(super) fn runs_apart(run: &[QueuedWrite]) -> bool {
-    let spans: Option<Vec<(usize, usize)>> = run.iter().map(|w| (w.2.len() == 1).then(|| w.2[0])).collect();
+/// Whether the writes of a run (each one's buffers in our memory) may be
+/// copied by both sides at once in halves: each writes one piece of our
+/// memory, and any two pieces are apart or the very same (then both sides
+/// write their half of it in the order sent).
+pub(super) fn runs_apart(writes: &[&[(usize, usize)]]) -> bool {
+    let spans: Option<Vec<(usize, usize)>> = writes.iter().map(|w| (w.len() == 1).then(|| w[0])).collect();
     let Some(spans) = spans else { return false };
     spans
         .iter()
@@ -535,5 +535,44 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{first_halves, halves, runs_apart};
+
+    #[test]
+    fn halves_put_every_first_half_before_the_second_halves() {
+        // 10 bytes in one piece and 7 in two: halves rounded up (5, 4).
+        let a: &[(usize, usize)] = &[(1000, 10)];
+        let b: &[(usize, usize)] = &[(2000, 3), (3000, 4)];
+        let v = halves(&[a, b]);
+        assert_eq!(v, vec![(1000, 5), (2000, 3), (3000, 1), (1005, 5), (3001, 3)]);
+        let first = first_halves([10, 7].into_iter());
+        assert_eq!(first, 9);
+        assert_eq!(v.iter().map(|x| x.1).sum::<usize>(), 17);
+        // The first chunk (the first `first` bytes) is exactly the first halves.
+        let mut at = 0;
+        let cut: Vec<_> = v
+            .iter()
+            .take_while(|x| {
+                at += x.1;
+                at <= first
+            })
+            .collect();
+        assert_eq!(cut.iter().map(|x| x.1).sum::<usize>(), first);
+    }
+
+    #[test]
+    fn only_runs_of_single_pieces_apart_or_identical_are_split() {
+        let one = |a, n| vec![(a, n)];
+        let (x, y, same, part) = (one(0, 100), one(100, 50), one(0, 100), one(50, 100));
+        assert!(runs_apart(&[&x, &y]), "apart");
+        assert!(runs_apart(&[&x, &same, &y]), "the very same range twice");
+        assert!(!runs_apart(&[&x, &part]), "overlapping in part");
+        assert!(!runs_apart(&[&y, &x, &part]), "overlapping in part, not next to each other");
+        let two = vec![(500, 10), (600, 10)];
+        assert!(!runs_apart(&[&x, &two]), "a write in two pieces");
     }
 }
