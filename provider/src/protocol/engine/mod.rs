@@ -989,11 +989,7 @@ impl Engine {
         // A sender's endpoint that closed (its process may live on) gave up
         // its buffers: its queue says so (one load when we know it).
         if u.gone || self.closed_peer(&u.from, u.hdr.msg_id) {
-            tracing::warn!(
-                "a receive matched a send from {}, whose endpoint has closed since; its data is gone",
-                u.from
-            );
-            return self.finish_recv(p, u.hdr, u.from, ffi::FI_EIO);
+            return self.sender_closed(p, u.hdr, u.from);
         }
         let dest = clip(&p.iovs, n);
         // The sender offered a job in its region: take it when we would
@@ -1044,21 +1040,28 @@ impl Engine {
     /// own.
     fn deliver_rts(&mut self, r: Box<Paired>) {
         self.delivered = self.delivered.wrapping_add(1);
-        // (A receive kept for pairing: its sender may have gone or closed
-        // its endpoint since it matched.)
-        if r.gone || self.closed_peer(&r.from, r.hdr.msg_id) {
-            tracing::warn!(
-                "a receive matched a send from {}, whose endpoint has closed since; its data is gone",
-                r.from
-            );
-            return self.finish_recv(r.p, r.hdr, r.from, ffi::FI_EIO);
-        }
         let n = total(&r.dest);
         if self.can_share(n, &r.dest, &r.from) {
             let Paired { p, hdr, pid, from, dest, src, .. } = *r;
             return self.share(n, true, dest, src, pid, from, hdr.msg_id, JobFor::Recv { p, hdr });
         }
         self.recv_rts(r.p, r.hdr, r.from, r.pid, &r.src);
+    }
+
+    /// A receive kept for pairing, sent its own way: its sender may have
+    /// gone or closed its endpoint since it matched.
+    fn deliver_kept(&mut self, k: Box<Paired>) {
+        if k.gone || self.closed_peer(&k.from, k.hdr.msg_id) {
+            return self.sender_closed(k.p, k.hdr, k.from);
+        }
+        self.deliver_rts(k);
+    }
+
+    /// A receive matched a send whose endpoint has closed since (its
+    /// process may live on): its buffers are no longer its to offer.
+    fn sender_closed(&mut self, p: Posted, hdr: Hdr, from: SocketAddr) {
+        tracing::warn!("a receive matched a send from {from}, whose endpoint has closed since; its data is gone");
+        self.finish_recv(p, hdr, from, ffi::FI_EIO);
     }
 
     /// The receiver's copy of a rendezvous send, alone: process_vm_readv
@@ -1604,9 +1607,7 @@ impl Engine {
     fn take_message(&mut self, msg: &[u8], more: bool) {
         // (The kind is the header's first byte; on_message checks the rest.)
         let op = msg.first().copied();
-        if matches!(op, Some(op::WRITE | op::WRITE_INLINE | op::READ))
-            && Hdr::decode(msg).is_some_and(|(h, _)| self.rma_held(h.pid))
-        {
+        if self.rma_held(msg) {
             self.deferred.push_back(msg.to_vec());
             return;
         }
@@ -1621,14 +1622,17 @@ impl Engine {
         self.deferred.push_back(msg.to_vec());
     }
 
-    /// Whether RMA requests from process `pid` wait: one of its RMA jobs
-    /// with us is stalled (its helper holds a chunk, `finish_job`), and a
-    /// later request must not take effect before that chunk does (a write
-    /// over the same bytes would be overwritten by the older chunk, a read
-    /// would see a write posted after it).
-    fn rma_held(&self, pid: u32) -> bool {
+    /// Whether `msg` is an RMA request that waits: one of its sender's
+    /// RMA jobs with us is stalled (its helper holds a chunk, `finish_job`),
+    /// and a later request must not take effect before that chunk does (a
+    /// write over the same bytes would be overwritten by the older chunk, a
+    /// read would see a write posted after it). (Nothing is parsed unless
+    /// some job is stalled.)
+    fn rma_held(&self, msg: &[u8]) -> bool {
+        let rma = |j: &Job| matches!(j.what, JobFor::Rma { .. } | JobFor::Writes { .. });
         !self.stalled.is_empty()
-            && self.stalled.iter().any(|j| j.pid == pid && matches!(j.what, JobFor::Rma { .. } | JobFor::Writes { .. }))
+            && matches!(msg.first(), Some(&(op::WRITE | op::WRITE_INLINE | op::READ)))
+            && Hdr::decode(msg).is_some_and(|(h, _)| self.stalled.iter().any(|j| j.pid == h.pid && rma(j)))
     }
 
     /// Handle kept messages, up to and including one copy (or one batch of
@@ -1636,8 +1640,7 @@ impl Engine {
     /// application after at most one peer's copy.
     fn serve_deferred(&mut self) {
         loop {
-            let front = self.deferred.front().and_then(|m| Hdr::decode(m)).map(|(h, _)| h);
-            if front.is_some_and(|h| matches!(h.op, op::WRITE | op::WRITE_INLINE | op::READ) && self.rma_held(h.pid)) {
+            if self.deferred.front().is_some_and(|m| self.rma_held(m)) {
                 // (Everything behind it waits too: a peer's data messages
                 // take effect in the order sent.)
                 break;

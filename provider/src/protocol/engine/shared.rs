@@ -78,11 +78,11 @@ impl Engine {
                         JobFor::Pair { first: k, second: r },
                     );
                 }
-                self.deliver_rts(k);
+                self.deliver_kept(k);
                 self.deliver_rts(r);
             }
             Some(k) => {
-                self.deliver_rts(k);
+                self.deliver_kept(k);
                 self.pair_recv(r);
             }
             None if self.busy => {
@@ -328,7 +328,7 @@ impl Engine {
         if let Some(k) = kept {
             // (Alone, and completed now: nothing may stay open.)
             let busy = std::mem::replace(&mut self.busy, false);
-            self.deliver_rts(k);
+            self.deliver_kept(k);
             self.busy = busy;
         }
     }
