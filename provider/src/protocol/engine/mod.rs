@@ -998,7 +998,7 @@ impl Engine {
         if u.hdr.flags & flag::SJOB != 0 && !self.busy && self.can_share(n, &dest, &u.from) {
             let (slot, gen) = (u.hdr.rma_addr as u32, u.hdr.rma_key as u32);
             let t = self.peers.get(&u.from).map(|x| x.region.jobs());
-            let chunk = self.job_chunk(n, false);
+            let chunk = self.job_chunk(n, false, dest.first().map_or(0, |l| l.0));
             if let Some(t) = t.filter(|t| t.accept(slot, gen, n, chunk, &dest)) {
                 let remote = clip(&u.iovs, n);
                 let what = JobFor::Recv { p, hdr: u.hdr };

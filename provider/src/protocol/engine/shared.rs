@@ -24,6 +24,34 @@ pub(super) fn halves(parts: &[&[(usize, usize)]]) -> Vec<(usize, usize)> {
     v
 }
 
+/// The chunk of a two-chunk job of `n` bytes, moved (by less than a page)
+/// so that the second chunk starts at a page boundary of the owner's
+/// buffer at `base`: each process_vm_* call walks the pages of its range
+/// one by one (pinning each), and a split inside a page gives that page to
+/// both calls. Jobs of more chunks, and moves that would change the number
+/// of chunks, keep `chunk`. Measured (64 KiB `fi_rdm_pingpong`, whose
+/// buffers start 16 bytes into a page, so 32/32 KiB halves take 9 pages
+/// each and 36 KiB - 16 / 28 KiB + 16 take 9 and 8; 10 alternating runs,
+/// same build, medians): 5.43 -> 4.76 us, and 5.50 -> 5.33 in a slower
+/// spell; no change at 128 KiB; a C model of the copy alone (two
+/// processes, CMA halves, flags): 3.93 -> 3.72 us.
+pub(super) fn page_split(n: usize, chunk: usize, base: usize) -> usize {
+    const PAGE: usize = 4096;
+    if n.div_ceil(chunk) != 2 {
+        return chunk;
+    }
+    let over = (base + chunk) % PAGE;
+    let down = chunk - over.min(chunk);
+    let up = chunk + (PAGE - over) % PAGE;
+    let two = |c: usize| c > 0 && c < n && n.div_ceil(c) == 2;
+    match (two(down), two(up)) {
+        (true, true) if over <= PAGE / 2 => down,
+        (_, true) => up,
+        (true, false) => down,
+        (false, false) => chunk,
+    }
+}
+
 /// The first chunk of `halves` over operations of these sizes.
 pub(super) fn first_halves(lens: impl Iterator<Item = usize>) -> usize {
     lens.map(|n| n.div_ceil(2)).sum()
@@ -174,17 +202,20 @@ impl Engine {
     /// starts about 0.35 us after us (our CTS reaching it), some 4 KiB of
     /// copying, so both end together (64 KiB pingpong, traced: the
     /// receiver waited 0.4 us for the helper's half at 32/32, nothing at
-    /// 36/28; medians of 6 alternating runs 4.8 -> 4.45 us).
-    pub(super) fn job_chunk(&self, n: usize, skew: bool) -> usize {
+    /// 36/28; medians of 6 alternating runs 4.8 -> 4.45 us). A job of two
+    /// chunks is then split at a page boundary of the owner's buffer at
+    /// `base` (`page_split`).
+    pub(super) fn job_chunk(&self, n: usize, skew: bool, base: usize) -> usize {
         let half = n.div_ceil(2).clamp(16 << 10, 1 << 20);
         let chunk = if self.share_chunk != 0 {
-            self.share_chunk
+            return self.share_chunk.max(n.div_ceil(jobs::MAX_CHUNKS));
         } else if skew && n <= 2 * half && n / 2 >= 16 << 10 {
             half + LONE_SKEW
         } else {
             half
         };
-        chunk.max(n.div_ceil(jobs::MAX_CHUNKS))
+        let chunk = chunk.max(n.div_ceil(jobs::MAX_CHUNKS));
+        page_split(n, chunk, base)
     }
 
     /// Whether a copy of `n` bytes into/out of our `local` buffers is
@@ -245,7 +276,7 @@ impl Engine {
                 first_halves([first.hdr.len, second.hdr.len].map(|l| l as usize).into_iter())
             }
             JobFor::Writes { run } => first_halves(run.iter().map(|w| w.0.len as usize)),
-            _ => self.job_chunk(n, lone),
+            _ => self.job_chunk(n, lone, local.first().map_or(0, |l| l.0)),
         };
         let slot = self.free_slots.pop().expect("can_share saw a free slot");
         let gen = self.next_gen;
@@ -540,7 +571,7 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::{first_halves, halves, runs_apart};
+    use super::{first_halves, halves, page_split, runs_apart};
 
     #[test]
     fn halves_put_every_first_half_before_the_second_halves() {
@@ -562,6 +593,29 @@ mod tests {
             })
             .collect();
         assert_eq!(cut.iter().map(|x| x.1).sum::<usize>(), first);
+    }
+
+    #[test]
+    fn two_chunk_jobs_split_at_a_page_boundary_of_the_owners_buffer() {
+        // fabtests' buffers start 16 bytes into a page: 32/32 KiB halves
+        // would share a page; the first chunk grows to the boundary (a
+        // skewed one shrinks to it), and the job keeps two chunks.
+        assert_eq!(page_split(65536, 32768, 0x7f00_0010), 36848);
+        assert_eq!(page_split(65536, 36864, 0x7f00_0010), 36848);
+        // Already on a boundary; more than two chunks: unchanged.
+        assert_eq!(page_split(65536, 32768, 0x7f00_0000), 32768);
+        assert_eq!(page_split(3 << 20, 1 << 20, 0x10), 1 << 20);
+        // A move down would make three chunks: up instead.
+        assert_eq!(page_split(40000, 20000, 0), 20480);
+        for base in [0usize, 16, 2048, 4000, 4095] {
+            for n in [32768usize, 40000, 65536, 65537, 131072, 200000] {
+                let chunk = n.div_ceil(2);
+                let c = page_split(n, chunk, base);
+                assert_eq!(n.div_ceil(c), 2, "n {n} base {base}: {c}");
+                assert!(c.abs_diff(chunk) < 4096, "n {n} base {base}: {c}");
+                assert!(c == chunk || (base + c).is_multiple_of(4096), "n {n} base {base}: {c}");
+            }
+        }
     }
 
     #[test]
