@@ -202,8 +202,8 @@ impl Engine {
     /// starts about 0.35 us after us (our CTS reaching it), some 4 KiB of
     /// copying, so both end together (64 KiB pingpong, traced: the
     /// receiver waited 0.4 us for the helper's half at 32/32, nothing at
-    /// 36/28; medians of 6 alternating runs 4.8 -> 4.45 us). A job of two
-    /// chunks is then split at a page boundary of the owner's buffer at
+    /// 36/28; medians of 6 alternating runs 4.8 -> 4.45 us). A lone job of
+    /// two chunks is then split at a page boundary of the owner's buffer at
     /// `base` (`page_split`).
     pub(super) fn job_chunk(&self, n: usize, skew: bool, base: usize) -> usize {
         let half = n.div_ceil(2).clamp(16 << 10, 1 << 20);
@@ -215,6 +215,13 @@ impl Engine {
             half
         };
         let chunk = chunk.max(n.div_ceil(jobs::MAX_CHUNKS));
+        if self.busy {
+            // (A pipelined job: its owner copies one chunk and moves on,
+            // and a first chunk grown to a page boundary is more of the
+            // owner's time; no gain measured there, one-way 64 KiB sends
+            // 16.6 against 16.4 GB/s, 8 alternating runs.)
+            return chunk;
+        }
         page_split(n, chunk, base)
     }
 
