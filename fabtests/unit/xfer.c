@@ -738,6 +738,68 @@ static void t_sizes(struct node *n, bool ps)
 }
 
 /*
+ * A lone rendezvous send large enough to be shared (64 KiB up) is copied by
+ * both processes in two chunks split at a page boundary of the receive
+ * buffer (docs/wire.md, shared copies): buffers that start inside a page,
+ * at the same or different offsets on the two sides, arrive intact, and
+ * nothing before or after the receive buffer is touched.
+ */
+static void t_offsets(struct node *n, bool ps)
+{
+	static const size_t sizes[] = { 64 * KiB, 64 * KiB + 1, 100000, 128 * KiB };
+	static const size_t offs[][2] = { { 16, 16 }, { 16, 2048 }, { 4095, 16 }, { 2048, 4095 } };
+	bool snd = n->parent == ps;
+	struct comp c;
+
+	OXT_GROUP(gname("1. lone shared copies of 64-128 KiB between buffers that start inside a page (send/recv offsets 16/16, 16/2048, 4095/16, 2048/4095), %s",
+			dir(ps)));
+	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+		for (size_t o = 0; o < sizeof offs / sizeof offs[0]; o++) {
+			size_t size = sizes[k], so = offs[o][0], ro = offs[o][1];
+			uint64_t seed = 21000 + size + o * 7 + ps;
+
+			if (!snd) {
+				memset(n->rx, POISON, ro + size + 64);
+				POST(&n->e1,
+				     fi_recv(n->e1.ep, n->rx + ro, size, n->rxd,
+					     FI_ADDR_UNSPEC, CTX(0)),
+				     "recv of %zu B at offset %zu", size, ro);
+			} else {
+				fill(n->tx + so, size, seed);
+			}
+			SYNC(n);
+			if (snd) {
+				POST(&n->e1,
+				     fi_send(n->e1.ep, n->tx + so, size, n->txd,
+					     n->peer, CTX(1)),
+				     "send of %zu B from offset %zu", size, so);
+				EXPECT_OK(&n->e1, CTX(1), FI_SEND | FI_MSG, &c,
+					  "send of %zu B from offset %zu", size, so);
+				EXPECT_PAT(n->tx + so, size, seed,
+					   "send buffer after the send of %zu B from offset %zu",
+					   size, so);
+			} else if (EXPECT_OK(&n->e1, CTX(0), FI_RECV | FI_MSG, &c,
+					     "recv of %zu B at offset %zu", size, ro)) {
+				EXPECT(c.e.len == size,
+				       "recv of %zu B at offset %zu: len %zu", size,
+				       ro, c.e.len);
+				EXPECT_PAT(n->rx + ro, size, seed,
+					   "recv of %zu B at offset %zu (sent from offset %zu)",
+					   size, ro, so);
+				EXPECT_BYTES(n->rx, ro, POISON,
+					     "recv of %zu B at offset %zu: bytes before the buffer",
+					     size, ro);
+				EXPECT_BYTES(n->rx + ro + size, 64, POISON,
+					     "recv of %zu B at offset %zu: bytes after the buffer",
+					     size, ro);
+			}
+			SYNC(n);
+		}
+	}
+	EXPECT_NONE(&n->e1, 0, "after the offsets");
+}
+
+/*
  * docs/wire.md: a send of up to 8080 B goes inline and completes when its
  * cell is written (the receiver need not do anything); a larger one is an
  * RTS and completes on the receiver's ACK. The receiver here neither posts
@@ -1820,12 +1882,15 @@ static ssize_t rma_post(struct node *n, bool read, size_t len, uint64_t addr,
 
 static void t_rma(struct node *n, const struct rinfo *ri)
 {
-	static const size_t sizes[] = { 8, 8080, 8081, MiB };
+	/* 100000 B: a lone shared copy of two chunks, split at a page
+	 * boundary of the target's buffer, which starts inside a page. */
+	static const size_t sizes[] = { 8, 8080, 8081, 100000, MiB };
+	const size_t nsizes = sizeof sizes / sizeof sizes[0];
 	const struct rinfo *m = &ri[R_MAIN];
 	struct comp c;
 
 	OXT_GROUP("5. RMA: fi_write and fi_read of 8 B .. 1 MiB, fi_writedata (target CQ data), fi_inject_write");
-	for (size_t k = 0; k < 4; k++) {
+	for (size_t k = 0; k < nsizes; k++) {
 		size_t size = sizes[k], off = size == MiB ? 0 : 4096 + 13;
 		uint64_t seed = 11000 + k;
 
@@ -1840,7 +1905,7 @@ static void t_rma(struct node *n, const struct rinfo *ri)
 		}
 	}
 	CMD(n, CMD_INTACT, R_MAIN, 0, 0, 0);
-	for (size_t k = 0; k < 4; k++) {
+	for (size_t k = 0; k < nsizes; k++) {
 		size_t size = sizes[k], off = size == MiB ? 0 : 2 * 4096 + 5;
 		uint64_t seed = 12000 + k;
 
@@ -2467,6 +2532,8 @@ static void run_groups(struct node *n, const struct hello *peer)
 
 	for (int ps = 1; ps >= 0; ps--)
 		t_sizes(n, ps);
+	for (int ps = 1; ps >= 0; ps--)
+		t_offsets(n, ps);
 	for (int ps = 1; ps >= 0; ps--)
 		t_boundary(n, ps);
 	for (int ps = 1; ps >= 0; ps--)
