@@ -43,23 +43,51 @@ fn total(v: &[(usize, usize)]) -> usize {
     v.iter().fold(0usize, |s, x| s.saturating_add(x.1))
 }
 
+/// The most iovs a side of a copy has for it to be built on the stack
+/// (`slice_into`, `transfer_direct`): the common one or two buffers take
+/// no allocation on the way to the kernel; longer lists take vectors.
+pub(crate) const STACK_IOVS: usize = 8;
+
 /// The pieces of `iovs` from byte `offset` for `len` bytes.
-pub fn slice(iovs: &[(usize, usize)], mut offset: usize, mut len: usize) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    for &(a, l) in iovs {
-        if len == 0 {
-            break;
-        }
-        if offset >= l {
-            offset -= l;
-            continue;
-        }
-        let n = (l - offset).min(len);
-        out.push((a + offset, n));
-        len -= n;
-        offset = 0;
+fn pieces(iovs: &[(usize, usize)], offset: usize, len: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    // (Stops at the last piece: a long list is not walked to its end.)
+    iovs.iter()
+        .scan((offset, len), |(offset, len), &(a, l)| {
+            if *len == 0 {
+                return None;
+            }
+            if *offset >= l {
+                *offset -= l;
+                return Some(None);
+            }
+            let n = (l - *offset).min(*len);
+            let at = a + *offset;
+            *len -= n;
+            *offset = 0;
+            Some(Some((at, n)))
+        })
+        .flatten()
+}
+
+/// The pieces of `iovs` from byte `offset` for `len` bytes.
+pub fn slice(iovs: &[(usize, usize)], offset: usize, len: usize) -> Vec<(usize, usize)> {
+    pieces(iovs, offset, len).collect()
+}
+
+/// `slice` into `buf`, without allocating: None when the pieces do not
+/// fit in it.
+pub fn slice_into<'a>(
+    iovs: &[(usize, usize)],
+    offset: usize,
+    len: usize,
+    buf: &'a mut [(usize, usize); STACK_IOVS],
+) -> Option<&'a [(usize, usize)]> {
+    let mut n = 0;
+    for p in pieces(iovs, offset, len) {
+        *buf.get_mut(n)? = p;
+        n += 1;
     }
-    out
+    Some(&buf[..n])
 }
 
 /// Bounce size for transfers whose local side is device memory.
@@ -102,44 +130,64 @@ fn transfer_bounced(pid: u32, local: &[(usize, usize)], remote: &[(usize, usize)
     Ok(done)
 }
 
+/// One process_vm_readv/writev call (at most IOV_MAX iovs a side).
+fn call(pid: u32, l: &[libc::iovec], r: &[libc::iovec], write: bool) -> io::Result<usize> {
+    let (nl, nr) = (l.len().min(IOV_MAX) as u64, r.len().min(IOV_MAX) as u64);
+    // SAFETY: the local iovs are the caller's own live buffers (its
+    // contract); the kernel checks the remote ones in the other process.
+    let n = unsafe {
+        if write {
+            libc::process_vm_writev(pid as i32, l.as_ptr(), nl, r.as_ptr(), nr, 0)
+        } else {
+            libc::process_vm_readv(pid as i32, l.as_ptr(), nl, r.as_ptr(), nr, 0)
+        }
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 fn transfer_direct(pid: u32, local: &[(usize, usize)], remote: &[(usize, usize)], write: bool) -> io::Result<usize> {
+    let want = total(local).min(total(remote));
+    if want == 0 {
+        return Ok(0);
+    }
+    if local.len() <= STACK_IOVS && remote.len() <= STACK_IOVS {
+        // The common case, built on the stack: one call, which moves
+        // everything unless the kernel stops short.
+        let none = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+        let (mut l, mut r) = ([none; STACK_IOVS], [none; STACK_IOVS]);
+        for (d, &(a, n)) in l.iter_mut().zip(local) {
+            *d = libc::iovec { iov_base: a as *mut libc::c_void, iov_len: n };
+        }
+        for (d, &(a, n)) in r.iter_mut().zip(remote) {
+            *d = libc::iovec { iov_base: a as *mut libc::c_void, iov_len: n };
+        }
+        let n = call(pid, &l[..local.len()], &r[..remote.len()], write)?;
+        if n >= want || n == 0 {
+            return Ok(n);
+        }
+        let rest = want - n;
+        return Ok(n + transfer_list(pid, &slice(local, n, rest), &slice(remote, n, rest), write)?);
+    }
+    transfer_list(pid, local, remote, write)
+}
+
+/// `transfer_direct` on vectors of iovs, resuming short copies.
+fn transfer_list(pid: u32, local: &[(usize, usize)], remote: &[(usize, usize)], write: bool) -> io::Result<usize> {
     let want = total(local).min(total(remote));
     let mut l = to_iov(local);
     let mut r = to_iov(remote);
     let mut done = 0;
     while done < want {
-        // SAFETY: the local iovs are the caller's own live buffers (its
-        // contract); the kernel checks the remote ones in the other process.
-        let n = unsafe {
-            if write {
-                libc::process_vm_writev(
-                    pid as i32,
-                    l.as_ptr(),
-                    l.len().min(IOV_MAX) as u64,
-                    r.as_ptr(),
-                    r.len().min(IOV_MAX) as u64,
-                    0,
-                )
-            } else {
-                libc::process_vm_readv(
-                    pid as i32,
-                    l.as_ptr(),
-                    l.len().min(IOV_MAX) as u64,
-                    r.as_ptr(),
-                    r.len().min(IOV_MAX) as u64,
-                    0,
-                )
-            }
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let n = call(pid, &l, &r, write)?;
         if n == 0 {
             break;
         }
-        done += n as usize;
-        advance(&mut l, n as usize);
-        advance(&mut r, n as usize);
+        done += n;
+        advance(&mut l, n);
+        advance(&mut r, n);
     }
     Ok(done)
 }
@@ -209,4 +257,85 @@ pub unsafe fn view<'a>((addr, len): (usize, usize)) -> &'a [u8] {
     }
     // SAFETY: caller's contract.
     unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slice_into_gives_what_slice_gives_or_none_past_the_stack_size() {
+        let iovs: Vec<(usize, usize)> = (0..12).map(|i| (0x10000 * (i + 1), 100 + 37 * i)).collect();
+        let all = total(&iovs);
+        for off in [0, 1, 99, 100, 101, 500, all - 1] {
+            for len in [0, 1, 63, 200, 1000, all - off].into_iter().filter(|&l| l <= all - off) {
+                let want = slice(&iovs, off, len);
+                assert_eq!(total(&want), len, "off {off} len {len}");
+                let mut buf = [(0, 0); STACK_IOVS];
+                match slice_into(&iovs, off, len, &mut buf) {
+                    Some(got) => assert_eq!(got, &want[..], "off {off} len {len}"),
+                    None => assert!(want.len() > STACK_IOVS, "off {off} len {len}: {} pieces", want.len()),
+                }
+            }
+        }
+    }
+
+    /// Copies within this process (process_vm_readv/writev accept our own
+    /// pid) through both ways of building the iovs: on the stack (up to
+    /// STACK_IOVS a side) and in vectors, each byte where it belongs.
+    #[test]
+    fn transfers_move_every_byte_with_few_or_many_iovs() {
+        let pid = std::process::id();
+        for pieces in [1, 2, STACK_IOVS, STACK_IOVS + 1, 40] {
+            let src: Vec<u8> = (0..pieces * 1000).map(|i| (i * 7 + pieces) as u8).collect();
+            let mut dst = vec![0u8; src.len() + 1];
+            // Local side in `pieces` pieces of 1000, remote side in one or
+            // in 3000-byte pieces: the two lists cut the bytes differently.
+            let local: Vec<_> = (0..pieces).map(|i| (dst.as_mut_ptr() as usize + i * 1000, 1000)).collect();
+            let remote: Vec<_> = (0..src.len().div_ceil(3000))
+                .map(|i| (src.as_ptr() as usize + i * 3000, (src.len() - i * 3000).min(3000)))
+                .collect();
+            assert_eq!(read_from(pid, &local, &remote).unwrap(), src.len(), "{pieces} pieces");
+            assert_eq!(&dst[..src.len()], &src[..]);
+            assert_eq!(dst[src.len()], 0, "nothing past the end");
+            let mut back = vec![0u8; src.len()];
+            let far = [(back.as_mut_ptr() as usize, back.len())];
+            assert_eq!(write_to(pid, &local, &far).unwrap(), src.len());
+            assert_eq!(back, src);
+        }
+        assert_eq!(read_from(pid, &[], &[]).unwrap(), 0);
+    }
+
+    /// A remote side that runs into unmapped memory: the bytes before it
+    /// are copied, then the error is returned (not a short success).
+    #[test]
+    fn a_copy_into_unmapped_memory_fails() {
+        let pid = std::process::id();
+        // SAFETY: a fresh private mapping of two pages, second one unmapped
+        // again, used only through the kernel's checked copies below.
+        let base = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            libc::munmap((p as *mut u8).add(4096) as *mut libc::c_void, 4096);
+            p as usize
+        };
+        let src = vec![5u8; 6000];
+        for remote in [vec![(base + 96, 6000)], (0..3).map(|i| (base + 96 + 2000 * i, 2000)).collect()] {
+            let local = [(src.as_ptr() as usize, src.len())];
+            let e = write_to(pid, &local, &remote).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
+            // SAFETY: the first page is still mapped; read what landed.
+            let landed = unsafe { std::slice::from_raw_parts((base + 96) as *const u8, 4000) };
+            assert!(landed.iter().all(|&b| b == 5));
+        }
+        // SAFETY: the page mapped above.
+        unsafe { libc::munmap(base as *mut libc::c_void, 4096) };
+    }
 }

@@ -400,6 +400,12 @@ impl Engine {
     /// the job stalled: it completes from a later progress call, and this
     /// one returns rather than hang.
     pub(super) fn finish_job(&mut self, j: Job) {
+        // Our settle was the job's last, every chunk copied (`work` saw
+        // it): over, with nothing more to read from the slot, which the
+        // peer's core may hold.
+        if j.settled_last.get() {
+            return self.complete_job(j, true);
+        }
         let start = Instant::now();
         loop {
             match self.job_state(&j, false) {
