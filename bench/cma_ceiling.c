@@ -12,8 +12,14 @@
  * the same buffers again and again, as fabtests does. Prints MB/s per
  * copying process (1e6 bytes/s, as fabtests prints).
  *
+ * "memcpy" instead of read or write: each copying process copies its own
+ * buffer into its own other buffer with memcpy, no kernel and no other
+ * process's memory involved (two-way-same counts as two-way): the speed
+ * of memory itself with one or both cores copying, above which no
+ * single-copy transfer between processes can go.
+ *
  *   cc -O2 -o /tmp/cma_ceiling bench/cma_ceiling.c
- *   /tmp/cma_ceiling SIZE one-way|two-way|two-way-same [read|write] [seconds]
+ *   /tmp/cma_ceiling SIZE one-way|two-way|two-way-same [read|write|memcpy] [seconds]
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -34,16 +40,25 @@ static double now(void)
 	return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static int use_write;
+static int use_write, use_memcpy;
 
 /* Copy `peer`'s `src` into our `dst` (read), or our `src` into `peer`'s
- * `dst` (write), for `secs` seconds; returns MB/s. */
+ * `dst` (write), or (memcpy) our `src` into our `dst`, for `secs`
+ * seconds; returns MB/s. */
 static double read_loop(pid_t peer, char *dst, char *src, size_t size, double secs)
 {
 	double t0 = now(), t;
 	size_t n = 0;
 
 	do {
+		if (use_memcpy) {
+			memcpy(dst, src, size);
+			/* (Keeps the compiler from dropping repeated copies.) */
+			__asm__ volatile("" : : "r"(dst), "r"(src) : "memory");
+			n++;
+			t = now() - t0;
+			continue;
+		}
 		struct iovec l = { use_write ? src : dst, size };
 		struct iovec r = { use_write ? dst : src, size };
 		ssize_t got = use_write ? process_vm_writev(peer, &l, 1, &r, 1, 0)
@@ -62,7 +77,7 @@ static double read_loop(pid_t peer, char *dst, char *src, size_t size, double se
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s SIZE one-way|two-way|two-way-same [read|write] [seconds]\n",
+		fprintf(stderr, "usage: %s SIZE one-way|two-way|two-way-same [read|write|memcpy] [seconds]\n",
 			argv[0]);
 		return 2;
 	}
@@ -72,6 +87,7 @@ int main(int argc, char **argv)
 	double secs = argc > 4 ? atof(argv[4]) : 1.0;
 
 	use_write = argc > 3 && !strcmp(argv[3], "write");
+	use_memcpy = argc > 3 && !strcmp(argv[3], "memcpy");
 	/* Same addresses in both processes after fork: each reads the other's
 	 * `src` into its own `dst`. */
 	char *src = aligned_alloc(4096, size), *dst = aligned_alloc(4096, size);
@@ -85,7 +101,7 @@ int main(int argc, char **argv)
 	}
 	memset(src, 1, size);
 	memset(dst, 2, size);
-	if (same)
+	if (same && !use_memcpy)
 		src = dst;
 	pid_t parent = getpid(), child = fork();
 

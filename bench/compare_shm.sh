@@ -8,7 +8,9 @@
 # process_vm_readv/writev alone, the better of the two, one-way for send,
 # two-way for fi_rma_bw, which writes or reads in both directions at once,
 # and for reads into the very buffer the peer reads from, as fi_rma_bw -o
-# read does).
+# read does), and the speed of memory itself (each copying process
+# memcpy-ing its own buffers, as many processes at once as the row's
+# copies: above it no single-copy transfer can go).
 # Needs upstream fabtests built locally (not part of this repository):
 # OXMR_UPSTREAM_FABTESTS=<their bin dir>. Run it on a quiet machine; it
 # prints numbers and ratios, asserts nothing.
@@ -47,7 +49,7 @@ pair() {
     echo "$(printf '%s\n' "${o[@]}" | median) $(printf '%s\n' "${s[@]}" | median)"
 }
 
-printf '%-26s %14s %14s %7s %16s\n' "test" "oxmr" "shm" "ratio" "copy ceiling"
+printf '%-26s %14s %14s %7s %16s %14s\n' "test" "oxmr" "shm" "ratio" "copy ceiling" "memcpy"
 for sz in 8 256 4096 65536; do
     # Runs of about 0.1 s or more: shorter ones measure the machine's hiccups.
     it=$((sz >= 65536 ? 20000 : 100000))
@@ -56,12 +58,13 @@ for sz in 8 256 4096 65536; do
 done
 bw() {
     local name=$1 size=$2 it=$3 way=$4; shift 4
-    local o s c r w
+    local o s c r w m
     read -r o s < <(pair 5 "$@" -S "$size" -I "$it")
     r=$("$ceiling" "$size" "$way" read 0.5)
     w=$("$ceiling" "$size" "$way" write 0.5)
+    m=$("$ceiling" "$size" "$way" memcpy 0.5)
     c=$(printf '%s\n%s\n' "$r" "$w" | sort -g | tail -1)
-    printf '%-26s %9s MB/s %9s MB/s %7s %9s MB/s\n' "$name $size B" "$o" "$s" "$(ratio "$o" "$s")" "$c"
+    printf '%-26s %9s MB/s %9s MB/s %7s %9s MB/s %9s MB/s\n' "$name $size B" "$o" "$s" "$(ratio "$o" "$s")" "$c" "$m"
 }
 for sz in 65536 1048576 16777216; do
     # Runs of 0.2 s or more: shorter ones
@@ -73,4 +76,5 @@ for sz in 65536 1048576 16777216; do
 done
 echo "(latency ratio < 1 and bandwidth ratio > 1 favour oxmr; medians of $reps alternating runs;"
 echo " copy ceiling: process_vm_readv/writev alone, per process, one-way for send, two-way for RMA;"
-echo " for reads, two-way into the buffer the peer reads from, as fi_rma_bw -o read does)"
+echo " for reads, two-way into the buffer the peer reads from, as fi_rma_bw -o read does;"
+echo " memcpy: each of as many processes copying its own buffers with memcpy, the speed of memory)"
