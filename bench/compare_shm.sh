@@ -38,33 +38,38 @@ once() {
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if(b>0)printf "%.2fx", a/b}'; }
 
-# pair <col> <test> <args...>: "oxmr-median shm-median", alternating runs
+# pair <col> <test> <args...>: "oxmr-median shm-median paired", alternating
+# runs; `paired` is the median of each repetition's oxmr/shm (the two runs
+# of a repetition share the machine's spell, so it shows how often oxmr is
+# ahead run for run; the ratio of the medians can differ from it).
 pair() {
     local col=$1; shift
-    local o=() s=()
+    local o=() s=() q=()
     for _ in $(seq "$reps"); do
         o+=("$(once oxmr "$col" "$@")")
         s+=("$(once shm "$col" "$@")")
+        q+=("$(awk -v a="${o[-1]}" -v b="${s[-1]}" 'BEGIN{if(b>0)printf "%.4f", a/b; else print 0}')")
     done
-    echo "$(printf '%s\n' "${o[@]}" | median) $(printf '%s\n' "${s[@]}" | median)"
+    echo "$(printf '%s\n' "${o[@]}" | median) $(printf '%s\n' "${s[@]}" | median) $(printf '%s\n' "${q[@]}" | median)"
 }
+paired() { awk -v q="$1" 'BEGIN{printf "%.2fx", q}'; }
 
-printf '%-26s %14s %14s %7s %16s %14s\n' "test" "oxmr" "shm" "ratio" "copy ceiling" "memcpy"
+printf '%-26s %14s %14s %7s %7s %16s %14s\n' "test" "oxmr" "shm" "ratio" "paired" "copy ceiling" "memcpy"
 for sz in 8 256 4096 65536; do
     # Runs of about 0.1 s or more: shorter ones measure the machine's hiccups.
     it=$((sz >= 65536 ? 20000 : 100000))
-    read -r o s < <(pair 6 fi_rdm_pingpong -S "$sz" -I "$it")
-    printf '%-26s %11s us %11s us %7s\n' "latency $sz B" "$o" "$s" "$(ratio "$o" "$s")"
+    read -r o s q < <(pair 6 fi_rdm_pingpong -S "$sz" -I "$it")
+    printf '%-26s %11s us %11s us %7s %7s\n' "latency $sz B" "$o" "$s" "$(ratio "$o" "$s")" "$(paired "$q")"
 done
 bw() {
     local name=$1 size=$2 it=$3 way=$4; shift 4
-    local o s c r w m
-    read -r o s < <(pair 5 "$@" -S "$size" -I "$it")
+    local o s q c r w m
+    read -r o s q < <(pair 5 "$@" -S "$size" -I "$it")
     r=$("$ceiling" "$size" "$way" read 0.5)
     w=$("$ceiling" "$size" "$way" write 0.5)
     m=$("$ceiling" "$size" "$way" memcpy 0.5)
     c=$(printf '%s\n%s\n' "$r" "$w" | sort -g | tail -1)
-    printf '%-26s %9s MB/s %9s MB/s %7s %9s MB/s %9s MB/s\n' "$name $size B" "$o" "$s" "$(ratio "$o" "$s")" "$c" "$m"
+    printf '%-26s %9s MB/s %9s MB/s %7s %7s %9s MB/s %9s MB/s\n' "$name $size B" "$o" "$s" "$(ratio "$o" "$s")" "$(paired "$q")" "$c" "$m"
 }
 for sz in 65536 1048576 16777216; do
     # Runs of 0.2 s or more: shorter ones
@@ -75,6 +80,7 @@ for sz in 65536 1048576 16777216; do
     bw "RMA read" "$sz" "$it" two-way-same fi_rma_bw -e rdm -o read
 done
 echo "(latency ratio < 1 and bandwidth ratio > 1 favour oxmr; medians of $reps alternating runs;"
+echo " ratio: of the two medians; paired: median of each repetition's oxmr/shm;"
 echo " copy ceiling: process_vm_readv/writev alone, per process, one-way for send, two-way for RMA;"
 echo " for reads, two-way into the buffer the peer reads from, as fi_rma_bw -o read does;"
 echo " memcpy: each of as many processes copying its own buffers with memcpy, the speed of memory)"
