@@ -90,6 +90,33 @@ pub fn slice_into<'a>(
     Some(&buf[..n])
 }
 
+/// The pieces of `iovs` from byte `offset` for `len` bytes, in `buf` when
+/// they fit (`slice_into`), else in `spill`.
+pub fn slice_or_spill<'a>(
+    iovs: &[(usize, usize)],
+    offset: usize,
+    len: usize,
+    buf: &'a mut [(usize, usize); STACK_IOVS],
+    spill: &'a mut Vec<(usize, usize)>,
+) -> &'a [(usize, usize)] {
+    match slice_into(iovs, offset, len, buf).map(|s| s.len()) {
+        Some(n) => &buf[..n],
+        None => {
+            *spill = slice(iovs, offset, len);
+            spill
+        }
+    }
+}
+
+/// Up to STACK_IOVS (address, length) pairs as iovecs on the stack.
+fn stack_iovs(v: &[(usize, usize)]) -> [libc::iovec; STACK_IOVS] {
+    let mut out = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; STACK_IOVS];
+    for (d, &(a, n)) in out.iter_mut().zip(v) {
+        *d = libc::iovec { iov_base: a as *mut libc::c_void, iov_len: n };
+    }
+    out
+}
+
 /// Bounce size for transfers whose local side is device memory.
 const BOUNCE: usize = 256 << 10;
 
@@ -156,14 +183,7 @@ fn transfer_direct(pid: u32, local: &[(usize, usize)], remote: &[(usize, usize)]
     if local.len() <= STACK_IOVS && remote.len() <= STACK_IOVS {
         // The common case, built on the stack: one call, which moves
         // everything unless the kernel stops short.
-        let none = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
-        let (mut l, mut r) = ([none; STACK_IOVS], [none; STACK_IOVS]);
-        for (d, &(a, n)) in l.iter_mut().zip(local) {
-            *d = libc::iovec { iov_base: a as *mut libc::c_void, iov_len: n };
-        }
-        for (d, &(a, n)) in r.iter_mut().zip(remote) {
-            *d = libc::iovec { iov_base: a as *mut libc::c_void, iov_len: n };
-        }
+        let (l, r) = (stack_iovs(local), stack_iovs(remote));
         let n = call(pid, &l[..local.len()], &r[..remote.len()], write)?;
         if n >= want || n == 0 {
             return Ok(n);
@@ -276,6 +296,8 @@ mod tests {
                     Some(got) => assert_eq!(got, &want[..], "off {off} len {len}"),
                     None => assert!(want.len() > STACK_IOVS, "off {off} len {len}: {} pieces", want.len()),
                 }
+                let (mut buf, mut spill) = ([(0, 0); STACK_IOVS], Vec::new());
+                assert_eq!(slice_or_spill(&iovs, off, len, &mut buf, &mut spill), &want[..], "off {off} len {len}");
             }
         }
     }

@@ -114,21 +114,9 @@ pub fn copy_chunk(
     // (On the stack in the common case: a chunk is on the critical path
     // of a lone transfer.)
     let (mut lb, mut rb) = ([(0, 0); cma::STACK_IOVS], [(0, 0); cma::STACK_IOVS]);
-    let (lv, rv);
-    let l = match cma::slice_into(local, off, len, &mut lb) {
-        Some(l) => l,
-        None => {
-            lv = cma::slice(local, off, len);
-            &lv[..]
-        }
-    };
-    let r = match cma::slice_into(remote, off, len, &mut rb) {
-        Some(r) => r,
-        None => {
-            rv = cma::slice(remote, off, len);
-            &rv[..]
-        }
-    };
+    let (mut lv, mut rv) = (Vec::new(), Vec::new());
+    let l = cma::slice_or_spill(local, off, len, &mut lb, &mut lv);
+    let r = cma::slice_or_spill(remote, off, len, &mut rb, &mut rv);
     let got = if read { cma::read_from(pid, l, r) } else { cma::write_to(pid, l, r) };
     matches!(got, Ok(g) if g == len)
 }
