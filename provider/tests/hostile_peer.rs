@@ -30,6 +30,7 @@ const ACK: u8 = 3;
 const WRITE: u8 = 4;
 const WRITE_INLINE: u8 = 5;
 const READ: u8 = 6;
+const PULL: u8 = 7;
 const CTS: u8 = 9;
 const ACKS: u8 = 10;
 
@@ -140,6 +141,15 @@ impl Target {
         unsafe {
             let write = (*(*self.ep).rma).write.unwrap();
             let r = write(self.ep, buf.as_ptr().cast(), buf.len(), null_mut(), to, addr, key, ctx as *mut c_void);
+            assert_eq!(r, 0);
+        }
+    }
+
+    /// fi_read into `buf` from `to` at (`addr`, `key`).
+    fn read(&self, buf: &mut [u8], to: u64, addr: u64, key: u64, ctx: usize) {
+        unsafe {
+            let read = (*(*self.ep).rma).read.unwrap();
+            let r = read(self.ep, buf.as_mut_ptr().cast(), buf.len(), null_mut(), to, addr, key, ctx as *mut c_void);
             assert_eq!(r, 0);
         }
     }
@@ -1040,6 +1050,8 @@ fn rma_waits_for_a_stalled_rma_job_of_the_same_peer() {
     const TAIL: usize = 100;
     let t = unsafe { Target::open() };
     let mut p = Peer::new(&t.name);
+    // Another peer, whose write goes past the stalled peer's.
+    let mut p2 = Peer::new(&t.name);
     let mut mem = vec![0u8; N];
     let (mr, key, base) = unsafe {
         let mut mr = null_mut();
@@ -1073,6 +1085,7 @@ fn rma_waits_for_a_stalled_rma_job_of_the_same_peer() {
             let ok = oxmr::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
             assert!(ok, "the helper's copy");
             jobs.settle(i, ok);
+            holding2.store(false, std::sync::atomic::Ordering::Release);
             Some(())
         });
         mem.fill(0);
@@ -1102,11 +1115,20 @@ fn rma_waits_for_a_stalled_rma_job_of_the_same_peer() {
         };
         p.send(h, &[0xAB; TAIL]);
         let mut ids = Vec::new();
+        let mut other = false;
         if held {
             // The helper sleeps: our progress meanwhile must not apply
-            // the small write.
+            // the small write, but another peer's write (to another
+            // registration) is served.
+            let w3 = p2.id(100 + attempt);
+            let h =
+                Hdr { op: WRITE_INLINE, msg_id: w3, len: 64, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+            p2.send(h, &[0x3C; 64]);
             for _ in 0..2000 {
                 acked(&mut p, &mut ids);
+                // (Counted only while the chunk is still held.)
+                let still = holding.load(std::sync::atomic::Ordering::Acquire);
+                other |= p2.drain().iter().any(|a| a.op == ACK && a.msg_id == w3 && a.status == 0) && still;
             }
             assert!(!ids.contains(&w2), "attempt {attempt}: the small write took effect during the stall");
         }
@@ -1119,10 +1141,112 @@ fn rma_waits_for_a_stalled_rma_job_of_the_same_peer() {
         assert!(mem[N - TAIL..].iter().all(|&x| x == 0xAB), "attempt {attempt}: the later write's bytes won");
         assert!(mem[..N - TAIL] == src[..N - TAIL], "attempt {attempt}: the large write landed");
         if held && got.is_some() {
+            assert!(other, "attempt {attempt}: another peer's write waited for the stalled peer's job");
+            assert!(t.page()[..64].iter().all(|&x| x == 0x3C), "attempt {attempt}: the other peer's write landed");
             checked = true;
             break;
         }
     }
     assert!(checked, "the helper thread never held a chunk in 5 attempts");
     unsafe { assert_eq!(close(mr.cast()), 0) };
+}
+
+/// A read's buffer is its destination: a PULL for a read (which only a
+/// send or a write's source answers) gets nothing back, not the buffer's
+/// current contents, and the read still completes on the target's ACK.
+#[test]
+fn a_pull_for_a_read_sends_nothing_back() {
+    const N: usize = 3 * PAGE;
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let fi_addr = t.insert(&p._port.local_addr().unwrap());
+    let mut dst = vec![0x5A; N];
+    t.read(&mut dst, fi_addr, 0x1000, 77, 0x61);
+    let (rd, _) = p.answer(&t).expect("the READ request");
+    assert_eq!(rd.op, READ);
+    p.send(Hdr { op: PULL, msg_id: rd.msg_id, len: N as u64, ..Default::default() }, &[]);
+    assert!(p.silent(&t), "the initiator answered a PULL for its read (its destination buffer's bytes)");
+    p.send(Hdr { op: ACK, msg_id: rd.msg_id, ..Default::default() }, &[]);
+    assert_eq!(t.completion(), Some(Ok(0x61)), "the read completes on the ACK");
+    assert!(p.drain().is_empty(), "nothing more was sent to the peer");
+}
+
+/// The claim word of a shared copy is shared memory: a peer that keeps
+/// rewriting it (here: re-opening its job of 8 chunks each time the helper
+/// settles one, so its chunks are claimable again and again) must not keep
+/// the endpoint helping in its progress call. The helper claims at most the
+/// job's chunk count, so the progress call returns having settled at most
+/// 8 chunks, while the rewriting goes on (1.5 s at most). Without the bound
+/// it copied hundreds to thousands of chunks here whenever the rewriting
+/// thread kept up (two attempts in three); three attempts.
+#[test]
+fn a_rewritten_claim_word_does_not_keep_the_helper_copying() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+    const N: usize = 1 << 20;
+    const CHUNK: usize = 128 << 10;
+    const CHUNKS: u32 = (N / CHUNK) as u32;
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let fi_addr = t.insert(&p._port.local_addr().unwrap());
+    let src: Vec<u8> = (0..N).map(|i| (i * 11 + 3) as u8).collect();
+    let mut dst = vec![0u8; N];
+    let dst_iov = [(dst.as_mut_ptr() as usize, N)];
+    let jobs = p.rx.jobs();
+    for attempt in 0..3u32 {
+        let (ctx, gen) = (0x71 + attempt as usize, 1 + attempt);
+        t.send(&src, fi_addr, ctx);
+        let (rts, _) = p.answer(&t).expect("the RTS");
+        assert_eq!(rts.op, RTS);
+        assert!(jobs.open(0, gen, N, CHUNK, true, &dst_iov));
+        let (stop, stopped) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (started, settled) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU32::new(0)));
+        let rewriter = {
+            let (jobs, stop, stopped) = (jobs.clone(), stop.clone(), stopped.clone());
+            let (started, settled) = (started.clone(), settled.clone());
+            std::thread::spawn(move || {
+                started.store(true, Ordering::Release);
+                let until = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+                while !stop.load(Ordering::Acquire) && std::time::Instant::now() < until {
+                    let (n, _) = jobs.progress(0);
+                    if n > 0 {
+                        // Count what the helper settled, and make every
+                        // chunk claimable again.
+                        settled.fetch_add(n, Ordering::Relaxed);
+                        assert!(jobs.open(0, gen, N, CHUNK, true, &dst_iov));
+                    }
+                }
+                stopped.store(true, Ordering::Release);
+            })
+        };
+        while !started.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+        p.send(Hdr { op: CTS, msg_id: rts.msg_id, rma_addr: 0, tag: gen as u64, ..Default::default() }, &[]);
+        // One progress call: it reads the CTS and helps (and completes the
+        // send if its settle was the last of a job).
+        let first = t.poll();
+        let returned_while_rewriting = !stopped.load(Ordering::Acquire);
+        stop.store(true, Ordering::Release);
+        rewriter.join().expect("the rewriting thread");
+        let n = settled.load(Ordering::Relaxed) + jobs.progress(0).0;
+        assert!(
+            returned_while_rewriting,
+            "attempt {attempt}: the progress call kept copying while the claim word was rewritten"
+        );
+        assert!(
+            (1..=CHUNKS).contains(&n),
+            "attempt {attempt}: the helper settled {n} chunks of an {CHUNKS}-chunk job in one progress call"
+        );
+        // The send still ends: on our ACK (or already, if the helper
+        // settled every chunk of the job).
+        p.send(Hdr { op: ACK, msg_id: rts.msg_id, ..Default::default() }, &[]);
+        let done = first.or_else(|| t.completion());
+        assert_eq!(done, Some(Ok(ctx)), "attempt {attempt}: the send completes");
+        for _ in 0..1000 {
+            assert_eq!(t.poll(), None, "attempt {attempt}: the send completed twice");
+        }
+        let _ = p.drain();
+    }
+    assert!(t.guards_intact());
 }

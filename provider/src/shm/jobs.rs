@@ -256,7 +256,10 @@ impl JobTable {
     /// the last one, with every chunk copied.
     pub fn help(&self, slot: u32, gen: u32, pid: u32, read: bool, local: &[(usize, usize)], v: &JobView) -> bool {
         let mut done = false;
-        while let Some(k) = self.claim(slot, gen, true) {
+        // (At most the job's chunk count: the claim word is shared memory,
+        // and a peer that kept rewriting it must not keep us here.)
+        for _ in 0..v.nchunks {
+            let Some(k) = self.claim(slot, gen, true) else { break };
             let ok = copy_chunk(pid, read, local, &v.iovs, v.total, v.chunk, k);
             done = self.settle(slot, ok);
             if !ok {
@@ -306,10 +309,12 @@ impl JobTable {
     }
 
     /// Owner: claim every chunk not yet claimed (the job is being given up
-    /// or redone alone); returns how many were still unclaimed.
-    pub fn close(&self, i: u32, gen: u32) -> u32 {
+    /// or redone alone), at most `nchunks` (the job's count, from the
+    /// owner's own record: the claim word is shared memory); returns how
+    /// many were still unclaimed.
+    pub fn close(&self, i: u32, gen: u32, nchunks: usize) -> u32 {
         let mut n = 0;
-        while self.claim(i, gen, false).is_some() {
+        while (n as usize) < nchunks && self.claim(i, gen, false).is_some() {
             n += 1;
         }
         n
@@ -363,7 +368,7 @@ mod tests {
         assert!(!t.settle(3, true));
         assert!(!t.settle(3, false));
         assert_eq!(t.progress(3), (2, true));
-        assert_eq!(t.close(3, 7), 1, "chunk 2 was left");
+        assert_eq!(t.close(3, 7, 4), 1, "chunk 2 was left");
         assert!(!t.settle(3, true));
         assert!(!t.settle(3, true), "the last chunk of a job with a failed chunk: not done");
         assert_eq!(t.claim(3, 7, true), None, "all claimed");
@@ -380,6 +385,9 @@ mod tests {
         assert!(!t.settle(3, true), "the first of two");
         assert!(t.settle(3, true), "whichever side settles last learns it");
         assert!(!t.open(5, 1, MAX_CHUNKS + 1, 1, true, &[(0, 1)]), "more chunks than a claim word counts");
+        assert!(t.open(6, 1, 40, 10, false, &[(0x2000, 40)]));
+        assert_eq!(t.close(6, 1, 3), 3, "close claims no more than it is told the job has");
+        assert_eq!(t.claim(6, 1, false), Some(3), "the fourth chunk is still unclaimed");
         let many = vec![(0usize, 1usize); JOB_IOVS + 1];
         assert!(!t.open(4, 1, JOB_IOVS + 1, 1, true, &many), "too many iovs for a slot");
     }

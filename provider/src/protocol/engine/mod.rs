@@ -1156,6 +1156,12 @@ impl Engine {
             tracing::warn!("pull from {from} for an operation {} that is not one of ours with it", h.msg_id);
             return;
         };
+        // A read's buffers are its destination: the target writes them and
+        // never reads them back (it pushes a read's data; docs/wire.md).
+        if p.kind == Kind::Read {
+            tracing::warn!("pull from {from} for our read {}: a read's buffer is only written; ignored", h.msg_id);
+            return;
+        }
         let src = clip(&p.iovs, h.len as usize);
         self.streams.push_back(Stream {
             to: from,
@@ -1629,10 +1635,18 @@ impl Engine {
     /// read would see a write posted after it). (Nothing is parsed unless
     /// some job is stalled.)
     fn rma_held(&self, msg: &[u8]) -> bool {
-        let rma = |j: &Job| matches!(j.what, JobFor::Rma { .. } | JobFor::Writes { .. });
         !self.stalled.is_empty()
             && matches!(msg.first(), Some(&(op::WRITE | op::WRITE_INLINE | op::READ)))
-            && Hdr::decode(msg).is_some_and(|(h, _)| self.stalled.iter().any(|j| j.pid == h.pid && rma(j)))
+            && self.sent_by_stalled(msg)
+    }
+
+    /// Whether `msg` comes from a peer (endpoint) one of whose RMA jobs
+    /// with us is stalled.
+    fn sent_by_stalled(&self, msg: &[u8]) -> bool {
+        let rma = |j: &Job| matches!(j.what, JobFor::Rma { .. } | JobFor::Writes { .. });
+        Hdr::decode(msg)
+            .and_then(|(h, _)| addr::parse(&h.name))
+            .is_some_and(|from| self.stalled.iter().any(|j| j.peer == from && rma(j)))
     }
 
     /// Handle kept messages, up to and including one copy (or one batch of
@@ -1640,15 +1654,19 @@ impl Engine {
     /// application after at most one peer's copy.
     fn serve_deferred(&mut self) {
         loop {
-            if self.deferred.front().is_some_and(|m| self.rma_held(m)) {
-                // (Everything behind it waits too: a peer's data messages
-                // take effect in the order sent.)
-                break;
-            }
-            if self.write_batch() {
-                break;
-            }
-            let Some(m) = self.deferred.pop_front() else { break };
+            let m = if self.deferred.front().is_some_and(|m| self.rma_held(m)) {
+                // (Everything of that peer's behind it waits too: a peer's
+                // data messages take effect in the order sent. Other
+                // peers' go past them.)
+                let Some(m) = self.take_unheld() else { break };
+                m
+            } else {
+                if self.write_batch() {
+                    break;
+                }
+                let Some(m) = self.deferred.pop_front() else { break };
+                m
+            };
             let copy = matches!(m.first(), Some(&(op::RTS | op::WRITE | op::READ)));
             self.busy = !self.deferred.is_empty();
             let delivered = self.delivered;
@@ -1659,6 +1677,15 @@ impl Engine {
                 break;
             }
         }
+    }
+
+    /// The first kept message from a peer none of whose RMA jobs with us
+    /// is stalled (see `rma_held`): what may be served while a stalled
+    /// peer's messages wait, every one of them, in order. (Messages from
+    /// different peers have no order between them.)
+    fn take_unheld(&mut self) -> Option<Vec<u8>> {
+        let i = self.deferred.iter().position(|m| Hdr::decode(m).is_some() && !self.sent_by_stalled(m))?;
+        self.deferred.remove(i)
     }
 
     /// Serve a run of one peer's RMA writes kept at the front of

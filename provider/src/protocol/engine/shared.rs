@@ -376,6 +376,10 @@ impl Engine {
     /// many).
     pub(super) fn work(&self, j: &Job, max: usize) {
         let t = j.foreign.as_ref().unwrap_or(&self.job_table);
+        // (Never more than the job has: the claim word is shared memory,
+        // and a peer that kept rewriting it must not keep us here.)
+        let nchunks = j.total.div_ceil(j.chunk.max(1));
+        let max = max.min(nchunks);
         let mut n = 0;
         while n < max {
             let Some(k) = j.held.take().or_else(|| t.claim(j.slot, j.gen, false)) else { break };
@@ -386,7 +390,7 @@ impl Engine {
             }
             if !ok {
                 // Settle the rest unclaimed: the whole job is redone alone.
-                for _ in 0..t.close(j.slot, j.gen) {
+                for _ in 0..t.close(j.slot, j.gen, nchunks) {
                     t.settle(j.slot, false);
                 }
             }
