@@ -121,7 +121,7 @@ fn lookup_bench() {
             enabled: AtomicBool::new(true),
             cached: None,
             refreshed: AtomicBool::new(false),
-            revoked: AtomicBool::new(false),
+            revoked: Arc::new(AtomicBool::new(false)),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,

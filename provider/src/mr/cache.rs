@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
@@ -117,9 +117,29 @@ pub struct Cache {
     /// The monitor's event count when the log was last applied by
     /// `refresh` (or at creation).
     seen: AtomicU64,
-    /// Open registrations the cache does not hold, watched so that an
-    /// unmap or remap of their memory revokes them: (start, end, region).
-    live: Mutex<Vec<(u64, u64, Weak<Region>)>>,
+    /// Open registrations, watched so that an unmap or remap of their
+    /// memory revokes them: (start, end, region). Every registration whose
+    /// ranges the monitor watches is here, cached or not.
+    live: Mutex<Vec<Live>>,
+}
+
+/// A tracked open registration (see `Cache::live`): one range of it, and
+/// its revocation flag, which the registration shares (so the cache never
+/// holds, and never drops, the registration itself: dropping its last
+/// reference under the cache's lock would give a cached pin back and take
+/// that lock again).
+struct Live {
+    start: u64,
+    end: u64,
+    key: u64,
+    revoked: Arc<AtomicBool>,
+}
+
+impl Live {
+    /// Whether the registration is still open (it holds the flag too).
+    fn open(&self) -> bool {
+        Arc::strong_count(&self.revoked) > 1
+    }
 }
 
 /// A registration's use of a cache entry; gives it back on drop.
@@ -153,13 +173,11 @@ fn shared_in(a: usize, l: usize) -> bool {
     false
 }
 
-/// Revoke an open registration the cache does not hold (one warning line).
-fn revoke_live(r: &Region, why: &str) {
-    if !r.revoked.swap(true, Ordering::AcqRel) {
+/// Revoke an open registration (one warning line, the first time).
+fn revoke_live(revoked: &AtomicBool, key: u64, at: u64, why: &str) {
+    if !revoked.swap(true, Ordering::AcqRel) {
         tracing::warn!(
-            "registration {:#x} revoked: its memory at {:#x} was {why} while registered; peers now get FI_EKEYREJECTED (close it, and register the new memory)",
-            r.key,
-            r.iovs.first().map_or(0, |x| x.0)
+            "registration {key:#x} revoked: its memory at {at:#x} was {why} while registered; peers now get FI_EKEYREJECTED (close it, and register the new memory)"
         );
     }
 }
@@ -264,19 +282,14 @@ impl Cache {
                 if slot.users == 0 {
                     s.lru.remove(&slot.last_use);
                 } else if matches!(inv.cause, Cause::Unmap | Cause::Remap) {
-                    // (See `revoke_live` for registrations it does not hold.)
                     // In use: what is mapped there now is not what was
                     // registered, and remote accesses go by address, so the
-                    // registrations using it are revoked. (A discard,
-                    // madvise, keeps the mapping: the memory is still the
-                    // registered memory, refilled on touch.)
+                    // registrations using it are revoked (each is also
+                    // tracked, `track_live`, which logs it: that covers an
+                    // entry a discard took out of the index before). (A
+                    // discard, madvise, keeps the mapping: the memory is
+                    // still the registered memory, refilled on touch.)
                     slot.entry.revoked.store(true, Ordering::Release);
-                    tracing::warn!(
-                        "the memory of {} open registration(s) at {:#x} was {} while registered: revoked, peers now get FI_EKEYREJECTED (close them, and register the new memory)",
-                        slot.users,
-                        slot.entry.start,
-                        if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" }
-                    );
                 }
                 // In use: the registration keeps its pin until closed, but
                 // it is never served again. Unused: the pin goes now.
@@ -328,11 +341,17 @@ impl Cache {
     }
 
     /// A pin for [a, a+l) with `access`: a cached one, or a new one that is
-    /// cached, or (for ranges the monitor cannot watch) an uncached one.
-    pub fn get(self: &Arc<Self>, pinner: &Pinner, a: usize, l: usize, access: u64) -> Result<Pin> {
+    /// cached, or (for ranges the monitor cannot watch) an uncached one;
+    /// with the log position from which the range is watched and the pin
+    /// known to hold its memory (None: the range is not watched). The
+    /// registration passes it to `track_live`, so that an unmap or remap of
+    /// its memory revokes it whatever becomes of the entry (an entry in use
+    /// that a discard takes out of the index is otherwise found by no later
+    /// event).
+    pub fn get(self: &Arc<Self>, pinner: &Pinner, a: usize, l: usize, access: u64) -> Result<(Pin, Option<u64>)> {
         if std::process::id() != self.pid {
             // A forked child: the entries are the parent's pins.
-            return pinner.pin(&[(a, l)], access);
+            return Ok((pinner.pin(&[(a, l)], access)?, None));
         }
         for _ in 0..3 {
             {
@@ -340,7 +359,10 @@ impl Cache {
                 self.sync(&mut s);
                 if let Some(entry) = self.lookup(&mut s, a, l, access) {
                     self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Pin::Cached(CacheRef { cache: self.clone(), entry }));
+                    // (An entry in the index is watched and holds its
+                    // memory as of the log this sync applied, up to
+                    // `s.seq`; anything later is in the log from there.)
+                    return Ok((Pin::Cached(CacheRef { cache: self.clone(), entry }), Some(s.seq)));
                 }
             }
             // Note the log position, then subscribe, then pin: any change
@@ -351,12 +373,12 @@ impl Cache {
                 // process's MADV_REMOVE) without an event for our mapping.
                 tracing::debug!("range {a:#x}+{l} is (partly) a shared mapping; registered uncached");
                 self.stats.uncached.fetch_add(1, Ordering::Relaxed);
-                return pinner.pin(&[(a, l)], access);
+                return Ok((pinner.pin(&[(a, l)], access)?, None));
             }
             if let Err(e) = self.monitor.watch(a, l) {
                 tracing::debug!("range {a:#x}+{l} cannot be watched ({e}); registered uncached");
                 self.stats.uncached.fetch_add(1, Ordering::Relaxed);
-                return pinner.pin(&[(a, l)], access);
+                return Ok((pinner.pin(&[(a, l)], access)?, None));
             }
             let pin = match pinner.pin(&[(a, l)], access) {
                 Err(e) if e.code() == ffi::FI_ENOMEM => {
@@ -387,7 +409,7 @@ impl Cache {
             if raced {
                 drop(s);
                 self.stats.uncached.fetch_add(1, Ordering::Relaxed);
-                return Ok(pin);
+                return Ok((pin, Some(since)));
             }
             self.stats.misses.fetch_add(1, Ordering::Relaxed);
             s.tick += 1;
@@ -402,10 +424,15 @@ impl Cache {
             let victims = self.evict(&mut s, false);
             drop(s);
             drop(victims);
-            return Ok(Pin::Cached(CacheRef { cache: self.clone(), entry }));
+            return Ok((Pin::Cached(CacheRef { cache: self.clone(), entry }), Some(since)));
         }
+        // The range kept changing under us: an uncached pin, watched again
+        // first (a new mapping there is not watched yet), and tracked from
+        // just before it.
         self.stats.uncached.fetch_add(1, Ordering::Relaxed);
-        pinner.pin(&[(a, l)], access)
+        let since = self.monitor.head();
+        let watched = self.monitor.watch(a, l).is_ok().then_some(since);
+        Ok((pinner.pin(&[(a, l)], access)?, watched))
     }
 
     fn release(&self, entry: &Arc<Entry>) {
@@ -441,9 +468,10 @@ impl Cache {
         self.seen.fetch_max(now, Ordering::AcqRel);
     }
 
-    /// Watch the ranges of a registration the cache does not hold, before
-    /// it is pinned: the log position to check from (`track_live`), or
-    /// None when some range cannot be watched (then it is not tracked).
+    /// Watch the ranges of a registration the cache does not hold (or one
+    /// refreshed: `fi_mr_refresh`), before it is pinned: the log position
+    /// to check from (`track_live`), or None when some range cannot be
+    /// watched (then it is not tracked).
     pub fn watch_ranges(&self, iovs: &[(usize, usize)]) -> Option<u64> {
         if std::process::id() != self.pid {
             return None;
@@ -455,21 +483,21 @@ impl Cache {
     /// Track an open registration whose ranges `watch_ranges` watched from
     /// log position `since`: an unmap or remap of them revokes it (also
     /// one that happened between the watch and now).
-    pub fn track_live(&self, r: &Arc<Region>, since: u64) {
+    pub fn track_live(&self, r: &Region, since: u64) {
         {
             let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
             // (Closed registrations' entries are pruned when the list has
             // doubled since the last pruning: amortised O(1) per insert.)
             if live.len() >= 64 && live.len().is_power_of_two() {
-                live.retain(|x| x.2.strong_count() > 0);
+                live.retain(Live::open);
             }
             for &(a, l) in r.iovs.iter().filter(|x| x.1 > 0) {
-                live.push((a as u64, (a + l) as u64, Arc::downgrade(r)));
+                live.push(Live { start: a as u64, end: (a + l) as u64, key: r.key, revoked: r.revoked.clone() });
             }
         }
         let moved = r.iovs.iter().filter(|x| x.1 > 0).any(|&(a, l)| self.touched_by_move(since, a, l));
         if moved {
-            revoke_live(r, "unmapped or moved");
+            revoke_live(&r.revoked, r.key, r.iovs.first().map_or(0, |x| x.0 as u64), "unmapped or moved");
         }
     }
 
@@ -491,17 +519,12 @@ impl Cache {
     }
 
     /// Revoke the tracked open registrations an unmap or remap touches.
-    /// (Their last reference may go with the upgrade below: a registration
-    /// the cache does not hold drops no cache lock.)
     fn revoke_live_in(&self, inv: &Invalidation) {
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        live.retain(|x| x.2.strong_count() > 0);
-        for (s, e, w) in live.iter() {
-            if *s < inv.end && inv.start < *e {
-                if let Some(r) = w.upgrade() {
-                    revoke_live(&r, if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" });
-                }
-            }
+        live.retain(Live::open);
+        for x in live.iter().filter(|x| x.start < inv.end && inv.start < x.end) {
+            let why = if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" };
+            revoke_live(&x.revoked, x.key, x.start, why);
         }
     }
 
@@ -588,5 +611,133 @@ mod tests {
         drop(r3);
         // SAFETY: our mapping.
         unsafe { libc::munmap(a as *mut _, len) };
+    }
+
+    fn writable(
+        d: &MrDomain,
+        r: &crate::mr::registry::Region,
+    ) -> std::result::Result<(), crate::mr::registry::AccessError> {
+        d.registry.check(r.key, r.iova, 8, ffi::FI_REMOTE_WRITE as u64).map(|_| ())
+    }
+
+    fn remap(a: usize, len: usize, fill: u8) {
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a as *mut _, len) };
+        map(a, len, fill);
+    }
+
+    fn discard(a: usize, len: usize) {
+        // SAFETY: our mapping; its pages are refilled with zeros on touch.
+        assert_eq!(unsafe { libc::madvise(a as *mut _, len, libc::MADV_DONTNEED) }, 0);
+    }
+
+    #[test]
+    fn a_discard_then_an_unmap_revokes_an_open_cached_registration() {
+        use crate::mr::registry::AccessError;
+        let d = domain();
+        let c = d.cache.clone().expect("userfaultfd works here");
+        let len = 64 << 10;
+        let a = map(0, len, 1);
+        let r = reg(&d, a, len);
+        assert_ne!(entry_of(&r), 0, "cached");
+        // The discard takes the entry out of the index (it is served
+        // again to no one) but keeps the registration: same memory.
+        discard(a, 4096);
+        c.refresh();
+        assert_eq!(writable(&d, &r), Ok(()), "a discard keeps the registration");
+        remap(a, len, 2);
+        c.refresh();
+        assert_eq!(writable(&d, &r), Err(AccessError::Revoked), "munmap + mmap after a discard revokes");
+        d.deregister(&r);
+        drop(r);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a as *mut _, len) };
+    }
+
+    #[test]
+    fn an_uncached_registration_after_a_discard_is_revoked_by_an_unmap() {
+        use crate::mr::registry::AccessError;
+        let d = domain();
+        let c = d.cache.clone().expect("userfaultfd works here");
+        let len = 64 << 10;
+        let a = map(0, len, 1);
+        // (Registered and closed first: the monitor watches the range
+        // from then on, so it sees the discard.)
+        let r0 = reg(&d, a, len);
+        d.deregister(&r0);
+        drop(r0);
+        discard(a, len);
+        let before = c.stats.uncached.load(Ordering::Relaxed);
+        // (Within the discard's grace: pinned, served, not cached.)
+        let r = reg(&d, a, len);
+        assert_eq!(entry_of(&r), 0, "not cached right after a discard");
+        assert_eq!(c.stats.uncached.load(Ordering::Relaxed), before + 1);
+        assert_eq!(writable(&d, &r), Ok(()));
+        remap(a, len, 2);
+        c.refresh();
+        assert_eq!(writable(&d, &r), Err(AccessError::Revoked), "munmap + mmap revokes the uncached registration");
+        d.deregister(&r);
+        drop(r);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a as *mut _, len) };
+    }
+
+    #[test]
+    fn a_refreshed_registration_is_revoked_by_the_next_unmap() {
+        use crate::mr::registry::AccessError;
+        let d = domain();
+        let c = d.cache.clone().expect("userfaultfd works here");
+        let len = 64 << 10;
+        let a = map(0, len, 1);
+        let r = reg(&d, a, len);
+        remap(a, len, 2);
+        c.refresh();
+        assert_eq!(writable(&d, &r), Err(AccessError::Revoked));
+        d.refresh_region(&r).expect("fi_mr_refresh");
+        assert_eq!(writable(&d, &r), Ok(()), "refreshed: it speaks for the memory mapped now");
+        let now = pagemap_pfn(a);
+        if now != 0 {
+            assert_eq!(crate::mr::pagemap_pfn(a), now);
+        }
+        remap(a, len, 3);
+        c.refresh();
+        assert_eq!(writable(&d, &r), Err(AccessError::Revoked), "the new memory's unmap revokes it again");
+        d.deregister(&r);
+        drop(r);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a as *mut _, len) };
+    }
+
+    #[test]
+    fn an_uncached_pin_short_of_budget_evicts_the_cache_first() {
+        const MB: usize = 1 << 20;
+        // A cap 8 MiB above what this process holds pinned now.
+        let cap = crate::mr::account::process_pinned() + 8 * MB as u64;
+        let pinner = Pinner::new(PinMode::Uring, Account::new(Some(cap), CapSource::Variable));
+        let cc = CacheConfig { enable: true, ..CacheConfig::default() };
+        let d = MrDomain::new((ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32, pinner, cc);
+        let c = d.cache.clone().expect("userfaultfd works here");
+        let a = map(0, 6 * MB, 1);
+        let r = reg(&d, a, 6 * MB);
+        assert_ne!(entry_of(&r), 0, "cached");
+        d.deregister(&r);
+        drop(r);
+        assert_eq!(c.size(), (1, (6 * MB) as u64), "closed: its pin stays cached");
+        // Two pieces: a registration the cache does not hold.
+        let (b, e) = (map(0, 2 * MB, 2), map(0, 2 * MB, 3));
+        let req = Request {
+            iovs: vec![(b, 2 * MB), (e, 2 * MB)],
+            access: ffi::FI_REMOTE_READ as u64,
+            iface: ffi::FI_HMEM_SYSTEM,
+            ..Default::default()
+        };
+        let r2 = d.register(&req).expect("the cache's unused pin gives way");
+        assert_eq!(c.size(), (0, 0), "the unused entry was evicted for it");
+        d.deregister(&r2);
+        drop(r2);
+        for (x, l) in [(a, 6 * MB), (b, 2 * MB), (e, 2 * MB)] {
+            // SAFETY: our mappings.
+            unsafe { libc::munmap(x as *mut _, l) };
+        }
     }
 }

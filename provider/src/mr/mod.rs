@@ -240,18 +240,23 @@ impl MrDomain {
         if iova.checked_add(len as u64).is_none() {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: offset {iova:#x} + length {len} overflows"));
         }
+        // Every registration the monitor can watch is tracked while open
+        // (revoked if its memory is unmapped or moved), from the log
+        // position before its pin (or, for a cache hit, before the lookup).
         let mut watch = None;
         let pin = match (&self.cache, req.iovs.as_slice()) {
             _ if req.flags & crate::ext::OXMR_MR_PHYS_FALLBACK != 0 => self.pinner.phys_only(&req.iovs, req.access)?,
-            (Some(c), &[(a, l)]) if self.cache_explicit && l > 0 => c.get(&self.pinner, a, l, req.access)?,
+            (Some(c), &[(a, l)]) if self.cache_explicit && l > 0 => {
+                let (pin, since) = c.get(&self.pinner, a, l, req.access)?;
+                watch = since;
+                pin
+            }
             _ => {
                 if let Some(c) = &self.cache {
                     c.stats.uncached.fetch_add(1, Ordering::Relaxed);
-                    // Watched while open all the same (revoked if its
-                    // memory is unmapped or moved), from before the pin.
                     watch = c.watch_ranges(&req.iovs);
                 }
-                self.pinner.pin(&req.iovs, req.access)?
+                self.pin_evicting(&req.iovs, req.access)?
             }
         };
         let phys = pin.phys().is_some();
@@ -272,7 +277,7 @@ impl MrDomain {
                 _ => None,
             },
             refreshed: AtomicBool::new(false),
-            revoked: AtomicBool::new(false),
+            revoked: Arc::new(AtomicBool::new(false)),
             pin: std::sync::Mutex::new(pin),
             pfn0,
             phys,
@@ -323,5 +328,40 @@ impl MrDomain {
     /// may have seen its key handed to a newer registration.
     pub fn deregister(&self, r: &Region) {
         self.registry.remove_region(r);
+    }
+
+    /// A pin outside the cache; when the memlock budget is short
+    /// (`-FI_ENOMEM`), the cache's unused pins are given back and the pin
+    /// tried once more, as the cache does for its own misses.
+    fn pin_evicting(&self, iovs: &[(usize, usize)], access: u64) -> Result<Pin> {
+        match self.pinner.pin(iovs, access) {
+            Err(e) if e.code() == ffi::FI_ENOMEM && self.cache.is_some() => {
+                if let Some(c) = &self.cache {
+                    c.flush();
+                }
+                self.pinner.pin(iovs, access)
+            }
+            r => r,
+        }
+    }
+
+    /// fi_mr_refresh (FI_MR_MMU_NOTIFY): pin the pages mapped at `r`'s
+    /// ranges now. The registration then speaks for that memory: its
+    /// revocation (of the memory before) is lifted, and it is tracked
+    /// again from before the new pin, so that an unmap or remap of the new
+    /// memory revokes it in turn.
+    pub fn refresh_region(&self, r: &Region) -> Result<()> {
+        let since = self.cache.as_ref().and_then(|c| c.watch_ranges(&r.iovs));
+        let new = self.pin_evicting(&r.iovs, r.access)?;
+        let old = std::mem::replace(&mut *r.pin.lock().unwrap_or_else(|p| p.into_inner()), new);
+        // (A cached pin goes back to the cache: not under the lock above.)
+        drop(old);
+        r.refreshed.store(true, Ordering::Release);
+        r.revoked.store(false, Ordering::Release);
+        if let (Some(c), Some(since)) = (&self.cache, since) {
+            // (After the flag is lifted: an unmap since `since` revokes.)
+            c.track_live(r, since);
+        }
+        Ok(())
     }
 }

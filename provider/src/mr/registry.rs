@@ -48,9 +48,11 @@ pub struct Region {
     /// fi_mr_refresh pinned the pages mapped now: a revoked `cached` entry
     /// no longer speaks for it.
     pub refreshed: AtomicBool,
-    /// Revoked for good (a registration the cache does not hold, watched
-    /// while open: see `Cache::track_live`), until fi_mr_refresh.
-    pub revoked: AtomicBool,
+    /// Revoked for good: its memory was unmapped or moved while it was
+    /// open (every registration whose ranges the cache's monitor watches
+    /// is tracked: see `Cache::track_live`, which shares this flag), until
+    /// fi_mr_refresh.
+    pub revoked: Arc<AtomicBool>,
     /// Replaced by fi_mr_refresh (FI_MR_MMU_NOTIFY).
     pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
@@ -250,7 +252,7 @@ pub(crate) mod tests {
             enabled: AtomicBool::new(true),
             cached: None,
             refreshed: AtomicBool::new(false),
-            revoked: AtomicBool::new(false),
+            revoked: Arc::new(AtomicBool::new(false)),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,

@@ -105,12 +105,9 @@ impl Mr {
 
     /// fi_mr_refresh (FI_MR_MMU_NOTIFY): pin the pages now mapped there.
     pub fn refresh(&self) -> Result<()> {
-        let new = self.domain.mr.pinner.pin(&self.region.iovs, self.region.access)?;
-        *self.region.pin.lock().unwrap_or_else(|p| p.into_inner()) = new;
         // The memory mapped now is what the application registers: a
-        // revocation of the old memory (cache invariant 7) no longer applies.
-        self.region.refreshed.store(true, Ordering::Release);
-        self.region.revoked.store(false, Ordering::Release);
-        Ok(())
+        // revocation of the old memory (cache invariant 7) no longer
+        // applies, and one of the new memory will (see `refresh_region`).
+        self.domain.mr.refresh_region(&self.region)
     }
 }
