@@ -21,6 +21,11 @@
  *  7. fi_enable while another thread reads the CQ the endpoint is bound
  *     to (FI_THREAD_SAFE), 200 times with more than 4 endpoints on it:
  *     no deadlock.
+ *  8. FI_SELECTIVE_COMPLETION: a receive posted without FI_COMPLETION
+ *     that fails (truncated) still gives its error completion, with its
+ *     context and olen (fi_cq(3): "error completions are generated for
+ *     all operations, including those for which a completion was not
+ *     requested"); one that succeeds gives none.
  */
 #include <pthread.h>
 #include "oxt.h"
@@ -280,6 +285,67 @@ static void enable_under_reader(void)
 	oxt_close(&e);
 }
 
+static void selective_error(void)
+{
+	struct oxt_env e;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	struct fid_ep *ep;
+	struct oxt_ep x;
+	struct fi_context c1, c2;
+	struct fi_cq_tagged_entry ent;
+	struct fi_cq_err_entry err = { 0 };
+	char name[64], small[4], big[16] = "0123456789abcdef";
+	size_t len = sizeof name;
+	fi_addr_t to;
+	ssize_t n = -FI_EAGAIN;
+	void *ctx;
+	int rc;
+
+	OXT_GROUP("8. FI_SELECTIVE_COMPLETION: a failed receive without FI_COMPLETION still reports its error");
+	oxt_ep_open(&x, 0, FI_WAIT_NONE);
+	oxt_open(&e);
+	REQUIRE_RC(fi_cq_open(e.domain, &cq_attr, &cq, NULL), 0);
+	REQUIRE_RC(fi_av_open(e.domain, &(struct fi_av_attr){ .type = FI_AV_TABLE }, &av, NULL), 0);
+	REQUIRE_RC(fi_endpoint(e.domain, e.info, &ep, NULL), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+	REQUIRE_RC(fi_enable(ep), 0);
+	REQUIRE_RC(fi_getname(&ep->fid, name, &len), 0);
+	REQUIRE_RC(fi_av_insert(x.av, name, 1, &to, 0, NULL), 1);
+
+	/* A receive that fits: no completion (none was asked for). */
+	REQUIRE_RC(fi_recv(ep, big, sizeof big, NULL, FI_ADDR_UNSPEC, &c1), 0);
+	EXPECT_RC(fi_send(x.ep, big, 8, NULL, to, NULL), 0);
+	(void)oxt_next_completion(x.cq, 200, &ctx);
+	rc = oxt_next_completion(cq, 200, &ctx);
+	EXPECT(rc == -1, "a selective receive without FI_COMPLETION was reported (%d)", rc);
+
+	/* One too small: its error is reported all the same. */
+	REQUIRE_RC(fi_recv(ep, small, sizeof small, NULL, FI_ADDR_UNSPEC, &c2), 0);
+	EXPECT_RC(fi_send(x.ep, big, sizeof big, NULL, to, NULL), 0);
+	(void)oxt_next_completion(x.cq, 200, &ctx);
+	for (double until = oxt_now_ms() + 5000; oxt_now_ms() < until;) {
+		n = fi_cq_read(cq, &ent, 1);
+		if (n != -FI_EAGAIN)
+			break;
+	}
+	EXPECT(n == -FI_EAVAIL, "the truncated receive gave no error completion (fi_cq_read: %zd)", n);
+	if (n == -FI_EAVAIL) {
+		EXPECT_RC(fi_cq_readerr(cq, &err, 0), 1);
+		EXPECT_EQ(err.err, FI_ETRUNC);
+		EXPECT(err.op_context == &c2, "the error's context is not the receive's");
+		EXPECT_EQ(err.olen, sizeof big - sizeof small);
+		EXPECT(err.flags & FI_RECV, "the error's flags lack FI_RECV (%#llx)",
+		       (unsigned long long)err.flags);
+	}
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	EXPECT_RC(fi_close(&av->fid), 0);
+	EXPECT_RC(fi_close(&cq->fid), 0);
+	oxt_close(&e);
+	oxt_ep_close(&x);
+}
+
 int main(int argc, char **argv)
 {
 	oxt_init(argv[0]);
@@ -291,5 +357,6 @@ int main(int argc, char **argv)
 	sread_cond_none();
 	cntr_wait_error();
 	enable_under_reader();
+	selective_error();
 	return oxt_done();
 }

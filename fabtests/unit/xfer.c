@@ -2064,7 +2064,10 @@ static void t_rma_err(struct node *n, const struct rinfo *ri)
 		CMD(n, CMD_INTACT, R_ERR, 1, 0, 0);
 		CMD(n, CMD_QUIET, 0, 0, 0, 0);
 	}
-	/* a refused fi_inject_write: no completion, nothing written */
+	/* a refused fi_inject_write: no completion on success, but its failure
+	 * is an error completion with a NULL context (fi_cq(3): "error
+	 * completions are generated for all operations, including those for
+	 * which a completion was not requested"); nothing written */
 	{
 		const struct rinfo *r = &ri[R_ERR];
 		char rc[160];
@@ -2077,8 +2080,10 @@ static void t_rma_err(struct node *n, const struct rinfo *ri)
 		while (ret == -FI_EAGAIN);
 		EXPECT(ret == 0, "fi_inject_write out of bounds: expected 0 (refused at the target), got %s",
 		       oxt_rcstr(ret, rc, sizeof rc));
+		EXPECT_ERR(&n->e1, NULL, FI_EINVAL, FI_RMA | FI_WRITE, &c,
+			   "a refused fi_inject_write");
 		CMD(n, CMD_INTACT, R_ERR, 1, 0, 0);
-		EXPECT_NONE(&n->e1, 50, "a refused fi_inject_write");
+		EXPECT_NONE(&n->e1, 50, "after a refused fi_inject_write's error");
 		good_write(n, ri, "a refused fi_inject_write");
 	}
 	/* positive controls: the rights that were granted work */

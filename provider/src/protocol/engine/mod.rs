@@ -903,18 +903,18 @@ impl Engine {
             if let Some(i) = self.posted[q].iter().position(|p| p.ctx == ctx) {
                 let p = self.posted[q].remove(i).expect("position is in range");
                 let flags = ffi::FI_RECV as u64 | if q == 1 { ffi::FI_TAGGED as u64 } else { ffi::FI_MSG as u64 };
-                if let Some(c) = p.credit {
-                    drop(c);
-                    if let Some(cq) = &self.b.rx_cq {
-                        cq.push_error(CqError {
-                            op_context: ctx,
-                            flags,
-                            err: ffi::FI_ECANCELED as i32,
-                            prov_errno: ffi::FI_ECANCELED as i32,
-                            src: ffi::FI_ADDR_NOTAVAIL,
-                            ..Default::default()
-                        });
-                    }
+                // (An error completion whether or not one was asked for:
+                // see `fail_tx`.)
+                drop(p.credit);
+                if let Some(cq) = &self.b.rx_cq {
+                    cq.push_error(CqError {
+                        op_context: ctx,
+                        flags,
+                        err: ffi::FI_ECANCELED as i32,
+                        prov_errno: ffi::FI_ECANCELED as i32,
+                        src: ffi::FI_ADDR_NOTAVAIL,
+                        ..Default::default()
+                    });
                 }
                 return Ok(());
             }
@@ -943,19 +943,22 @@ impl Engine {
         if p.report {
             self.count(slot, false);
         }
-        if let Some(c) = p.credit {
-            drop(c);
-            if let Some(cq) = &self.b.tx_cq {
-                cq.push_error(CqError {
-                    op_context: p.ctx,
-                    flags: cflags,
-                    len: p.len,
-                    err: code as i32,
-                    prov_errno: code as i32,
-                    src: ffi::FI_ADDR_NOTAVAIL,
-                    ..Default::default()
-                });
-            }
+        // An operation that fails reports its error to the bound CQ even
+        // when it asked for no completion (FI_SELECTIVE_COMPLETION without
+        // FI_COMPLETION, or an inject call, whose op_context is NULL):
+        // fi_cq(3), "error completions are generated for all operations".
+        // (Error entries take no credit: `push_error` is never refused.)
+        drop(p.credit);
+        if let Some(cq) = &self.b.tx_cq {
+            cq.push_error(CqError {
+                op_context: p.ctx,
+                flags: cflags,
+                len: p.len,
+                err: code as i32,
+                prov_errno: code as i32,
+                src: ffi::FI_ADDR_NOTAVAIL,
+                ..Default::default()
+            });
         }
     }
 
@@ -1130,22 +1133,22 @@ impl Engine {
         } else {
             let err = if status != 0 { status } else { ffi::FI_ETRUNC };
             self.count(C_RECV, false);
-            if let Some(c) = p.credit {
-                drop(c);
-                if let Some(cq) = &self.b.rx_cq {
-                    cq.push_error(CqError {
-                        op_context: p.ctx,
-                        flags: cflags,
-                        len: n,
-                        buf,
-                        data: hdr.data,
-                        tag: hdr.tag,
-                        olen: len - n,
-                        err: err as i32,
-                        prov_errno: err as i32,
-                        src,
-                    });
-                }
+            // (An error completion whether or not one was asked for: see
+            // `fail_tx`.)
+            drop(p.credit);
+            if let Some(cq) = &self.b.rx_cq {
+                cq.push_error(CqError {
+                    op_context: p.ctx,
+                    flags: cflags,
+                    len: n,
+                    buf,
+                    data: hdr.data,
+                    tag: hdr.tag,
+                    olen: len - n,
+                    err: err as i32,
+                    prov_errno: err as i32,
+                    src,
+                });
             }
         }
     }
