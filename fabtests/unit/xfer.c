@@ -2477,6 +2477,22 @@ static void t_dead(struct node *n, const char *self)
 	EXPECT_ERR(&n->e1, CTX(121), FI_EIO, FI_RECV | FI_MSG, &c,
 		   "a receive matching the RTS of a peer that died before its data was copied");
 
+	/* Its queue file is still there (no process has reclaimed it yet): a
+	 * new send to it fails at once, rather than landing in a queue nobody
+	 * reads (and, once that is full, -FI_EAGAIN for ever). */
+	EXPECT(shm_exists(path), "%s: the dead peer's queue file is already gone", path);
+	{
+		char rc[160];
+		ssize_t r;
+
+		fill(n->tx, 64, 19002);
+		r = fi_send(n->e1.ep, n->tx, 64, n->txd, dfa, CTX(124));
+		EXPECT(r == -FI_EHOSTUNREACH,
+		       "a send to the dead peer whose queue file is left: expected -FI_EHOSTUNREACH, got %s",
+		       oxt_rcstr(r, rc, sizeof rc));
+		EXPECT_NONE(&n->e1, 50, "after the refused send to the dead peer");
+	}
+
 	/* the endpoint keeps working: send to itself */
 	me = av_insert(&n->e1, n->e1.name);
 	for (size_t size = 100; size <= MiB; size = size == 100 ? MiB : MiB + 1) {

@@ -101,6 +101,11 @@ impl Drop for Ep {
         // shared copies, and other threads' progress takes this lock.)
         let engine = self.engine.lock().take();
         drop(engine);
+        // A queue never handed to an engine (the endpoint was not enabled)
+        // goes before the listener (in `state`) releases the port: another
+        // endpoint may bind it at once, and its queue file has this name.
+        let region = self.rx_region.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(region);
     }
 }
 

@@ -45,7 +45,7 @@ const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 /// when its endpoint closes.
 const READY: u32 = 1;
 const CLOSED: u32 = 2;
-const VERSION: u32 = 9;
+const VERSION: u32 = 10;
 
 #[repr(C)]
 struct Header {
@@ -60,7 +60,11 @@ struct Header {
     /// from one of a new endpoint under the same address.
     epoch: u32,
     tail: AtomicU64,
-    _pad2: [u64; 11],
+    /// The owner's start time (/proc/<pid>/stat field 22, clock ticks
+    /// since boot): with `owner`, names the process even after its pid is
+    /// reused (`owner_alive`).
+    owner_start: u64,
+    _pad2: [u64; 10],
     /// The consumer's position: every cell before it is free.
     head: AtomicU64,
     _pad3: [u64; 15],
@@ -188,6 +192,22 @@ pub fn pid_alive(pid: u32) -> bool {
     }
 }
 
+/// A process's start time (/proc/<pid>/stat field 22), None if it cannot
+/// be read (no such process).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ppid ...": fields from the state on, after the last ')'
+    // (comm may hold spaces or ')'); starttime is field 22, the 20th there.
+    st.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process that was `pid` when it started at `start` is
+/// alive: `pid_alive`, and (`start` known, not 0) the process now at that
+/// pid started then, not a later process that reuses the pid.
+pub fn owner_alive(pid: u32, start: u64) -> bool {
+    pid_alive(pid) && (start == 0 || start_time(pid).is_none_or(|s| s == start))
+}
+
 fn map(fd: i32) -> io::Result<*mut u8> {
     // SAFETY: maps REGION_SIZE bytes of a file we sized to at least that.
     let p = unsafe {
@@ -218,13 +238,28 @@ pub fn reclaim_stale() {
                 continue;
             }
             let Ok(mut f) = std::fs::File::open(e.path()) else { continue };
-            let mut h = [0u8; 16];
+            let mut h = [0u8; 48];
             if std::io::Read::read_exact(&mut f, &mut h).is_err() {
                 continue;
             }
+            let word = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().unwrap_or_default());
             let magic = u64::from_le_bytes(h[0..8].try_into().unwrap_or_default());
-            let owner = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default());
-            if magic == MAGIC && !pid_alive(owner) {
+            let (version, owner, ready) = (word(8), word(12), word(24));
+            let start = u64::from_le_bytes(h[40..48].try_into().unwrap_or_default());
+            // (A file another process is creating now has no owner or is
+            // not ready yet: never removed. One of another version is not
+            // ours to judge.)
+            if magic != MAGIC || version != VERSION || owner == 0 || ready == 0 || owner_alive(owner, start) {
+                continue;
+            }
+            // Still the file read above (another process may have replaced
+            // it by now: removing that one would cut a live endpoint off).
+            use std::os::unix::fs::MetadataExt;
+            let same = match (f.metadata(), std::fs::metadata(e.path())) {
+                (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+                _ => false,
+            };
+            if same {
                 tracing::info!("removing /dev/shm/{name}, left by process {owner} which is gone");
                 let _ = std::fs::remove_file(e.path());
             }
@@ -255,8 +290,8 @@ impl Region {
             // Stale (its owner is gone) or a live endpoint of another
             // process: the listener port says it cannot be live, but check.
             if let Ok(old) = Region::open(addr) {
-                let owner = old.header().owner;
-                if pid_alive(owner) && owner != std::process::id() {
+                let (owner, start) = (old.header().owner, old.header().owner_start);
+                if owner_alive(owner, start) && owner != std::process::id() {
                     return Err(io::Error::from_raw_os_error(libc::EADDRINUSE));
                 }
             }
@@ -294,6 +329,7 @@ impl Region {
             h.magic = MAGIC;
             h.version = VERSION;
             h.owner = std::process::id();
+            h.owner_start = start_time(std::process::id()).unwrap_or(0);
             h.cells = CELLS as u32;
             h.cell_size = size_of::<Cell>() as u32;
             h.epoch = crate::mr::registry::random_u32().max(1);
@@ -363,7 +399,7 @@ impl Region {
     /// Whether the endpoint is still there: not closed, and its owner
     /// process alive.
     pub fn reachable(&self) -> bool {
-        !self.closed() && pid_alive(self.owner())
+        !self.closed() && owner_alive(self.owner(), self.header().owner_start)
     }
 
     /// Push one message (`parts` concatenated). EAGAIN when full.
@@ -585,6 +621,28 @@ impl Drop for Region {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reused_pid_is_not_the_owner() {
+        let me = std::process::id();
+        let start = start_time(me).expect("our own /proc/self/stat");
+        assert!(owner_alive(me, start));
+        assert!(owner_alive(me, 0), "start unknown: the pid decides");
+        assert!(!owner_alive(me, start + 1), "another process that had our pid before us");
+        // A queue whose header names another start time for its owner
+        // (here: written into our own) is one a dead process left, even
+        // though a live process has that pid now.
+        let addr: SocketAddr = "127.0.0.1:4".parse().unwrap();
+        let own = Region::create(&addr).unwrap();
+        let peer = Region::open(&addr).unwrap();
+        assert!(peer.reachable());
+        // SAFETY: our own mapping's header; only this test reads it.
+        unsafe { (*(own.base as *mut Header)).owner_start = start + 1 };
+        assert!(!peer.reachable(), "the owner's pid is alive but belongs to another process");
+        // SAFETY: as above.
+        unsafe { (*(own.base as *mut Header)).owner_start = start };
+        assert!(peer.reachable());
+    }
 
     #[test]
     fn queue_round_trip_and_full() {

@@ -633,6 +633,15 @@ impl Engine {
             return Ok(&self.peers.list[i]);
         }
         let region = Region::open(&to).map_err(|e| fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e)))?;
+        // (A queue left by a process that died without closing it: nobody
+        // reads it, and anything pushed there would be lost.)
+        if !region.closed() && !region.reachable() {
+            return Err(fail!(
+                ffi::FI_EHOSTUNREACH,
+                "the endpoint at {to} is gone: its process {} exited without closing it",
+                region.owner()
+            ));
+        }
         Ok(self.peers.insert(TxPeer { addr: to, region }))
     }
 
