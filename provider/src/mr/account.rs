@@ -5,8 +5,10 @@
 //! infinite or the process has CAP_IPC_LOCK. `FI_OXMR_MR_MAX_PINNED`
 //! overrides it. oxmr checks before pinning so that going over fails with
 //! -FI_ENOMEM and a line naming the limit, never a partial pin. Bytes are
-//! counted page-rounded per registration, as io_uring charges them
-//! (overlapping registrations are charged twice, as the kernel does).
+//! counted page-rounded (4 KiB) per registration (overlapping
+//! registrations are charged twice, as the kernel does); io_uring charges
+//! whole compound pages (huge pages) and per user, so the kernel may refuse
+//! before this count reaches the cap (docs/registration.md, "Accounting").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

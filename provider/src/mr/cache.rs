@@ -740,4 +740,20 @@ mod tests {
             unsafe { libc::munmap(x as *mut _, l) };
         }
     }
+
+    #[test]
+    fn a_range_whose_last_page_wraps_is_refused() {
+        let d = domain();
+        // (a + l fits; rounded up to a page it does not.)
+        let req = Request {
+            iovs: vec![(usize::MAX - 0xfff, 0x800)],
+            access: ffi::FI_REMOTE_READ as u64,
+            iface: ffi::FI_HMEM_SYSTEM,
+            ..Default::default()
+        };
+        match d.register(&req) {
+            Ok(_) => panic!("a range at the top of the address space was registered"),
+            Err(e) => assert_eq!(e.code(), ffi::FI_EINVAL),
+        }
+    }
 }

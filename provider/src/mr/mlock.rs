@@ -155,10 +155,19 @@ impl MlockTable {
         }
         coalesce(&mut held, start, end);
         for (s, e) in released {
-            // munlock fails (ENOMEM) only where the range is no longer
-            // mapped: the application unmapped it before deregistering, and
-            // the kernel dropped the lock together with the mapping.
-            let _ = munlock(s, e);
+            // munlock fails (ENOMEM) where part of the range is no longer
+            // mapped (the application unmapped it before deregistering; the
+            // kernel dropped the lock with the mapping), and then stops at
+            // the first hole, leaving what follows locked: unlock what is
+            // still mapped, piece by piece.
+            if munlock(s, e).is_err() {
+                for m in super::maps::mappings_in(s, e - s).unwrap_or_default() {
+                    let (ms, me) = (m.start.max(s), m.end.min(e));
+                    if ms < me {
+                        let _ = munlock(ms, me);
+                    }
+                }
+            }
         }
     }
 
@@ -405,6 +414,22 @@ mod tests {
         t.unlock(r.addr, 2 * ps);
         t.unlock(r.addr, 2 * ps);
         assert_eq!(locked_kb(r.addr, 2 * ps), 0);
+    }
+
+    #[test]
+    fn an_unlock_after_a_hole_was_unmapped_unlocks_the_rest() {
+        let ps = page_size();
+        let r = Region::new(3);
+        let t = MlockTable::new();
+        t.lock(r.addr, 3 * ps).unwrap();
+        assert_eq!(locked_kb(r.addr, 3 * ps), kb(3));
+        // The first page goes: the kernel's munlock of the whole range
+        // then fails at once, at the hole, and would leave the rest locked.
+        // SAFETY: the region's own first page.
+        assert_eq!(unsafe { libc::munmap(r.page(0) as *mut libc::c_void, ps) }, 0);
+        t.unlock(r.addr, 3 * ps);
+        assert_eq!(t.locked_bytes(), 0);
+        assert_eq!(locked_kb(r.page(1), 2 * ps), 0, "the pages after the hole are unlocked");
     }
 
     #[test]

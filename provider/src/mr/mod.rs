@@ -216,7 +216,9 @@ impl MrDomain {
             if l > 0 && a == 0 {
                 return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: NULL buffer with length {l}"));
             }
-            if a.checked_add(l).is_none() {
+            // (Pages are pinned and charged whole: the page-rounded end
+            // must not wrap either.)
+            if a.checked_add(l).and_then(|e| e.checked_next_multiple_of(4096)).is_none() {
                 return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: buffer {a:#x} + {l} wraps around the address space"));
             }
             len = len.checked_add(l).ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_mr_regv: total length overflows"))?;

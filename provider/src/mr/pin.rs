@@ -384,7 +384,7 @@ impl Pinner {
         unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
         fail!(
             ffi::FI_ENOMEM,
-            "fi_mr_reg: the kernel refused to pin {bytes} more bytes: RLIMIT_MEMLOCK is {} bytes (soft); raise it (ulimit -l, limits.conf, systemd LimitMEMLOCK) or grant CAP_IPC_LOCK",
+            "fi_mr_reg: the kernel refused to pin {bytes} more bytes: RLIMIT_MEMLOCK is {} bytes (soft), and the kernel charges whole huge pages and counts every process of the user; raise it (ulimit -l, limits.conf, systemd LimitMEMLOCK) or grant CAP_IPC_LOCK",
             rl.rlim_cur
         )
     }
