@@ -26,6 +26,10 @@
  *     context and olen (fi_cq(3): "error completions are generated for
  *     all operations, including those for which a completion was not
  *     requested"); one that succeeds gives none.
+ *  9. FI_DELIVERY_COMPLETE with only a counter bound for sends: the send
+ *     counter goes up once the receiver has taken the message, not when
+ *     fi_send returns (fi_cntr(3): counters follow the completion
+ *     semantics of fi_cq(3)).
  */
 #include <pthread.h>
 #include "oxt.h"
@@ -346,6 +350,55 @@ static void selective_error(void)
 	oxt_ep_close(&x);
 }
 
+static void delivery_counter(void)
+{
+	struct fi_cntr_attr ca = { .events = FI_CNTR_EVENTS_COMP };
+	struct oxt_env e;
+	struct fid_cntr *cntr;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	struct fid_ep *ep;
+	struct oxt_ep x;
+	char buf[64] = "delivered", in[64];
+	uint64_t flags = FI_TRANSMIT | FI_DELIVERY_COMPLETE;
+	uint64_t got = 0;
+	fi_addr_t to;
+	void *ctx;
+
+	OXT_GROUP("9. FI_DELIVERY_COMPLETE, counter only: the send counts once the receiver has the message");
+	oxt_ep_open(&x, 0, FI_WAIT_NONE);
+	oxt_open(&e);
+	REQUIRE_RC(fi_cntr_open(e.domain, &ca, &cntr, NULL), 0);
+	REQUIRE_RC(fi_cq_open(e.domain, &cq_attr, &cq, NULL), 0);
+	REQUIRE_RC(fi_av_open(e.domain, &(struct fi_av_attr){ .type = FI_AV_TABLE }, &av, NULL), 0);
+	REQUIRE_RC(fi_endpoint(e.domain, e.info, &ep, NULL), 0);
+	/* (A CQ for receives only: sends report to the counter alone.) */
+	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &cntr->fid, FI_SEND), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+	REQUIRE_RC(fi_enable(ep), 0);
+	REQUIRE_RC(fi_control(&ep->fid, FI_SETOPSFLAG, &flags), 0);
+	REQUIRE_RC(fi_av_insert(av, x.name, 1, &to, 0, NULL), 1);
+
+	EXPECT_RC(fi_send(ep, buf, sizeof buf, NULL, to, NULL), 0);
+	/* The receiver does not progress yet: nothing may count. */
+	for (double until = oxt_now_ms() + 200; oxt_now_ms() < until;)
+		got += fi_cntr_read(cntr);
+	EXPECT(got == 0, "the send counted before the receiver had the message");
+	REQUIRE_RC(fi_recv(x.ep, in, sizeof in, NULL, FI_ADDR_UNSPEC, NULL), 0);
+	EXPECT_RC(oxt_next_completion(x.cq, 2000, &ctx), 0);
+	for (double until = oxt_now_ms() + 2000; oxt_now_ms() < until && fi_cntr_read(cntr) == 0;)
+		;
+	EXPECT_EQ(fi_cntr_read(cntr), 1);
+	EXPECT_EQ(fi_cntr_readerr(cntr), 0);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	EXPECT_RC(fi_close(&av->fid), 0);
+	EXPECT_RC(fi_close(&cntr->fid), 0);
+	EXPECT_RC(fi_close(&cq->fid), 0);
+	oxt_close(&e);
+	oxt_ep_close(&x);
+}
+
 int main(int argc, char **argv)
 {
 	oxt_init(argv[0]);
@@ -358,5 +411,6 @@ int main(int argc, char **argv)
 	cntr_wait_error();
 	enable_under_reader();
 	selective_error();
+	delivery_counter();
 	return oxt_done();
 }

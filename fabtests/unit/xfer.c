@@ -1889,7 +1889,7 @@ static void t_rma(struct node *n, const struct rinfo *ri)
 	const struct rinfo *m = &ri[R_MAIN];
 	struct comp c;
 
-	OXT_GROUP("5. RMA: fi_write and fi_read of 8 B .. 1 MiB, fi_writedata (target CQ data), fi_inject_write");
+	OXT_GROUP("5. RMA: fi_write and fi_read of 8 B .. 1 MiB, fi_writedata (target CQ data), fi_inject_write, fi_readmsg with write-only flags");
 	for (size_t k = 0; k < nsizes; k++) {
 		size_t size = sizes[k], off = size == MiB ? 0 : 4096 + 13;
 		uint64_t seed = 11000 + k;
@@ -1950,6 +1950,25 @@ static void t_rma(struct node *n, const struct rinfo *ri)
 		CMD(n, CMD_VERIFY, R_MAIN, 8192, size, seed);
 	}
 	EXPECT_NONE(&n->e1, 50, "fi_inject_write made a completion at the initiator");
+	/* fi_readmsg with FI_INJECT and FI_REMOTE_CQ_DATA: both apply to
+	 * writes only (fi_rma(3)), so the read works as a plain one and raises
+	 * nothing at the target (CMD_QUIET below) */
+	{
+		struct iovec iov = { .iov_base = n->rx, .iov_len = 64 };
+		struct fi_rma_iov rma = { .addr = m->addr + 3 * 4096, .len = 64, .key = m->key };
+		struct fi_msg_rma msg = {
+			.msg_iov = &iov, .desc = &n->rxd, .iov_count = 1, .addr = n->peer,
+			.rma_iov = &rma, .rma_iov_count = 1, .context = CTX(103), .data = 0xDA7A,
+		};
+
+		CMD(n, CMD_FILL, R_MAIN, 3 * 4096, 64, 14500);
+		memset(n->rx, POISON, 128);
+		POST(&n->e1, fi_readmsg(n->e1.ep, &msg, FI_INJECT | FI_REMOTE_CQ_DATA | FI_COMPLETION),
+		     "fi_readmsg with FI_INJECT | FI_REMOTE_CQ_DATA");
+		if (EXPECT_OK(&n->e1, CTX(103), FI_RMA | FI_READ, &c,
+			      "fi_readmsg with FI_INJECT | FI_REMOTE_CQ_DATA"))
+			EXPECT_PAT(n->rx, 64, 14500, "fi_readmsg with FI_INJECT | FI_REMOTE_CQ_DATA");
+	}
 	CMD(n, CMD_INTACT, R_MAIN, 0, 0, 0);
 	CMD(n, CMD_QUIET, 0, 0, 0, 0);
 }

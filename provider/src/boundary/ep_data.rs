@@ -424,7 +424,9 @@ unsafe fn rma_msg(msg: *const ffi::fi_msg_rma, flags: u64, read: bool) -> Result
     if v.iter().map(|x| x.1).sum::<usize>() != r.len {
         return Err(fail!(ffi::FI_EINVAL, "local iovs and rma_iov lengths differ"));
     }
-    let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+    // (FI_REMOTE_CQ_DATA applies to writes only: fi_rma(3). A read with it
+    // raises nothing at the target.)
+    let data = (!read && flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
     Ok(RmaOp {
         ctx: m.context as usize,
         iovs: v,

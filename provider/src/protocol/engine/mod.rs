@@ -785,7 +785,10 @@ impl Engine {
                     &data
                 }
             };
-            if delivery && credit.is_some() {
+            // (Delivery complete: the CQ entry or the counter update waits
+            // for the receiver's ACK; with neither there is nothing to
+            // report, and no ACK is asked for.)
+            if delivery && (credit.is_some() || self.b.cntrs[C_SEND].is_some()) {
                 hdr.flags |= flag::NEED_ACK;
                 hdr.msg_id = self.new_id();
             }
@@ -845,7 +848,8 @@ impl Engine {
         let to = self.resolve(o.dest)?;
         let len = total(&o.iovs);
         let flags = o.flags.unwrap_or(self.b.tx_op_flags);
-        let inject = flags & ffi::FI_INJECT as u64 != 0;
+        // (FI_INJECT applies to writes only: fi_rma(3).)
+        let inject = !o.read && flags & ffi::FI_INJECT as u64 != 0;
         let credit = self.credit(true, flags)?;
         let mut hdr = Hdr {
             len: len as u64,
