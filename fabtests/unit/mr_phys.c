@@ -297,6 +297,36 @@ static void part1(void)
 		close(fd3);
 	}
 
+	OXT_GROUP("fi_mr_refresh renews no device registration and makes none");
+	{
+		int fd4, fd5;
+		char *r4 = perf_ring(DATA_PAGES, NULL, &fd4), *a5;
+		struct iovec iov;
+
+		/* a device registration whose ring went: refused, not revived */
+		REQUIRE_RC(reg(e.domain, r4 + PS, DATA_LEN, FI_REMOTE_READ, OXMR_MR_PHYS_FALLBACK, &mr), 0);
+		munmap(r4, RING_LEN);
+		iov = (struct iovec){ .iov_base = r4 + PS, .iov_len = DATA_LEN };
+		EXPECT_RC(fi_mr_refresh(mr, &iov, 1, 0), -FI_EKEYREJECTED);
+		EXPECT_EQ(query(ops, mr).phys_state, OXMR_PHYS_REVOKED);
+		EXPECT_RC(fi_close(&mr->fid), 0);
+		close(fd4);
+		/* ordinary memory replaced by a ring: the refresh refuses to
+		 * turn the registration into a device one */
+		a5 = mmap(NULL, RING_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		REQUIRE(a5 != MAP_FAILED, "mmap: %s", strerror(errno));
+		memset(a5, 1, RING_LEN);
+		REQUIRE_RC(reg(e.domain, a5 + PS, DATA_LEN, FI_REMOTE_READ, 0, &mr), 0);
+		REQUIRE(perf_ring(DATA_PAGES, a5, &fd5) == a5, "perf ring over the registered memory");
+		iov = (struct iovec){ .iov_base = a5 + PS, .iov_len = DATA_LEN };
+		EXPECT_RC(fi_mr_refresh(mr, &iov, 1, 0), -FI_EFAULT);
+		/* (still an ordinary registration: no physical state) */
+		EXPECT_EQ(query(ops, mr).phys_state, OXMR_PHYS_NONE);
+		EXPECT_RC(fi_close(&mr->fid), 0);
+		munmap(a5, RING_LEN);
+		close(fd5);
+	}
+
 	OXT_GROUP("a check the kernel cannot answer now (no file descriptors left) revokes nothing");
 	{
 		int fd4;

@@ -216,6 +216,9 @@ unsafe extern "C" fn ext_phys_runs(mr: *mut c_void, runs: *mut oxmr_phys_run, co
         if count.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops.phys_runs: NULL count"));
         }
+        // (Checked now, as an access would: a mapping replaced since the
+        // last access revokes the registration before its runs are told.)
+        mr.domain.mr.phys_live(&mr.region);
         let pin = mr.region.pin.lock().unwrap_or_else(|p| p.into_inner());
         let Some(p) = pin.phys() else {
             return Err(fail!(

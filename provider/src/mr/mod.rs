@@ -353,8 +353,27 @@ impl MrDomain {
     /// again from before the new pin, so that an unmap or remap of the new
     /// memory revokes it in turn.
     pub fn refresh_region(&self, r: &Region) -> Result<()> {
+        // A device registration (physical-address fallback) is checked
+        // against its mapping on every access and revoked for good when
+        // that changes; a registration of ordinary memory never becomes
+        // one (its accesses would skip that check): both take a new
+        // registration instead.
+        if r.phys {
+            return Err(fail!(
+                ffi::FI_EKEYREJECTED,
+                "fi_mr_refresh: key {:#x} is a device registration (physical-address fallback), which is not refreshed; register the new mapping",
+                r.key
+            ));
+        }
         let since = self.cache.as_ref().and_then(|c| c.watch_ranges(&r.iovs));
         let new = self.pin_evicting(&r.iovs, r.access)?;
+        if new.phys().is_some() {
+            return Err(fail!(
+                ffi::FI_EFAULT,
+                "fi_mr_refresh: what is mapped at key {:#x}'s range now is device memory; register it anew",
+                r.key
+            ));
+        }
         let old = std::mem::replace(&mut *r.pin.lock().unwrap_or_else(|p| p.into_inner()), new);
         // (A cached pin goes back to the cache: not under the lock above.)
         drop(old);

@@ -204,7 +204,9 @@ pub fn validate(iovs: &[(usize, usize)], access: u64) -> Result<bool> {
         for x in &m {
             special |= match x.kind() {
                 Kind::Special(_) | Kind::DevicePfn | Kind::Secret => true,
-                Kind::File(p) => p.starts_with("/dev/") || p.starts_with("/secretmem"),
+                // (Device files, and the PCI resource files of sysfs and
+                // procfs, which map BARs VM_IO | VM_PFNMAP.)
+                Kind::File(p) => ["/dev/", "/secretmem", "/sys/", "/proc/"].iter().any(|x| p.starts_with(x)),
                 _ => false,
             };
             if !x.read && !x.write {
