@@ -404,6 +404,14 @@ static void test_refusals(void)
 	h = oxt_hints(FI_EP_RDM);
 	h->domain_attr->mr_mode = FI_MR_BASIC | FI_MR_SCALABLE;
 	REFUSED("mr_mode FI_MR_BASIC|FI_MR_SCALABLE", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->threading = FI_THREAD_ENDPOINT + 1;
+	REFUSED("threading FI_THREAD_ENDPOINT + 1 (no such value)", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->max_err_data = 64;
+	REFUSED("domain max_err_data 64 (oxmr returns no error data)", NULL, NULL, 0, h);
 }
 
 static void test_echoed(void)
@@ -435,6 +443,21 @@ static void test_echoed(void)
 	info = ASK_OK("threading FI_THREAD_DOMAIN", h);
 	if (info) {
 		EXPECT_EQ(info->domain_attr->threading, FI_THREAD_DOMAIN);
+		fi_freeinfo(info);
+	}
+
+	/* tx/rx caps beyond the info's caps: the answer's stay a subset of
+	 * them (fi_getinfo(3)) */
+	h = oxt_hints(FI_EP_RDM);
+	h->caps = FI_MSG;
+	h->tx_attr->caps = FI_MSG | FI_RMA;
+	h->rx_attr->caps = FI_MSG | FI_TAGGED;
+	info = ASK_OK("caps FI_MSG, tx caps FI_MSG|FI_RMA, rx caps FI_MSG|FI_TAGGED", h);
+	if (info) {
+		EXPECT(!(info->tx_attr->caps & ~info->caps), "tx caps %#llx not a subset of caps %#llx",
+		       (unsigned long long)info->tx_attr->caps, (unsigned long long)info->caps);
+		EXPECT(!(info->rx_attr->caps & ~info->caps), "rx caps %#llx not a subset of caps %#llx",
+		       (unsigned long long)info->rx_attr->caps, (unsigned long long)info->caps);
 		fi_freeinfo(info);
 	}
 

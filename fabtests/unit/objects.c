@@ -102,6 +102,18 @@ static void test_open_close(void)
 	EXPECT_EQ(e.domain->fid.fclass, FI_CLASS_DOMAIN);
 	EXPECT_EQ(e.fabric->fid.fclass, FI_CLASS_FABRIC);
 	EXPECT_RC(fi_close(&ep->fid), 0);
+	/* an info asking a capability oxmr does not offer (FI_FENCE): refused
+	 * by fi_endpoint, not silently ignored later */
+	{
+		uint64_t caps = e.info->caps;
+
+		e.info->caps |= FI_FENCE;
+		ep = NULL;
+		EXPECT_RC(fi_endpoint(e.domain, e.info, &ep, NULL), -FI_EINVAL);
+		if (ep)
+			fi_close(&ep->fid);
+		e.info->caps = caps;
+	}
 	EXPECT_RC(fi_close(&av->fid), 0);
 	EXPECT_RC(fi_close(&cntr->fid), 0);
 	EXPECT_RC(fi_close(&cq->fid), 0);

@@ -323,7 +323,9 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             info.tx.rma_iov_limit
         );
         if t.caps != 0 {
-            info.tx.caps = (t.caps & PRIMARY_CAPS) | (tx_default & SECONDARY_CAPS);
+            // (A subset of the info's caps, as fi_getinfo(3) requires,
+            // whatever the hints' tx caps ask beyond them.)
+            info.tx.caps = (t.caps & PRIMARY_CAPS & tx_default) | (tx_default & SECONDARY_CAPS);
         }
         info.tx.op_flags = t.op_flags;
         if t.size != 0 {
@@ -349,7 +351,8 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
         refuse_if!(exceeds(r.size, info.rx.size), "rx size {} above {}", r.size, info.rx.size);
         refuse_if!(exceeds(r.iov_limit, info.rx.iov_limit), "rx iov_limit {} above {}", r.iov_limit, info.rx.iov_limit);
         if r.caps != 0 {
-            info.rx.caps = (r.caps & PRIMARY_CAPS) | (rx_default & SECONDARY_CAPS);
+            // (A subset of the info's caps: see tx above.)
+            info.rx.caps = (r.caps & PRIMARY_CAPS & rx_default) | (rx_default & SECONDARY_CAPS);
         }
         info.rx.op_flags = r.op_flags;
         if r.size != 0 {
@@ -364,7 +367,7 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
         if let Some(n) = &d.name {
             refuse_if!(Some(n) != o.name.as_ref(), "domain name \"{n}\" is not {:?}", o.name);
         }
-        refuse_if!(d.threading > ffi::FI_THREAD_ENDPOINT + 1, "unknown threading {}", d.threading);
+        refuse_if!(d.threading > ffi::FI_THREAD_ENDPOINT, "unknown threading {}", d.threading);
         for (what, p) in [("control", d.control_progress), ("data", d.data_progress)] {
             refuse_if!(
                 p == ffi::FI_PROGRESS_AUTO,
@@ -392,6 +395,7 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             ("cntr_cnt", d.cntr_cnt, o.cntr_cnt),
             ("mr_iov_limit", d.mr_iov_limit, o.mr_iov_limit),
             ("mr_cnt", d.mr_cnt, o.mr_cnt),
+            ("max_err_data", d.max_err_data, o.max_err_data),
         ] {
             refuse_if!(exceeds(asked, ours), "domain {what} {asked} above oxmr's {ours}");
         }

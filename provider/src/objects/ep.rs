@@ -122,7 +122,10 @@ impl Ep {
                 ))
             }
         };
-        let extra = info.caps & !(offered | attrs::SECONDARY_CAPS);
+        // (Only what fi_getinfo offers for the type: a secondary cap oxmr
+        // does not implement, such as FI_FENCE, is refused here rather
+        // than silently ignored later.)
+        let extra = info.caps & !offered;
         if extra != 0 {
             return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: caps {extra:#x} are not supported for this endpoint type"));
         }
