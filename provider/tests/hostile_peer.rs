@@ -1250,3 +1250,44 @@ fn a_rewritten_claim_word_does_not_keep_the_helper_copying() {
     }
     assert!(t.guards_intact());
 }
+
+/// An RMA read's target writes into the initiator's buffer with no further
+/// word from it: fi_close of the initiator with a read outstanding must not
+/// return before the read is answered (the application may free the buffer
+/// then), within a bound (1 s). Here the target answers 150 ms after the
+/// close starts: the close is still waiting at 100 ms, and ends after the
+/// answer.
+#[test]
+fn closing_with_a_read_outstanding_waits_for_its_answer() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    // (Held only to be dropped, in the closing thread.)
+    struct Closing(#[allow(dead_code)] Target);
+    // SAFETY: the endpoint is FI_THREAD_SAFE; only the closing thread uses it.
+    unsafe impl Send for Closing {}
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let fi_addr = t.insert(&p._port.local_addr().unwrap());
+    let mut dst = vec![0u8; 64 << 10];
+    t.read(&mut dst, fi_addr, 0x1000, 77, 0x81);
+    let (rd, _) = p.answer(&t).expect("the READ request");
+    assert_eq!(rd.op, READ);
+    let closed = Arc::new(AtomicBool::new(false));
+    let closer = {
+        let (c, closed) = (Closing(t), closed.clone());
+        std::thread::spawn(move || {
+            let c = c;
+            drop(c);
+            closed.store(true, Ordering::Release);
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let waiting = !closed.load(Ordering::Acquire);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    if waiting {
+        p.send(Hdr { op: ACK, msg_id: rd.msg_id, ..Default::default() }, &[]);
+    }
+    closer.join().expect("the closing thread");
+    assert!(waiting, "fi_close returned while an RMA read into our buffer was outstanding");
+    drop(dst);
+}

@@ -471,6 +471,21 @@ fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        // An RMA read's target writes into our buffer with no further word
+        // from us, and may be doing so now: the application may free that
+        // buffer once fi_close returns, so reads still pending are given
+        // their answers first (progress as usual, for a bounded time; a
+        // dead target's are failed by the liveness check).
+        let start = Instant::now();
+        while self.pending.values().any(|p| p.kind == Kind::Read) && start.elapsed() < CLOSE_WAIT {
+            self.progress_with(true);
+            std::hint::spin_loop();
+        }
+        if self.pending.values().any(|p| p.kind == Kind::Read) {
+            tracing::warn!(
+                "closing with RMA reads unanswered (target stopped?); their targets may still write into their buffers"
+            );
+        }
         // A receive left open completes (its helper may still be writing
         // into the application's buffer).
         self.finish_open_job();

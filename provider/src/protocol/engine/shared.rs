@@ -504,7 +504,15 @@ impl Engine {
                 }
             }
             JobFor::Rma { hdr, hold } if ok => self.rma_done(hdr, j.peer, 0, Some(&hold)),
-            JobFor::Rma { hdr, hold } => self.rma_copy(hdr, j.peer, j.pid, j.local, j.remote, hold),
+            JobFor::Rma { hdr, hold } => {
+                // (Redone alone: unless the initiator closed meanwhile, whose
+                // buffers are no longer its to give.)
+                if self.closed_peer(&j.peer, hdr.msg_id) {
+                    tracing::debug!("an RMA from {} whose shared copy failed: its endpoint closed; dropped", j.peer);
+                    return;
+                }
+                self.rma_copy(hdr, j.peer, j.pid, j.local, j.remote, hold)
+            }
         }
     }
 
