@@ -1291,3 +1291,67 @@ fn closing_with_a_read_outstanding_waits_for_its_answer() {
     assert!(waiting, "fi_close returned while an RMA read into our buffer was outstanding");
     drop(dst);
 }
+
+/// A CTS is served only from the endpoint the send went to. Endpoint O at
+/// address X gets a send S and asks for help (its CTS is late: sent after
+/// O closed); a new endpoint N opens at X (its job table numbers its first
+/// job slot 0, generation 1, as O's did) and publishes a job for a second
+/// send S2. O's late CTS for S names slot 0, generation 1: served against
+/// N's table it would copy S's bytes into N's receive buffer. It must copy
+/// nothing.
+#[test]
+fn a_late_cts_of_a_closed_endpoint_is_not_served_against_a_new_one() {
+    const N: usize = 64 << 10;
+    const HALF: usize = N / 2;
+    let t = unsafe { Target::open() };
+    let port = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let x = port.local_addr().unwrap();
+    let mut name = [0u8; 28];
+    let e = addr::encode(&x);
+    name[..e.len()].copy_from_slice(&e);
+    let to_target = Region::open(&t.name).expect("the target's queue");
+    let push = |mut h: Hdr| {
+        h.pid = std::process::id();
+        h.name = name;
+        let mut hb = [0u8; 96];
+        let n = h.encode(&mut hb);
+        to_target.push(&[&hb[..n]]).expect("room in the target's queue");
+    };
+    let fi_addr = t.insert(&x);
+    let src: Vec<u8> = (0..N).map(|i| (i * 5 + 9) as u8).collect();
+
+    // O gets S's RTS.
+    let mut o = Region::create(&x).expect("O's queue");
+    t.send(&src, fi_addr, 0x91);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut rts = None;
+    while rts.is_none() && std::time::Instant::now() < until {
+        let _ = t.poll();
+        o.pop(|m, _| rts = Hdr::decode(m).map(|(h, _)| h));
+    }
+    let rts = rts.expect("S's RTS at O");
+    assert_eq!(rts.op, RTS);
+    // O's CTS for S (slot 0, generation 1) reaches the target's queue, and
+    // O closes before the target reads it.
+    push(Hdr { op: CTS, msg_id: rts.msg_id, rma_addr: 0, tag: 1, ..Default::default() });
+    drop(o);
+    // N opens at X, and publishes a job in its slot 0, generation 1 (as it
+    // would for a send S2), its own first half copied.
+    let n = Region::create(&x).expect("N's queue");
+    let mut dst = vec![0u8; N];
+    let jobs = n.jobs();
+    assert!(jobs.open(0, 1, N, HALF, true, &[(dst.as_mut_ptr() as usize, N)]));
+    assert_eq!(jobs.claim(0, 1, false), Some(0));
+    dst[..HALF].fill(0x22);
+    assert!(!jobs.settle(0, true));
+    // The target sends S2 to X: it finds O closed and reaches N; then it
+    // reads its queue, O's late CTS first.
+    let src2 = vec![0x22u8; N];
+    t.send(&src2, fi_addr, 0x92);
+    for _ in 0..2000 {
+        let _ = t.poll();
+    }
+    assert_eq!(jobs.progress(0), (1, false), "the late CTS got a chunk of N's job copied");
+    assert!(dst[HALF..].iter().all(|&b| b == 0), "S's bytes landed in N's receive buffer");
+    drop(n);
+}

@@ -205,6 +205,10 @@ struct Pending {
     /// The application's buffers of the operation (source of a send or
     /// write, destination of a read), for an owner-side push.
     iovs: Iovs,
+    /// The epoch of the peer endpoint the request went to: a CTS for it
+    /// is served only from that endpoint, not from a later one at the same
+    /// address (whose job table numbers its jobs alike).
+    peer_epoch: u32,
 }
 
 /// What a pulled transfer fills when its DATA has all arrived.
@@ -660,6 +664,11 @@ impl Engine {
         Ok(self.peers.insert(TxPeer { addr: to, region }))
     }
 
+    /// The epoch of the endpoint we reach at `to` now (0: none open).
+    fn peer_epoch(&mut self, to: &SocketAddr) -> u32 {
+        self.peers.get(to).map_or(0, |x| x.region.epoch())
+    }
+
     /// Push a message to `to`; -FI_EAGAIN when its queue is full.
     fn push(&mut self, to: SocketAddr, hdr: Hdr, body: &[&[u8]]) -> Result<()> {
         self.push_once(to, hdr, body, true)
@@ -809,6 +818,7 @@ impl Engine {
             }
             self.push(to, hdr, &[body])?;
             if hdr.msg_id != 0 {
+                let peer_epoch = self.peer_epoch(&to);
                 self.pending.insert(
                     hdr.msg_id,
                     Pending {
@@ -820,6 +830,7 @@ impl Engine {
                         peer: to,
                         report: true,
                         iovs: Iovs::default(),
+                        peer_epoch,
                     },
                 );
             } else {
@@ -851,9 +862,20 @@ impl Engine {
             let pid = self.peers.get(&to).map_or(0, |x| x.region.owner());
             self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, pid, helped: 0 });
         }
+        let peer_epoch = self.peer_epoch(&to);
         self.pending.insert(
             hdr.msg_id,
-            Pending { ctx: o.ctx, kind: Kind::Send, tagged, len, credit, peer: to, report: true, iovs: o.iovs },
+            Pending {
+                ctx: o.ctx,
+                kind: Kind::Send,
+                tagged,
+                len,
+                credit,
+                peer: to,
+                report: true,
+                iovs: o.iovs,
+                peer_epoch,
+            },
         );
         Ok(())
     }
@@ -890,9 +912,10 @@ impl Engine {
             hdr.iov_count = o.iovs.len() as u16;
             self.push(to, hdr, &[&encode_iovs(&o.iovs)])?;
         }
+        let peer_epoch = self.peer_epoch(&to);
         self.pending.insert(
             hdr.msg_id,
-            Pending { ctx: o.ctx, kind, tagged: false, len, credit, peer: to, report: true, iovs: o.iovs },
+            Pending { ctx: o.ctx, kind, tagged: false, len, credit, peer: to, report: true, iovs: o.iovs, peer_epoch },
         );
         Ok(())
     }

@@ -525,7 +525,13 @@ impl Engine {
         let (slot, gen) = (h.rma_addr as u32, h.tag as u32);
         // Only the peer the operation went to may ask us to copy its data.
         let Some(p) = self.pending.get(&h.msg_id).filter(|p| p.peer == from) else { return };
-        let Some(t) = self.peers.get(&from).map(|x| x.region.jobs()) else { return };
+        // (The endpoint the operation went to, not a later one at its
+        // address: a closed endpoint's late CTS names a slot and
+        // generation of its own table, which a new endpoint's may reuse.)
+        let Some(t) = self.peers.get(&from).filter(|x| x.region.epoch() == p.peer_epoch).map(|x| x.region.jobs())
+        else {
+            return;
+        };
         if p.iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
             return; // only our own word copies touch device memory
         }
@@ -566,9 +572,14 @@ impl Engine {
         let mut distinct = ids.clone();
         distinct.sort_unstable();
         distinct.dedup();
-        let Some(t) = self.peers.get(&from).map(|x| x.region.jobs()) else { return };
+        let Some(peer) = self.peers.get(&from) else { return };
+        let (t, epoch) = (peer.region.jobs(), peer.region.epoch());
         let Some(v) = t.view(slot, gen) else { return };
         let mine: Option<Vec<&Pending>> = ids.iter().map(|id| self.pending.get(id)).collect();
+        // (Each sent to the endpoint at `from` now: see `help`.)
+        if mine.as_ref().is_some_and(|m| m.iter().any(|p| p.peer_epoch != epoch)) {
+            return;
+        }
         let kind = mine.as_ref().and_then(|m| m.first()).map(|p| p.kind);
         let fits = mine.as_ref().is_some_and(|m| {
             m.iter().all(|p| p.peer == from && Some(p.kind) == kind)
