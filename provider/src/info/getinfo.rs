@@ -75,8 +75,15 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
 
     if req.flags & ffi::FI_PROV_ATTR_ONLY as u64 != 0 {
         // "All providers will return exactly one fi_info struct"
-        // (fi_getinfo(3)): the first endpoint type asked (RDM when any).
-        return Ok(vec![attrs::template(ep_types[0])]);
+        // (fi_getinfo(3)): the first endpoint type asked (RDM when any),
+        // named after the first interface offered (libfabric's name
+        // filters compare the names it returns).
+        let mut info = attrs::template(ep_types[0]);
+        if let Some(iface) = ifaces.first() {
+            info.domain.name = Some(iface.name.clone());
+            info.fabric.name = Some(iface.subnet());
+        }
+        return Ok(vec![info]);
     }
 
     let numeric = req.flags & ffi::FI_NUMERICHOST as u64 != 0;
@@ -461,6 +468,9 @@ mod tests {
         let l = ask(None, None, ffi::FI_PROV_ATTR_ONLY as u64, None).unwrap();
         assert_eq!(l.len(), 1);
         assert_eq!(l[0].ep.type_, ffi::FI_EP_RDM);
+        // Named, as every other answer (libfabric's name filters read them).
+        assert_eq!(l[0].domain.name.as_deref(), Some("lo"));
+        assert_eq!(l[0].fabric.name.as_deref(), Some("127.0.0.0/8"));
     }
 
     #[test]
