@@ -91,6 +91,29 @@ static void setname(void)
 	oxt_close(&e);
 }
 
+/* A CQ and an AV (FI_AV_TABLE) of `e`'s domain. */
+static void open_cq_av(struct oxt_env *e, struct fid_cq **cq, struct fid_av **av)
+{
+	REQUIRE_RC(fi_cq_open(e->domain, &cq_attr, cq, NULL), 0);
+	REQUIRE_RC(fi_av_open(e->domain, &(struct fi_av_attr){ .type = FI_AV_TABLE }, av, NULL), 0);
+}
+
+/* An endpoint of `e` with `cq` bound (`cq_flags`), `cntr` (unless NULL)
+ * bound for FI_SEND, and `av`; enabled. */
+static struct fid_ep *bound_ep(struct oxt_env *e, struct fid_cq *cq, uint64_t cq_flags,
+			       struct fid_cntr *cntr, struct fid_av *av)
+{
+	struct fid_ep *ep = NULL;
+
+	REQUIRE_RC(fi_endpoint(e->domain, e->info, &ep, NULL), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, cq_flags), 0);
+	if (cntr)
+		REQUIRE_RC(fi_ep_bind(ep, &cntr->fid, FI_SEND), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+	REQUIRE_RC(fi_enable(ep), 0);
+	return ep;
+}
+
 static void setopsflag(void)
 {
 	struct oxt_env e;
@@ -108,12 +131,8 @@ static void setopsflag(void)
 	OXT_GROUP("2. FI_SETOPSFLAG after fi_enable reaches the running endpoint");
 	oxt_ep_open(&x, 0, FI_WAIT_NONE);
 	oxt_open(&e);
-	REQUIRE_RC(fi_cq_open(e.domain, &cq_attr, &cq, NULL), 0);
-	REQUIRE_RC(fi_av_open(e.domain, &(struct fi_av_attr){ .type = FI_AV_TABLE }, &av, NULL), 0);
-	REQUIRE_RC(fi_endpoint(e.domain, e.info, &ep, NULL), 0);
-	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION), 0);
-	REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
-	REQUIRE_RC(fi_enable(ep), 0);
+	open_cq_av(&e, &cq, &av);
+	ep = bound_ep(&e, cq, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION, NULL, av);
 	REQUIRE_RC(fi_av_insert(av, x.name, 1, &to, 0, NULL), 1);
 	/* The receiver takes both messages. */
 	for (int i = 0; i < 2; i++)
@@ -309,12 +328,8 @@ static void selective_error(void)
 	OXT_GROUP("8. FI_SELECTIVE_COMPLETION: a failed receive without FI_COMPLETION still reports its error");
 	oxt_ep_open(&x, 0, FI_WAIT_NONE);
 	oxt_open(&e);
-	REQUIRE_RC(fi_cq_open(e.domain, &cq_attr, &cq, NULL), 0);
-	REQUIRE_RC(fi_av_open(e.domain, &(struct fi_av_attr){ .type = FI_AV_TABLE }, &av, NULL), 0);
-	REQUIRE_RC(fi_endpoint(e.domain, e.info, &ep, NULL), 0);
-	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION), 0);
-	REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
-	REQUIRE_RC(fi_enable(ep), 0);
+	open_cq_av(&e, &cq, &av);
+	ep = bound_ep(&e, cq, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION, NULL, av);
 	REQUIRE_RC(fi_getname(&ep->fid, name, &len), 0);
 	REQUIRE_RC(fi_av_insert(x.av, name, 1, &to, 0, NULL), 1);
 
@@ -369,14 +384,9 @@ static void delivery_counter(void)
 	oxt_ep_open(&x, 0, FI_WAIT_NONE);
 	oxt_open(&e);
 	REQUIRE_RC(fi_cntr_open(e.domain, &ca, &cntr, NULL), 0);
-	REQUIRE_RC(fi_cq_open(e.domain, &cq_attr, &cq, NULL), 0);
-	REQUIRE_RC(fi_av_open(e.domain, &(struct fi_av_attr){ .type = FI_AV_TABLE }, &av, NULL), 0);
-	REQUIRE_RC(fi_endpoint(e.domain, e.info, &ep, NULL), 0);
+	open_cq_av(&e, &cq, &av);
 	/* (A CQ for receives only: sends report to the counter alone.) */
-	REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_RECV), 0);
-	REQUIRE_RC(fi_ep_bind(ep, &cntr->fid, FI_SEND), 0);
-	REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
-	REQUIRE_RC(fi_enable(ep), 0);
+	ep = bound_ep(&e, cq, FI_RECV, cntr, av);
 	REQUIRE_RC(fi_control(&ep->fid, FI_SETOPSFLAG, &flags), 0);
 	REQUIRE_RC(fi_av_insert(av, x.name, 1, &to, 0, NULL), 1);
 

@@ -664,9 +664,23 @@ impl Engine {
         Ok(self.peers.insert(TxPeer { addr: to, region }))
     }
 
-    /// The epoch of the endpoint we reach at `to` now (0: none open).
-    fn peer_epoch(&mut self, to: &SocketAddr) -> u32 {
-        self.peers.get(to).map_or(0, |x| x.region.epoch())
+    /// An operation just pushed to `to` waits for its answer, with the
+    /// epoch of the endpoint it went to (see `Pending::peer_epoch`).
+    #[allow(clippy::too_many_arguments)]
+    fn await_answer(
+        &mut self,
+        msg_id: u64,
+        ctx: usize,
+        kind: Kind,
+        tagged: bool,
+        len: usize,
+        credit: Option<Credit>,
+        to: SocketAddr,
+        iovs: Iovs,
+    ) {
+        let peer_epoch = self.peers.get(&to).map_or(0, |x| x.region.epoch());
+        let p = Pending { ctx, kind, tagged, len, credit, peer: to, report: true, iovs, peer_epoch };
+        self.pending.insert(msg_id, p);
     }
 
     /// Push a message to `to`; -FI_EAGAIN when its queue is full.
@@ -818,21 +832,7 @@ impl Engine {
             }
             self.push(to, hdr, &[body])?;
             if hdr.msg_id != 0 {
-                let peer_epoch = self.peer_epoch(&to);
-                self.pending.insert(
-                    hdr.msg_id,
-                    Pending {
-                        ctx: o.ctx,
-                        kind: Kind::Send,
-                        tagged,
-                        len,
-                        credit,
-                        peer: to,
-                        report: true,
-                        iovs: Iovs::default(),
-                        peer_epoch,
-                    },
-                );
+                self.await_answer(hdr.msg_id, o.ctx, Kind::Send, tagged, len, credit, to, Iovs::default());
             } else {
                 // Injects have no CQ entry (no credit) but count (fi_cntr(3)).
                 self.complete_tx(o.ctx, Kind::Send, tagged, len, credit, true);
@@ -862,21 +862,7 @@ impl Engine {
             let pid = self.peers.get(&to).map_or(0, |x| x.region.owner());
             self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, pid, helped: 0 });
         }
-        let peer_epoch = self.peer_epoch(&to);
-        self.pending.insert(
-            hdr.msg_id,
-            Pending {
-                ctx: o.ctx,
-                kind: Kind::Send,
-                tagged,
-                len,
-                credit,
-                peer: to,
-                report: true,
-                iovs: o.iovs,
-                peer_epoch,
-            },
-        );
+        self.await_answer(hdr.msg_id, o.ctx, Kind::Send, tagged, len, credit, to, o.iovs);
         Ok(())
     }
 
@@ -912,11 +898,7 @@ impl Engine {
             hdr.iov_count = o.iovs.len() as u16;
             self.push(to, hdr, &[&encode_iovs(&o.iovs)])?;
         }
-        let peer_epoch = self.peer_epoch(&to);
-        self.pending.insert(
-            hdr.msg_id,
-            Pending { ctx: o.ctx, kind, tagged: false, len, credit, peer: to, report: true, iovs: o.iovs, peer_epoch },
-        );
+        self.await_answer(hdr.msg_id, o.ctx, kind, false, len, credit, to, o.iovs);
         Ok(())
     }
 
