@@ -74,7 +74,7 @@ unsafe fn reg_common(
     if out.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: NULL mr out-parameter"));
     }
-    let region = d.mr.register(&req)?;
+    let region = d.mr.register(req)?;
     let key = region.key;
     let mr = Arc::new_cyclic(|me| {
         // The descriptor (fi_mr_desc) is the MR's own address.

@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
@@ -43,6 +43,7 @@ use super::pin::{Pin, Pinner};
 use super::registry::Region;
 use super::uffd::{Cause, Invalidation, Monitor};
 use crate::boundary::Result;
+use crate::sys::{SpinGuard, SpinLock};
 
 /// A cached pin.
 pub struct Entry {
@@ -71,13 +72,24 @@ struct Slot {
     entry: Arc<Entry>,
     users: usize,
     last_use: u64,
+    /// Served to no new registration: a discard (or a log overflow) took
+    /// it out of service while in use. It stays in the index until its last
+    /// user closes, so that a later unmap or remap still finds it and
+    /// revokes its registrations (a cache hit is tracked by its entry
+    /// alone, not in `live`).
+    detached: bool,
 }
 
 struct State {
     /// Valid entries by (start, id).
     index: BTreeMap<(usize, u64), Slot>,
-    /// Unused valid entries by last use.
-    lru: BTreeMap<u64, (usize, u64)>,
+    /// Unused valid entries, least recently used first, as (last use,
+    /// index key). Lazily pruned: an element is current only while its
+    /// entry is in the index, unused, with that `last_use`; a hit leaves
+    /// its element behind (stale) instead of searching for it, and `evict`
+    /// skips stale ones (two ordered-map updates per hit and close were a
+    /// tenth of a cache hit's cost).
+    lru: VecDeque<(u64, (usize, u64))>,
     /// Monitor log position applied.
     seq: u64,
     tick: u64,
@@ -106,14 +118,20 @@ pub struct CacheStats {
 
 /// A domain's cache.
 pub struct Cache {
-    state: Mutex<State>,
+    /// (A spin lock: held for map updates, never across a pin; the longest
+    /// holds are applying an unmap, which unpins the unused entries it
+    /// drops, and waiting for the monitor's read in progress. Waiters yield
+    /// and nap after a short spin. It releases with a plain store, one
+    /// locked instruction fewer than a Mutex, twice per cache hit.)
+    state: SpinLock<State>,
     monitor: &'static Monitor,
     pub max_bytes: u64,
     pub max_count: usize,
     pub record_pfn: bool,
     pub stats: CacheStats,
-    /// The process the cache belongs to (a forked child bypasses it).
-    pid: u32,
+    /// The process the cache belongs to (a forked child bypasses it):
+    /// `sys::process_token`, which tells without a system call.
+    process: u64,
     /// The monitor's event count when the log was last applied by
     /// `refresh` (or at creation).
     seen: AtomicU64,
@@ -193,9 +211,9 @@ impl Cache {
         let seq_events = monitor.events();
         let seq = monitor.head();
         Some(Arc::new(Cache {
-            state: Mutex::new(State {
+            state: SpinLock::new(State {
                 index: BTreeMap::new(),
-                lru: BTreeMap::new(),
+                lru: VecDeque::new(),
                 seq,
                 tick: 0,
                 next_id: 1,
@@ -208,19 +226,22 @@ impl Cache {
             max_count,
             record_pfn,
             stats: CacheStats::default(),
-            pid: std::process::id(),
+            process: crate::sys::process_token(),
             seen: AtomicU64::new(seq_events),
             live: Mutex::new(Vec::new()),
         }))
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> SpinGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Whether the log holds, from `since` on, an event touching [a, a+l)
     /// (or an overflow, after which nothing can be trusted).
     fn touched_since(&self, since: u64, a: usize, l: usize) -> bool {
+        if self.monitor.up_to_date(since) {
+            return false;
+        }
         let mut buf = [Invalidation { start: 0, end: 0, cause: Cause::Unmap }; 64];
         let mut from = since;
         loop {
@@ -237,6 +258,9 @@ impl Cache {
 
     /// Apply the monitor's log to the index (invalidating what it names).
     fn sync(&self, s: &mut State) {
+        if self.monitor.up_to_date(s.seq) {
+            return;
+        }
         let mut buf = [Invalidation { start: 0, end: 0, cause: Cause::Unmap }; 64];
         loop {
             let (next, n) = self.monitor.since(s.seq, &mut buf);
@@ -275,24 +299,39 @@ impl Cache {
             .filter(|(_, v)| overlaps(v.entry.start, v.entry.len.max(1), inv))
             .map(|(k, _)| *k)
             .collect();
+        let moved = matches!(inv.cause, Cause::Unmap | Cause::Remap);
         for k in victims {
-            if let Some(slot) = s.index.remove(&k) {
-                counter.fetch_add(1, Ordering::Relaxed);
-                s.bytes -= slot.entry.len as u64;
-                if slot.users == 0 {
-                    s.lru.remove(&slot.last_use);
-                } else if matches!(inv.cause, Cause::Unmap | Cause::Remap) {
-                    // In use: what is mapped there now is not what was
-                    // registered, and remote accesses go by address, so the
-                    // registrations using it are revoked (each is also
-                    // tracked, `track_live`, which logs it: that covers an
-                    // entry a discard took out of the index before). (A
-                    // discard, madvise, keeps the mapping: the memory is
-                    // still the registered memory, refilled on touch.)
-                    slot.entry.revoked.store(true, Ordering::Release);
+            let Some(slot) = s.index.get_mut(&k) else { continue };
+            if slot.users > 0 && !moved {
+                // In use, discarded (madvise keeps the mapping: the memory
+                // is still the registered memory, refilled on touch) or
+                // behind an overflow: never served again, but kept in the
+                // index, detached, so that a later unmap still finds it.
+                if !slot.detached {
+                    slot.detached = true;
+                    counter.fetch_add(1, Ordering::Relaxed);
                 }
-                // In use: the registration keeps its pin until closed, but
-                // it is never served again. Unused: the pin goes now.
+                continue;
+            }
+            let Some(slot) = s.index.remove(&k) else { continue };
+            if !slot.detached {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            s.bytes -= slot.entry.len as u64;
+            // (Unused: its LRU element is stale now, and the pin goes.)
+            if slot.users > 0 && !slot.entry.revoked.swap(true, Ordering::AcqRel) {
+                // In use: what is mapped there now is not what was
+                // registered, and remote accesses go by address, so the
+                // registrations using it are revoked (`Registry::check`
+                // reads the entry's flag; registrations the cache does not
+                // hold are tracked in `live` and logged there). The
+                // registrations keep the pin until closed.
+                let why = if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" };
+                tracing::warn!(
+                    "registrations using the cached pin of {:#x}+{} revoked: that memory was {why} while registered; peers now get FI_EKEYREJECTED (close them, and register the new memory)",
+                    slot.entry.start,
+                    slot.entry.len
+                );
             }
         }
     }
@@ -305,21 +344,18 @@ impl Cache {
             .rev()
             .find(|(_, v)| {
                 let e = &v.entry;
+                if v.detached {
+                    return false;
+                }
                 e.start <= a && a + l <= e.start + e.len && access & !e.access == 0
             })
             .map(|(k, _)| *k)?;
         s.tick += 1;
         let tick = s.tick;
         let slot = s.index.get_mut(&key)?;
-        if slot.users == 0 {
-            let old = slot.last_use;
-            slot.users = 1;
-            slot.last_use = tick;
-            s.lru.remove(&old);
-        } else {
-            slot.users += 1;
-            slot.last_use = tick;
-        }
+        // (An unused entry's LRU element goes stale with this.)
+        slot.users += 1;
+        slot.last_use = tick;
         Some(slot.entry.clone())
     }
 
@@ -327,10 +363,12 @@ impl Cache {
     fn evict(&self, s: &mut State, all: bool) -> Vec<Arc<Entry>> {
         let mut out = Vec::new();
         while all || s.bytes > self.max_bytes || s.index.len() > self.max_count {
-            let Some((&t, &k)) = s.lru.iter().next() else {
+            let Some((t, k)) = s.lru.pop_front() else {
                 break;
             };
-            s.lru.remove(&t);
+            if !s.index.get(&k).is_some_and(|v| v.users == 0 && v.last_use == t) {
+                continue;
+            }
             if let Some(slot) = s.index.remove(&k) {
                 s.bytes -= slot.entry.len as u64;
                 self.stats.evictions.fetch_add(1, Ordering::Relaxed);
@@ -343,13 +381,12 @@ impl Cache {
     /// A pin for [a, a+l) with `access`: a cached one, or a new one that is
     /// cached, or (for ranges the monitor cannot watch) an uncached one;
     /// with the log position from which the range is watched and the pin
-    /// known to hold its memory (None: the range is not watched). The
-    /// registration passes it to `track_live`, so that an unmap or remap of
-    /// its memory revokes it whatever becomes of the entry (an entry in use
-    /// that a discard takes out of the index is otherwise found by no later
-    /// event).
+    /// known to hold its memory, for a pin the registration must track on
+    /// its own (None: a cache hit, which its entry speaks for, or a range
+    /// that is not watched). The registration passes it to `track_live`,
+    /// so that an unmap or remap of its memory revokes it.
     pub fn get(self: &Arc<Self>, pinner: &Pinner, a: usize, l: usize, access: u64) -> Result<(Pin, Option<u64>)> {
-        if std::process::id() != self.pid {
+        if crate::sys::process_token() != self.process {
             // A forked child: the entries are the parent's pins.
             return Ok((pinner.pin(&[(a, l)], access)?, None));
         }
@@ -360,9 +397,12 @@ impl Cache {
                 if let Some(entry) = self.lookup(&mut s, a, l, access) {
                     self.stats.hits.fetch_add(1, Ordering::Relaxed);
                     // (An entry in the index is watched and holds its
-                    // memory as of the log this sync applied, up to
-                    // `s.seq`; anything later is in the log from there.)
-                    return Ok((Pin::Cached(CacheRef { cache: self.clone(), entry }), Some(s.seq)));
+                    // memory as of the log this sync applied; it stays in
+                    // the index while in use, detached if discarded, so
+                    // every later unmap or remap of it revokes it, and
+                    // with it this registration: a hit needs no tracking
+                    // of its own.)
+                    return Ok((Pin::Cached(CacheRef { cache: self.clone(), entry }), None));
                 }
             }
             // Note the log position, then subscribe, then pin: any change
@@ -418,7 +458,7 @@ impl Cache {
             s.next_id += 1;
             let pfns = if self.record_pfn { super::pagemap_pfns(a, l) } else { Vec::new() };
             let entry = Arc::new(Entry { id, start: a, len: l, access, pin, pfns, revoked: AtomicBool::new(false) });
-            s.index.insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick });
+            s.index.insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick, detached: false });
             s.bytes += l as u64;
             s.longest = s.longest.max(l);
             let victims = self.evict(&mut s, false);
@@ -436,31 +476,44 @@ impl Cache {
     }
 
     fn release(&self, entry: &Arc<Entry>) {
-        if std::process::id() != self.pid {
+        if crate::sys::process_token() != self.process {
             return;
         }
         let mut s = self.lock();
         s.tick += 1;
         let tick = s.tick;
         let key = (entry.start, entry.id);
+        let mut gone = None;
         if let Some(slot) = s.index.get_mut(&key) {
             slot.users -= 1;
-            if slot.users == 0 {
+            if slot.users == 0 && slot.detached {
+                // (Its pin goes with its last user, after the lock.)
+                gone = s.index.remove(&key);
+                if let Some(g) = &gone {
+                    s.bytes -= g.entry.len as u64;
+                }
+            } else if slot.users == 0 {
                 slot.last_use = tick;
-                s.lru.insert(tick, key);
+                s.lru.push_back((tick, key));
             }
+        }
+        // (Stale elements are dropped once they outnumber the entries:
+        // amortised O(1) per close, the queue at most about twice the index.)
+        if s.lru.len() > 2 * s.index.len() + 64 {
+            let State { lru, index, .. } = &mut *s;
+            lru.retain(|(t, k)| index.get(k).is_some_and(|v| v.users == 0 && v.last_use == *t));
         }
         let victims = self.evict(&mut s, false);
         drop(s);
         drop(victims);
+        drop(gone);
     }
 
     /// Apply the monitor's log if it has anything new (two atomic loads
     /// when not: see `Monitor::quiet_since`).
     pub fn refresh(&self) {
         let seen = self.seen.load(Ordering::Acquire);
-        // (The pid check, a system call, only when there is news.)
-        if self.monitor.quiet_since(seen) || std::process::id() != self.pid {
+        if self.monitor.quiet_since(seen) || crate::sys::process_token() != self.process {
             return;
         }
         let now = self.monitor.events();
@@ -473,7 +526,7 @@ impl Cache {
     /// to check from (`track_live`), or None when some range cannot be
     /// watched (then it is not tracked).
     pub fn watch_ranges(&self, iovs: &[(usize, usize)]) -> Option<u64> {
-        if std::process::id() != self.pid {
+        if crate::sys::process_token() != self.process {
             return None;
         }
         let since = self.monitor.head();
@@ -504,6 +557,9 @@ impl Cache {
     /// Whether the log holds, from `since` on, an unmap or remap of
     /// [a, a+l) (discards do not count: see `invalidate`).
     fn touched_by_move(&self, since: u64, a: usize, l: usize) -> bool {
+        if self.monitor.up_to_date(since) {
+            return false;
+        }
         let mut buf = [Invalidation { start: 0, end: 0, cause: Cause::Unmap }; 64];
         let mut from = since;
         loop {
@@ -572,7 +628,7 @@ mod tests {
             iface: ffi::FI_HMEM_SYSTEM,
             ..Default::default()
         };
-        d.register(&req).unwrap()
+        d.register(req).unwrap()
     }
 
     fn entry_of(r: &crate::mr::registry::Region) -> u64 {
@@ -655,6 +711,41 @@ mod tests {
     }
 
     #[test]
+    fn a_discard_then_an_unmap_revokes_an_open_cache_hit() {
+        // A hit is tracked by its entry alone (no `live` element): the
+        // discard must leave the entry in the index, detached, so that the
+        // unmap still finds it.
+        use crate::mr::registry::AccessError;
+        let d = domain();
+        let c = d.cache.clone().expect("userfaultfd works here");
+        let len = 64 << 10;
+        let a = map(0, len, 1);
+        let r0 = reg(&d, a, len);
+        let e0 = entry_of(&r0);
+        d.deregister(&r0);
+        drop(r0);
+        let hits = c.stats.hits.load(Ordering::Relaxed);
+        let r = reg(&d, a, len);
+        assert_eq!(entry_of(&r), e0, "the same entry");
+        assert_eq!(c.stats.hits.load(Ordering::Relaxed), hits + 1, "a hit");
+        discard(a, 4096);
+        c.refresh();
+        assert_eq!(writable(&d, &r), Ok(()), "a discard keeps the registration");
+        let r2 = reg(&d, a, len);
+        assert_ne!(entry_of(&r2), e0, "a detached entry is served to no new registration");
+        d.deregister(&r2);
+        drop(r2);
+        remap(a, len, 2);
+        c.refresh();
+        assert_eq!(writable(&d, &r), Err(AccessError::Revoked), "munmap + mmap after a discard revokes the hit");
+        d.deregister(&r);
+        drop(r);
+        assert_eq!(c.size().0, 0, "the detached entry went with its last user, the other with the unmap");
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a as *mut _, len) };
+    }
+
+    #[test]
     fn an_uncached_registration_after_a_discard_is_revoked_by_an_unmap() {
         use crate::mr::registry::AccessError;
         let d = domain();
@@ -731,7 +822,7 @@ mod tests {
             iface: ffi::FI_HMEM_SYSTEM,
             ..Default::default()
         };
-        let r2 = d.register(&req).expect("the cache's unused pin gives way");
+        let r2 = d.register(req.clone()).expect("the cache's unused pin gives way");
         assert_eq!(c.size(), (0, 0), "the unused entry was evicted for it");
         d.deregister(&r2);
         drop(r2);
@@ -751,7 +842,7 @@ mod tests {
             iface: ffi::FI_HMEM_SYSTEM,
             ..Default::default()
         };
-        match d.register(&req) {
+        match d.register(req.clone()) {
             Ok(_) => panic!("a range at the top of the address space was registered"),
             Err(e) => assert_eq!(e.code(), ffi::FI_EINVAL),
         }

@@ -174,7 +174,7 @@ impl MrDomain {
     }
 
     /// Register: the region, published under its key.
-    pub fn register(&self, req: &Request) -> Result<Arc<Region>> {
+    pub fn register(&self, req: Request) -> Result<Arc<Region>> {
         let r = self.register_inner(req);
         match &r {
             Ok(_) => {
@@ -185,7 +185,7 @@ impl MrDomain {
         r
     }
 
-    fn register_inner(&self, req: &Request) -> Result<Arc<Region>> {
+    fn register_inner(&self, req: Request) -> Result<Arc<Region>> {
         if req.access & !ACCESS_BITS != 0 {
             return Err(fail!(
                 ffi::FI_EINVAL,
@@ -269,7 +269,7 @@ impl MrDomain {
         };
         let region = Arc::new(Region {
             key,
-            iovs: req.iovs.clone(),
+            iovs: req.iovs,
             len,
             iova,
             access: req.access,

@@ -7,11 +7,16 @@
 //! checking different keys rarely share a cache line (`cargo run --release
 //! -p oxmr --example mr_bench` measures it at 10 k live registrations).
 //!
-//! Provider keys are `random 32 bits << 32 | counter`: the random half makes
-//! them unguessable, the per-domain counter makes every key of a domain's
-//! lifetime distinct (for 2^32 registrations), so a closed MR's key never
-//! validates again, even if a peer still holds it. Application-requested
-//! keys (no FI_MR_PROV_KEY) are used as given; one in use is -FI_ENOKEY.
+//! Provider keys are `secret 32 bits << 32 | counter`: the per-domain
+//! counter makes every key of a domain's lifetime distinct (for 2^32
+//! registrations), so a closed MR's key never validates again, even if a
+//! peer still holds it; the high half is SipHash-2-4 of the counter under a
+//! 128-bit secret drawn from the kernel once per domain, so a peer that has
+//! seen any number of keys cannot predict the next one (SipHash is a PRF),
+//! and making a key is a few nanoseconds with no system call (a getrandom
+//! per key was the largest cost of a cached registration). Application-
+//! requested keys (no FI_MR_PROV_KEY) are used as given; one in use is
+//! -FI_ENOKEY.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -131,14 +136,43 @@ struct Shard(RwLock<Map>);
 pub struct Registry {
     shards: Box<[Shard]>,
     counter: AtomicU32,
+    /// The key generator's secret, drawn once.
+    secret: (u64, u64),
 }
 
-pub(crate) fn random_u32() -> u32 {
-    let mut b = [0u8; 4];
-    // SAFETY: getrandom fills the 4-byte buffer; a short read leaves zeros,
-    // which only weakens, never breaks, uniqueness (the counter ensures it).
-    unsafe { libc::getrandom(b.as_mut_ptr().cast(), 4, 0) };
-    u32::from_ne_bytes(b)
+/// SipHash-2-4 of one 8-byte message under the key (k0, k1) (Aumasson and
+/// Bernstein, "SipHash: a fast short-input PRF", 2012).
+fn siphash24(k0: u64, k1: u64, m: u64) -> u64 {
+    let mut v = [
+        k0 ^ 0x736f_6d65_7073_6575,
+        k1 ^ 0x646f_7261_6e64_6f6d,
+        k0 ^ 0x6c79_6765_6e65_7261,
+        k1 ^ 0x7465_6462_7974_6573,
+    ];
+    fn round(v: &mut [u64; 4]) {
+        v[0] = v[0].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(13) ^ v[0];
+        v[0] = v[0].rotate_left(32);
+        v[2] = v[2].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(16) ^ v[2];
+        v[0] = v[0].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(21) ^ v[0];
+        v[2] = v[2].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(17) ^ v[2];
+        v[2] = v[2].rotate_left(32);
+    }
+    // The message block, then the final block (length 8 in the top byte).
+    for b in [m, 8u64 << 56] {
+        v[3] ^= b;
+        round(&mut v);
+        round(&mut v);
+        v[0] ^= b;
+    }
+    v[2] ^= 0xff;
+    for _ in 0..4 {
+        round(&mut v);
+    }
+    v[0] ^ v[1] ^ v[2] ^ v[3]
 }
 
 impl Default for Registry {
@@ -150,7 +184,8 @@ impl Default for Registry {
 impl Registry {
     pub fn new() -> Self {
         let shards = (0..SHARDS).map(|_| Shard::default()).collect();
-        Registry { shards, counter: AtomicU32::new(random_u32() >> 8) }
+        let secret = (crate::sys::random_u64(), crate::sys::random_u64());
+        Registry { shards, counter: AtomicU32::new(crate::sys::random_u32() >> 8), secret }
     }
 
     fn shard(&self, key: u64) -> &RwLock<Map> {
@@ -162,7 +197,8 @@ impl Registry {
     /// A fresh provider key (never FI_KEY_NOTAVAIL).
     pub fn new_key(&self) -> u64 {
         loop {
-            let k = (random_u32() as u64) << 32 | self.counter.fetch_add(1, Ordering::Relaxed) as u64;
+            let n = self.counter.fetch_add(1, Ordering::Relaxed) as u64;
+            let k = siphash24(self.secret.0, self.secret.1, n) << 32 | n;
             if k != ffi::FI_KEY_NOTAVAIL {
                 return k;
             }
@@ -305,6 +341,15 @@ pub(crate) mod tests {
         assert_eq!(sorted.len(), ka.len());
         assert_ne!(ka[0] >> 32, ka[1] >> 32, "random high halves differ (p = 2^-32 of a false failure)");
         assert_ne!(ka[0], b.new_key());
+    }
+
+    #[test]
+    fn siphash_matches_the_reference_vector() {
+        // The paper's Appendix A: key 00 01 .. 0f, message 00 01 .. 07.
+        let k0 = u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7]);
+        let k1 = u64::from_le_bytes([8, 9, 10, 11, 12, 13, 14, 15]);
+        let m = u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(siphash24(k0, k1, m), 0x93f5_f579_9a93_2462);
     }
 
     #[test]

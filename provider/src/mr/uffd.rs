@@ -110,6 +110,9 @@ pub struct Monitor {
     log: Mutex<Log>,
     reading: AtomicU32,
     events: AtomicU64,
+    /// `log.head`, published (under the log's lock, before `reading` is
+    /// cleared) so that "nothing new since `from`" is two loads, not a lock.
+    head: AtomicU64,
 }
 
 /// The first monitor, with the pid of the process that started it.
@@ -177,6 +180,7 @@ impl Monitor {
             log: Mutex::new(Log { ring: [empty; LOG_SLOTS], head: 0 }),
             reading: AtomicU32::new(0),
             events: AtomicU64::new(0),
+            head: AtomicU64::new(0),
         }));
         std::thread::Builder::new().name("oxmr-uffd".into()).spawn(move || m.run())?;
         Ok(m)
@@ -197,7 +201,15 @@ impl Monitor {
 
     /// Sequence number of the next event.
     pub fn head(&self) -> u64 {
-        self.log.lock().unwrap_or_else(|p| p.into_inner()).head
+        self.head.load(Ordering::Acquire)
+    }
+
+    /// Whether the log holds nothing from sequence `from` on, and no read
+    /// is in progress (the registration-cache hit path asks this: two
+    /// loads, no lock). Same reasoning as `quiet_since`: once a munmap has
+    /// returned, `reading` is set or the published head has moved.
+    pub fn up_to_date(&self, from: u64) -> bool {
+        self.reading.load(Ordering::SeqCst) == 0 && self.head.load(Ordering::Acquire) == from
     }
 
     /// Events read since start.
@@ -240,6 +252,7 @@ impl Monitor {
             log.ring[(h % LOG_SLOTS as u64) as usize] = i;
             log.head = h + 1;
         }
+        self.head.store(log.head, Ordering::Release);
     }
 
     fn run(&self) {

@@ -332,7 +332,7 @@ impl Region {
             h.owner_start = start_time(std::process::id()).unwrap_or(0);
             h.cells = CELLS as u32;
             h.cell_size = size_of::<Cell>() as u32;
-            h.epoch = crate::mr::registry::random_u32().max(1);
+            h.epoch = crate::sys::random_u32().max(1);
         }
         r.header().ready.store(READY, Ordering::Release);
         Ok(r)

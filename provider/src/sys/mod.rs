@@ -1,12 +1,15 @@
 //! Thin safe wrappers over the system calls the objects need (eventfd,
-//! epoll, poll, getifaddrs), and the data path's spin lock. Unsafe code for
+//! epoll, poll, getifaddrs, getrandom, fork detection), and the data
+//! path's spin lock. Unsafe code for
 //! syscalls lives here; every wrapper returns `std::io::Result` or plain
 //! data.
 
 mod ifaddrs;
+mod process;
 mod spin;
 mod wait;
 
 pub use ifaddrs::ifaddrs;
+pub use process::{random_u32, random_u64, token as process_token};
 pub use spin::{SpinGuard, SpinLock};
 pub use wait::WaitFd;
