@@ -32,16 +32,13 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     bindings.write_to_file(out.join("bindings.rs")).expect("cannot write bindings.rs");
 
-    // Tell dependants which header version they compile against, so code
-    // that needs a newer API can be gated on it.
+    // Tell dependants which header version they compile against (as
+    // DEP_FABRIC_MAJOR / DEP_FABRIC_MINOR: this crate `links` fabric), so
+    // that code which needs a newer API can be gated on it.
     let version = lib.version.clone();
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(1), parts.next().unwrap_or(0));
-    println!("cargo:rustc-check-cfg=cfg(fi_api_2)");
-    if major >= 2 {
-        println!("cargo:rustc-cfg=fi_api_2");
-    }
-    println!("cargo:metadata=major={major}");
-    println!("cargo:metadata=minor={minor}");
+    println!("cargo:major={major}");
+    println!("cargo:minor={minor}");
     println!("cargo:rerun-if-changed=wrapper.h");
 }

@@ -279,7 +279,7 @@ static void test_async(enum fi_av_type t)
 	uint32_t event = ~0u;
 	int ctx1, ctx2;
 
-	REQUIRE_RC(fi_av_bind(av, &eq->fid, 0), 0);
+	REQUIRE_RC(oxt_av_bind(av, &eq->fid, 0), 0);
 
 	OXT_GROUP(G(t, "FI_EVENT AV: insert returns 0, then FI_AV_COMPLETE"));
 	EXPECT_RC(fi_av_insert(av, good, 2, fa, 0, &ctx1), 0);
@@ -341,7 +341,7 @@ static void test_async_is_opt_in(enum fi_av_type t)
 	int ctx;
 
 	OXT_GROUP(G(t, "AV without FI_EVENT stays synchronous with an EQ bound (fi_av(3))"));
-	REQUIRE_RC(fi_av_bind(av, &eq->fid, 0), 0);
+	REQUIRE_RC(oxt_av_bind(av, &eq->fid, 0), 0);
 	EXPECT_RC(fi_av_insert(av, two, 2, fa, 0, &ctx), 2);
 	EXPECT_RC(fi_eq_read(eq, &event, &ent, sizeof ent, 0), -FI_EAGAIN);
 	EXPECT_RC(fi_close(&av->fid), 0);

@@ -366,7 +366,7 @@ static void test_refusals(void)
 	REFUSED("rx msg_order SAS|WAW", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_RDM);
-	h->tx_attr->comp_order = FI_ORDER_STRICT;
+	h->tx_attr->comp_order = OXT_ORDER_STRICT;
 	REFUSED("tx comp_order FI_ORDER_STRICT", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_RDM);
@@ -402,7 +402,7 @@ static void test_refusals(void)
 	REFUSED("ep_attr->auth_key_size 8", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_RDM);
-	h->domain_attr->mr_mode = FI_MR_BASIC | FI_MR_SCALABLE;
+	h->domain_attr->mr_mode = OXT_MR_BASIC | OXT_MR_SCALABLE;
 	REFUSED("mr_mode FI_MR_BASIC|FI_MR_SCALABLE", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_RDM);
@@ -624,24 +624,24 @@ static void test_mr_mode(void)
 		fi_freeinfo(info);
 	}
 
-	info = ask_mr(OXT_VERSION, FI_MR_BASIC, &ret);
+	info = ask_mr(OXT_VERSION, OXT_MR_BASIC, &ret);
 	EXPECT_RC(ret, 0);
 	if (info) {
-		EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_BASIC);
+		EXPECT_EQ(info->domain_attr->mr_mode, OXT_MR_BASIC);
 		fi_freeinfo(info);
 	}
 
-	info = ask_mr(OXT_VERSION, FI_MR_SCALABLE, &ret);
+	info = ask_mr(OXT_VERSION, OXT_MR_SCALABLE, &ret);
 	EXPECT_RC(ret, 0);
 	if (info) {
-		EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_SCALABLE);
+		EXPECT_EQ(info->domain_attr->mr_mode, OXT_MR_SCALABLE);
 		fi_freeinfo(info);
 	}
 
 	info = ask_mr(FI_VERSION(1, 4), 0, &ret);
 	EXPECT_RC(ret, 0);
 	if (info) {
-		EXPECT_EQ(info->domain_attr->mr_mode, FI_MR_BASIC);
+		EXPECT_EQ(info->domain_attr->mr_mode, OXT_MR_BASIC);
 		fi_freeinfo(info);
 	}
 }

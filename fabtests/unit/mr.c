@@ -282,10 +282,10 @@ static void test_ext_ops(void)
 
 static int effective(int mr_mode)
 {
-	if (mr_mode & FI_MR_BASIC)
-		return (mr_mode & ~FI_MR_BASIC) | FI_MR_VIRT_ADDR |
+	if (mr_mode & OXT_MR_BASIC)
+		return (mr_mode & ~OXT_MR_BASIC) | FI_MR_VIRT_ADDR |
 		       FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-	return mr_mode & ~FI_MR_SCALABLE;
+	return mr_mode & ~OXT_MR_SCALABLE;
 }
 
 static void test_mr_mode(const char *name, int hint, int granted)
@@ -418,8 +418,8 @@ static void test_mr_modes(void)
 		{ "all supported bits", MR_SUPPORTED, MR_SUPPORTED },
 		{ "all bits + FI_MR_RAW + FI_MR_HMEM",
 		  MR_SUPPORTED | FI_MR_RAW | FI_MR_HMEM, MR_SUPPORTED },
-		{ "FI_MR_BASIC", FI_MR_BASIC, FI_MR_BASIC },
-		{ "FI_MR_SCALABLE", FI_MR_SCALABLE, FI_MR_SCALABLE },
+		{ "FI_MR_BASIC", OXT_MR_BASIC, OXT_MR_BASIC },
+		{ "FI_MR_SCALABLE", OXT_MR_SCALABLE, OXT_MR_SCALABLE },
 	};
 	size_t i;
 

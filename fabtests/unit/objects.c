@@ -176,7 +176,7 @@ static void test_ebusy(void)
 
 	/* an EQ bound to an AV; a fabric with an open EQ */
 	eq = open_eq(e.fabric);
-	REQUIRE_RC(fi_av_bind(av, &eq->fid, 0), 0);
+	REQUIRE_RC(oxt_av_bind(av, &eq->fid, 0), 0);
 	EXPECT_RC(fi_close(&eq->fid), -FI_EBUSY);
 	EXPECT_RC(fi_close(&av->fid), 0);
 	EXPECT_RC(fi_close(&e.domain->fid), 0);

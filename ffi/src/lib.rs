@@ -24,3 +24,21 @@ pub const FI_ADDR_NOTAVAIL: fi_addr_t = u64::MAX;
 pub const FI_ADDR_UNSPEC: fi_addr_t = FI_ADDR_NOTAVAIL;
 /// `FI_KEY_NOTAVAIL` from fabric.h.
 pub const FI_KEY_NOTAVAIL: u64 = u64::MAX;
+
+/// Values of the names libfabric 2.0 deprecated. Its headers still define
+/// them, but through a `_Pragma` that bindgen cannot evaluate, and
+/// libfabric's own utility code keeps them under other names (`OFI_MR_BASIC`,
+/// `OFI_MR_SCALABLE`, `OFI_MR_UNSPEC` in include/ofi.h) because applications
+/// written for API 1.x still pass them: the values are ABI and never change.
+pub mod legacy {
+    /// `FI_MR_UNSPEC`: no registration mode asked.
+    pub const MR_UNSPEC: i32 = 0;
+    /// `FI_MR_BASIC` (1 << 0): the 1.0 mode, `FI_MR_VIRT_ADDR |
+    /// FI_MR_ALLOCATED | FI_MR_PROV_KEY` today.
+    pub const MR_BASIC: i32 = 1 << 0;
+    /// `FI_MR_SCALABLE` (1 << 1): the 1.0 mode with application keys and
+    /// offsets.
+    pub const MR_SCALABLE: i32 = 1 << 1;
+    /// `FI_ORDER_NONE`: no ordering (0).
+    pub const ORDER_NONE: u64 = 0;
+}

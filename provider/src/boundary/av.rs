@@ -30,7 +30,21 @@ static AV_OPS: ffi::fi_ops_av = ffi::fi_ops_av {
     lookup: Some(lookup),
     straddr: Some(straddr),
     av_set: Some(av_set),
+    // (API 1.20: authorization keys per address, and user ids.)
+    #[cfg(fi_1_20)]
+    insert_auth_key: Some(insert_auth_key),
+    #[cfg(fi_1_20)]
+    lookup_auth_key: Some(lookup_auth_key),
+    #[cfg(fi_1_20)]
+    set_user_id: Some(set_user_id),
 };
+
+#[cfg(fi_1_20)]
+crate::enosys!(insert_auth_key, "fi_av_insert_auth_key", (av: *mut ffi::fid_av, auth_key: *const c_void, auth_key_size: usize, fi_addr: *mut ffi::fi_addr_t, flags: u64) -> i32);
+#[cfg(fi_1_20)]
+crate::enosys!(lookup_auth_key, "fi_av_lookup_auth_key", (av: *mut ffi::fid_av, fi_addr: ffi::fi_addr_t, auth_key: *mut c_void, auth_key_size: *mut usize) -> i32);
+#[cfg(fi_1_20)]
+crate::enosys!(set_user_id, "fi_av_set_user_id", (av: *mut ffi::fid_av, fi_addr: ffi::fi_addr_t, user_id: ffi::fi_addr_t, flags: u64) -> i32);
 
 crate::fid_object!(Av, hdr, ffi::FI_CLASS_AV, "address vector", AV_FI_OPS);
 

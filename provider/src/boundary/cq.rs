@@ -213,24 +213,33 @@ unsafe extern "C" fn readerr(cq: *mut ffi::fid_cq, buf: *mut ffi::fi_cq_err_entr
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_cq_readerr: flags {flags:#x}; pass 0"));
         }
         let e = cq.readerr()?;
-        // SAFETY: `buf` points to one fi_cq_err_entry (API contract). oxmr
-        // has no err_data, so it reports none and leaves the caller's
-        // err_data buffer untouched.
-        unsafe {
-            let b = &mut *buf;
-            b.op_context = e.op_context as *mut c_void;
-            b.flags = e.flags;
-            b.len = e.len;
-            b.buf = e.buf as *mut c_void;
-            b.data = e.data;
-            b.tag = e.tag;
-            b.olen = e.olen;
-            b.err = e.err;
-            b.prov_errno = e.prov_errno;
-            // (Not there before API 1.5: fi_cq(3).)
-            if cq.domain.fabric.api_1_5() {
-                b.err_data_size = 0;
-            }
+        // fi_cq_err_entry grows with the API (err_data_size 1.5, src_addr
+        // 1.20): an application built against older headers passes the
+        // smaller struct, so each field is written alone, through the
+        // pointer, never the whole struct. oxmr has no err_data, so it
+        // reports none and leaves the caller's err_data buffer untouched;
+        // src_addr is left alone (reported only with FI_SOURCE_ERR, which
+        // oxmr does not offer).
+        macro_rules! put {
+            ($f:ident, $v:expr) => {
+                // SAFETY: `buf` is non-NULL and points to the application's
+                // fi_cq_err_entry (C contract of fi_cq_readerr), which has
+                // this field at its API version.
+                unsafe { std::ptr::addr_of_mut!((*buf).$f).write($v) }
+            };
+        }
+        put!(op_context, e.op_context as *mut c_void);
+        put!(flags, e.flags);
+        put!(len, e.len);
+        put!(buf, e.buf as *mut c_void);
+        put!(data, e.data);
+        put!(tag, e.tag);
+        put!(olen, e.olen);
+        put!(err, e.err);
+        put!(prov_errno, e.prov_errno);
+        // (Not there before API 1.5: fi_cq(3).)
+        if cq.domain.fabric.api_1_5() {
+            put!(err_data_size, 0);
         }
         Ok(1)
     })

@@ -82,13 +82,34 @@ fn ep_from(e: &ffi::fi_ep_attr) -> EpAttr {
 
 /// # Safety
 /// `d.name` is NULL or a string.
+/// `data_progress`, which API 2.0 puts in a union with `progress` (the one
+/// progress model of a domain; same offset, same type).
+fn data_progress(d: &ffi::fi_domain_attr) -> ffi::fi_progress {
+    #[cfg(fi_2_0)]
+    // SAFETY: both members of the union are an `enum fi_progress`.
+    return unsafe { d.__bindgen_anon_1.data_progress };
+    #[cfg(not(fi_2_0))]
+    return d.data_progress;
+}
+
+fn set_data_progress(d: &mut ffi::fi_domain_attr, p: ffi::fi_progress) {
+    #[cfg(fi_2_0)]
+    {
+        d.__bindgen_anon_1.data_progress = p;
+    }
+    #[cfg(not(fi_2_0))]
+    {
+        d.data_progress = p;
+    }
+}
+
 unsafe fn domain_from(d: &ffi::fi_domain_attr) -> DomainAttr {
     DomainAttr {
         // SAFETY: caller's contract.
         name: unsafe { opt_str(d.name) },
         threading: d.threading,
         control_progress: d.control_progress,
-        data_progress: d.data_progress,
+        data_progress: data_progress(d),
         resource_mgmt: d.resource_mgmt,
         av_type: d.av_type,
         mr_mode: d.mr_mode,
@@ -261,7 +282,7 @@ fn to_c(i: &Info) -> *mut ffi::fi_info {
         d.name = c_strdup(&i.domain.name);
         d.threading = i.domain.threading;
         d.control_progress = i.domain.control_progress;
-        d.data_progress = i.domain.data_progress;
+        set_data_progress(d, i.domain.data_progress);
         d.resource_mgmt = i.domain.resource_mgmt;
         d.av_type = i.domain.av_type;
         d.mr_mode = i.domain.mr_mode;

@@ -151,21 +151,54 @@ pub unsafe extern "C" fn regattr(
     out: *mut *mut ffi::fid_mr,
 ) -> i32 {
     guard_int("fi_mr_regattr", || {
-        // SAFETY: C contract of fi_mr_regattr.
-        let a = unsafe { super::attr(attr, "fi_mr_attr") }?;
-        if a.auth_key_size > 0 {
-            return Err(fail!(ffi::FI_ENOSYS, "fi_mr_regattr: authorization keys are not supported"));
+        if attr.is_null() {
+            return Err(fail!(ffi::FI_EINVAL, "fi_mr_regattr: NULL fi_mr_attr"));
         }
-        // SAFETY: as above.
-        let iovs = unsafe { iovs_of(a.mr_iov, a.iov_count) }?;
-        // `iface` (and the device after it) came with API 1.10: an older
-        // application's fi_mr_attr ends before them.
         // SAFETY: our fid (or refused).
         let d = unsafe { borrow::<Domain>(domain) }?;
-        let iface = if d.fabric.api_at_least(1, 10) { a.iface } else { ffi::FI_HMEM_SYSTEM };
-        let req = Request { iovs, access: a.access, offset: a.offset, requested_key: a.requested_key, flags, iface };
+        // fi_mr_attr grows with the API (auth_key 1.5, iface and device
+        // 1.10, hmem_data 1.19, dmabuf in mr_iov's union 1.20, page_size
+        // 1.22, base_mr and sub_mr_cnt 2.0), and an application built
+        // against older headers passes the smaller struct: each field is
+        // read alone, through the pointer, only when the application's API
+        // version has it (as libfabric's ofi_mr_update_attr does).
+        macro_rules! field {
+            ($($f:tt)+) => {
+                // SAFETY: `attr` is non-NULL and points to the application's
+                // fi_mr_attr (C contract of fi_mr_regattr), which has this
+                // field at its API version (checked by each caller).
+                unsafe { std::ptr::addr_of!((*attr).$($f)+).read() }
+            };
+        }
+        if d.fabric.api_at_least(1, 5) && field!(auth_key_size) > 0 {
+            return Err(fail!(ffi::FI_ENOSYS, "fi_mr_regattr: authorization keys are not supported"));
+        }
+        #[cfg(fi_1_20)]
+        if flags & ffi::FI_MR_DMABUF != 0 {
+            return Err(fail!(
+                ffi::FI_ENOSYS,
+                "fi_mr_regattr: FI_MR_DMABUF registrations are not supported yet; map the buffer and register its address"
+            ));
+        }
+        #[cfg(fi_1_20)]
+        let mr_iov = field!(__bindgen_anon_1.mr_iov);
+        #[cfg(not(fi_1_20))]
+        let mr_iov = field!(mr_iov);
+        let count = field!(iov_count);
+        // SAFETY: `mr_iov` holds `iov_count` iovecs (C contract).
+        let iovs = unsafe { iovs_of(mr_iov, count) }?;
+        let iface = if d.fabric.api_at_least(1, 10) { field!(iface) } else { ffi::FI_HMEM_SYSTEM };
+        let req = Request {
+            iovs,
+            access: field!(access),
+            offset: field!(offset),
+            requested_key: field!(requested_key),
+            flags,
+            iface,
+        };
+        let context = field!(context);
         // SAFETY: as above.
-        unsafe { reg_common(domain, req, out, a.context) }
+        unsafe { reg_common(domain, req, out, context) }
     })
 }
 

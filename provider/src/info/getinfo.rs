@@ -224,31 +224,31 @@ fn exceeds(asked: usize, ours: usize) -> bool {
 
 /// The mr_mode oxmr answers for the mode bits an application allows.
 pub fn mr_mode_for(allowed: Option<i32>, version: u32) -> std::result::Result<i32, String> {
-    let m = allowed.unwrap_or(ffi::FI_MR_UNSPEC as i32);
-    let basic = m & ffi::FI_MR_BASIC as i32 != 0;
-    let scalable = m & ffi::FI_MR_SCALABLE as i32 != 0;
+    let m = allowed.unwrap_or(ffi::legacy::MR_UNSPEC);
+    let basic = m & ffi::legacy::MR_BASIC != 0;
+    let scalable = m & ffi::legacy::MR_SCALABLE != 0;
     if basic && scalable {
         return Err("mr_mode asks both FI_MR_BASIC and FI_MR_SCALABLE".into());
     }
-    if version < ffi::fi_version_of(1, 5) && m == ffi::FI_MR_UNSPEC as i32 {
-        return Ok(ffi::FI_MR_BASIC as i32);
+    if version < ffi::fi_version_of(1, 5) && m == ffi::legacy::MR_UNSPEC {
+        return Ok(ffi::legacy::MR_BASIC);
     }
     let extra = m & MR_MODES & !MR_BASIC_MAP;
     if basic {
-        return Ok(ffi::FI_MR_BASIC as i32 | extra);
+        return Ok(ffi::legacy::MR_BASIC | extra);
     }
     if scalable {
-        return Ok(ffi::FI_MR_SCALABLE as i32 | extra);
+        return Ok(ffi::legacy::MR_SCALABLE | extra);
     }
     Ok(m & MR_MODES)
 }
 
 /// The effective mode bits of an answered mr_mode (legacy names expanded).
 pub fn effective_mr_mode(mr_mode: i32) -> i32 {
-    if mr_mode & ffi::FI_MR_BASIC as i32 != 0 {
-        (mr_mode & !(ffi::FI_MR_BASIC as i32)) | MR_BASIC_MAP
+    if mr_mode & ffi::legacy::MR_BASIC != 0 {
+        (mr_mode & !(ffi::legacy::MR_BASIC)) | MR_BASIC_MAP
     } else {
-        mr_mode & !(ffi::FI_MR_SCALABLE as i32)
+        mr_mode & !(ffi::legacy::MR_SCALABLE)
     }
 }
 
@@ -516,11 +516,11 @@ mod tests {
         let all = MR_MODES | ffi::FI_MR_RAW as i32 | ffi::FI_MR_HMEM as i32;
         assert_eq!(mr_mode_for(Some(all), V).unwrap(), MR_MODES);
         assert_eq!(mr_mode_for(Some(0), V).unwrap(), 0);
-        assert_eq!(mr_mode_for(Some(ffi::FI_MR_BASIC as i32), V).unwrap(), ffi::FI_MR_BASIC as i32);
-        assert_eq!(mr_mode_for(Some(ffi::FI_MR_SCALABLE as i32), V).unwrap(), ffi::FI_MR_SCALABLE as i32);
+        assert_eq!(mr_mode_for(Some(ffi::legacy::MR_BASIC), V).unwrap(), ffi::legacy::MR_BASIC);
+        assert_eq!(mr_mode_for(Some(ffi::legacy::MR_SCALABLE), V).unwrap(), ffi::legacy::MR_SCALABLE);
         assert!(mr_mode_for(Some(3), V).is_err());
-        assert_eq!(mr_mode_for(None, ffi::fi_version_of(1, 4)).unwrap(), ffi::FI_MR_BASIC as i32);
-        assert_eq!(effective_mr_mode(ffi::FI_MR_BASIC as i32), MR_BASIC_MAP);
+        assert_eq!(mr_mode_for(None, ffi::fi_version_of(1, 4)).unwrap(), ffi::legacy::MR_BASIC);
+        assert_eq!(effective_mr_mode(ffi::legacy::MR_BASIC), MR_BASIC_MAP);
     }
 
     #[test]

@@ -36,7 +36,7 @@ impl Domain {
     /// Validate the info against what oxmr offers and build the domain.
     pub fn new(hdr: Header<ffi::fid_domain>, fabric: Arc<Fabric>, info: Info) -> Result<Self> {
         let d = &info.domain;
-        if d.mr_mode & !(attrs::MR_MODES | ffi::FI_MR_BASIC as i32 | ffi::FI_MR_SCALABLE as i32) != 0 {
+        if d.mr_mode & !(attrs::MR_MODES | ffi::legacy::MR_BASIC | ffi::legacy::MR_SCALABLE) != 0 {
             return Err(fail!(
                 ffi::FI_ENODATA,
                 "fi_domain: mr_mode {:#x} has bits oxmr cannot honour ({:#x}); pass the mr_mode fi_getinfo returned",
