@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything CI checks, in order: formatting, clippy, the generated header,
 # Rust tests, the release build, oxmr inside the real libfabric (fi_info),
-# and oxmr's own C tests under fabtests/. Installs what it needs first.
+# the man page against the variables, oxmr's own C tests under fabtests/,
+# and the Debian package installed and removed. Installs what it needs
+# first.
 # If upstream fabtests are built locally, set OXMR_UPSTREAM_FABTESTS to their
 # bin/ directory to also run the unit set (fabtests/upstream.sh).
 set -euo pipefail
@@ -39,12 +41,23 @@ vars=$(fi_info -p oxmr -e | tr -d '\0')
 grep -q "FI_OXMR_IFACE" <<<"$vars" || { echo "fi_info -e does not list FI_OXMR_IFACE" >&2; exit 1; }
 echo "fi_info: oxmr RDM and MSG entries present, variables listed"
 
+step "man page fi_oxmr(7) against the variables oxmr defines"
+bash ci/manpage.sh build
+
 step "oxmr C tests (fabtests/)"
 bash fabtests/run.sh "$(pwd)/build"
 
 if [ -n "${OXMR_UPSTREAM_FABTESTS:-}" ]; then
     step "upstream fabtests unit set"
     bash fabtests/upstream.sh "$OXMR_UPSTREAM_FABTESTS" "$(pwd)/build"
+fi
+
+step "Debian package: install, fi_info and man without FI_PROVIDER_PATH, remove"
+if [ "$(id -u)" -eq 0 ]; then
+    bash ci/deb_test.sh
+else
+    echo "ci/test.sh: the package install test needs root (CI runs as root); run: sudo bash ci/deb_test.sh" >&2
+    exit 1
 fi
 
 echo

@@ -378,7 +378,7 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
         for (what, p) in [("control", d.control_progress), ("data", d.data_progress)] {
             refuse_if!(
                 p == ffi::FI_PROGRESS_AUTO,
-                "FI_PROGRESS_AUTO {what} progress asked; oxmr progresses when the application reads CQs, counters and EQs (FI_PROGRESS_MANUAL)"
+                "FI_PROGRESS_AUTO {what} progress asked; oxmr progresses when the application reads CQs and counters (FI_PROGRESS_MANUAL)"
             );
             refuse_if!(p > ffi::FI_PROGRESS_MANUAL + 1, "unknown {what} progress {p}");
         }

@@ -16,7 +16,7 @@
 //! FI_DELIVERY_COMPLETE asks for the receiver's ACK; RTS sends and RMA
 //! complete on the ACK (delivery complete).
 //!
-//! Manual progress: `progress` runs from CQ, counter and EQ reads.
+//! Manual progress: `progress` runs from CQ and counter reads.
 //! Locking: the engine's lock (a `sys::SpinLock` in its cell) is taken
 //! first, CQ queue locks second; the AV, registration and counter locks
 //! taken under an engine are leaves (they call back into no engine), and no
