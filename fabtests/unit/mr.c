@@ -707,6 +707,62 @@ static void test_hmem(struct ctx *c)
 	munmap(buf, PS);
 }
 
+/*
+ * fi_mr_attr grows with the API (iface 1.10, hmem_data 1.19, page_size 1.22,
+ * base_mr 2.0...): an application built against the 1.9 headers passes the
+ * smaller struct, and a provider must read no field it does not have. The
+ * struct here ends where `iface` would begin, at the end of a page whose
+ * next page is PROT_NONE: a read past it kills the test.
+ */
+static void test_old_api_attr(void)
+{
+	const size_t sz = offsetof(struct fi_mr_attr, iface);
+	struct fi_info *hints = oxt_hints(FI_EP_RDM), *info = NULL;
+	struct fi_mr_attr *attr;
+	struct oxmr_mr_info qi;
+	struct fid_mr *mr = NULL;
+	struct iovec iov;
+	struct ctx c;
+	char *two, *buf;
+	int rc;
+
+	OXT_GROUP("API 1.9 application: fi_mr_regattr reads nothing past its smaller fi_mr_attr");
+	hints->caps = FI_MSG | FI_RMA;
+	hints->domain_attr->mr_mode = FI_MR_PROV_KEY | FI_MR_VIRT_ADDR |
+				      FI_MR_ALLOCATED | FI_MR_LOCAL;
+	rc = fi_getinfo(FI_VERSION(1, 9), "127.0.0.1", NULL, FI_SOURCE, hints,
+			&info);
+	fi_freeinfo(hints);
+	REQUIRE_RC(rc, 0);
+	if (info->next) {
+		fi_freeinfo(info->next);
+		info->next = NULL;
+	}
+	ctx_open_info(&c, info);
+	EXPECT_EQ(c.e.fabric->api_version, FI_VERSION(1, 9));
+	two = map_anon(2 * PS, PROT_READ | PROT_WRITE);
+	REQUIRE_RC(mprotect(two + PS, PS, PROT_NONE), 0);
+	buf = map_anon(PS, PROT_READ | PROT_WRITE);
+	attr = (struct fi_mr_attr *)(two + PS - sz);
+	memset(attr, 0, sz);
+	iov.iov_base = buf;
+	iov.iov_len = PS;
+	attr->mr_iov = &iov;
+	attr->iov_count = 1;
+	attr->access = ACC_RW;
+	rc = fi_mr_regattr(c.e.domain, attr, 0, &mr);
+	EXPECT_RC(rc, 0);
+	if (rc == 0) {
+		qi = query(&c, mr);
+		EXPECT_EQ(qi.len, PS);
+		EXPECT_EQ(qi.key, fi_mr_key(mr));
+		EXPECT_RC(fi_close(&mr->fid), 0);
+	}
+	munmap(buf, PS);
+	munmap(two, 2 * PS);
+	ctx_close(&c);
+}
+
 static void test_secret(struct ctx *c)
 {
 	static const uint64_t acc[] = { ACC_RW, FI_REMOTE_READ };
@@ -935,5 +991,6 @@ int main(int argc, char **argv)
 	test_pin_2mib();
 	test_mlock_overlap();
 	test_bad_input();
+	test_old_api_attr();
 	return oxt_done();
 }
