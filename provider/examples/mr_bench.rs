@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use oxmr::mr::pin::Pin;
-use oxmr::mr::registry::{Region, Registry};
+use oxmr::mr::registry::{Ranges, Region, Registry};
 use oxmr_ffi as ffi;
 
 struct Dom {
@@ -157,14 +157,14 @@ fn lookup_bench() {
         let key = reg.new_key();
         reg.insert(Arc::new(Region {
             key,
-            iovs: vec![(0x1000_0000 + (i as usize) * 0x10000, 0x10000)],
+            iovs: Ranges::One((0x1000_0000 + (i as usize) * 0x10000, 0x10000)),
             len: 0x10000,
             iova: 0x1000_0000 + i * 0x10000,
             access: ffi::FI_REMOTE_READ as u64,
             enabled: AtomicBool::new(true),
             cached: None,
             refreshed: AtomicBool::new(false),
-            revoked: Arc::new(AtomicBool::new(false)),
+            revoked: std::sync::OnceLock::new(),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,

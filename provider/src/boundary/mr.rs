@@ -12,6 +12,7 @@ use super::{common, guard_int, write_out};
 use crate::ext::{self, oxmr_mr_info, oxmr_mr_ops, oxmr_mr_stats, oxmr_phys_run};
 use crate::fail;
 use crate::mr::pin::{PinClass, PinMode};
+use crate::mr::registry::Ranges;
 use crate::mr::Request;
 use crate::objects::{cntr::Cntr, domain::Domain, ep::Ep, mr::Mr};
 
@@ -112,7 +113,7 @@ pub unsafe extern "C" fn reg(
 ) -> i32 {
     guard_int("fi_mr_reg", || {
         let req = Request {
-            iovs: vec![(buf as usize, len)],
+            iovs: Ranges::One((buf as usize, len)),
             access,
             offset,
             requested_key,
@@ -138,7 +139,7 @@ pub unsafe extern "C" fn regv(
     guard_int("fi_mr_regv", || {
         // SAFETY: C contract of fi_mr_regv.
         let iovs = unsafe { iovs_of(iov, count) }?;
-        let req = Request { iovs, access, offset, requested_key, flags, iface: ffi::FI_HMEM_SYSTEM };
+        let req = Request { iovs: iovs.into(), access, offset, requested_key, flags, iface: ffi::FI_HMEM_SYSTEM };
         // SAFETY: as above.
         unsafe { reg_common(domain, req, out, context) }
     })
@@ -189,7 +190,7 @@ pub unsafe extern "C" fn regattr(
         let iovs = unsafe { iovs_of(mr_iov, count) }?;
         let iface = if d.fabric.api_at_least(1, 10) { field!(iface) } else { ffi::FI_HMEM_SYSTEM };
         let req = Request {
-            iovs,
+            iovs: iovs.into(),
             access: field!(access),
             offset: field!(offset),
             requested_key: field!(requested_key),

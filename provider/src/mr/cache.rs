@@ -544,13 +544,15 @@ impl Cache {
             if live.len() >= 64 && live.len().is_power_of_two() {
                 live.retain(Live::open);
             }
+            let flag = r.revoked.get_or_init(|| Arc::new(AtomicBool::new(false)));
             for &(a, l) in r.iovs.iter().filter(|x| x.1 > 0) {
-                live.push(Live { start: a as u64, end: (a + l) as u64, key: r.key, revoked: r.revoked.clone() });
+                live.push(Live { start: a as u64, end: (a + l) as u64, key: r.key, revoked: flag.clone() });
             }
         }
         let moved = r.iovs.iter().filter(|x| x.1 > 0).any(|&(a, l)| self.touched_by_move(since, a, l));
         if moved {
-            revoke_live(&r.revoked, r.key, r.iovs.first().map_or(0, |x| x.0 as u64), "unmapped or moved");
+            let flag = r.revoked.get_or_init(|| Arc::new(AtomicBool::new(false)));
+            revoke_live(flag, r.key, r.iovs.first().map_or(0, |x| x.0 as u64), "unmapped or moved");
         }
     }
 
@@ -602,6 +604,7 @@ mod tests {
     use super::*;
     use crate::mr::account::{Account, CapSource};
     use crate::mr::pin::PinMode;
+    use crate::mr::registry::Ranges;
     use crate::mr::{pagemap_pfn, CacheConfig, MrDomain, Request};
 
     fn domain() -> MrDomain {
@@ -623,7 +626,7 @@ mod tests {
 
     fn reg(d: &MrDomain, a: usize, l: usize) -> Arc<crate::mr::registry::Region> {
         let req = Request {
-            iovs: vec![(a, l)],
+            iovs: Ranges::One((a, l)),
             access: ffi::FI_REMOTE_READ as u64 | ffi::FI_REMOTE_WRITE as u64,
             iface: ffi::FI_HMEM_SYSTEM,
             ..Default::default()
@@ -817,7 +820,7 @@ mod tests {
         // Two pieces: a registration the cache does not hold.
         let (b, e) = (map(0, 2 * MB, 2), map(0, 2 * MB, 3));
         let req = Request {
-            iovs: vec![(b, 2 * MB), (e, 2 * MB)],
+            iovs: vec![(b, 2 * MB), (e, 2 * MB)].into(),
             access: ffi::FI_REMOTE_READ as u64,
             iface: ffi::FI_HMEM_SYSTEM,
             ..Default::default()
@@ -837,7 +840,7 @@ mod tests {
         let d = domain();
         // (a + l fits; rounded up to a page it does not.)
         let req = Request {
-            iovs: vec![(usize::MAX - 0xfff, 0x800)],
+            iovs: Ranges::One((usize::MAX - 0xfff, 0x800)),
             access: ffi::FI_REMOTE_READ as u64,
             iface: ffi::FI_HMEM_SYSTEM,
             ..Default::default()

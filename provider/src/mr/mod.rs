@@ -31,12 +31,12 @@ use crate::boundary::{Error, Result};
 use crate::fail;
 use crate::info::attrs;
 use pin::{Pin, Pinner};
-use registry::{Region, Registry, ACCESS_BITS};
+use registry::{Ranges, Region, Registry, ACCESS_BITS};
 
 /// One registration request, decoded from fi_mr_reg/regv/regattr.
 #[derive(Clone, Debug, Default)]
 pub struct Request {
-    pub iovs: Vec<(usize, usize)>,
+    pub iovs: Ranges,
     pub access: u64,
     pub offset: u64,
     pub requested_key: u64,
@@ -212,7 +212,7 @@ impl MrDomain {
             ));
         }
         let mut len = 0usize;
-        for &(a, l) in &req.iovs {
+        for &(a, l) in req.iovs.iter() {
             if l > 0 && a == 0 {
                 return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: NULL buffer with length {l}"));
             }
@@ -246,7 +246,7 @@ impl MrDomain {
         // (revoked if its memory is unmapped or moved), from the log
         // position before its pin (or, for a cache hit, before the lookup).
         let mut watch = None;
-        let pin = match (&self.cache, req.iovs.as_slice()) {
+        let pin = match (&self.cache, &*req.iovs) {
             _ if req.flags & crate::ext::OXMR_MR_PHYS_FALLBACK != 0 => self.pinner.phys_only(&req.iovs, req.access)?,
             (Some(c), &[(a, l)]) if self.cache_explicit && l > 0 => {
                 let (pin, since) = c.get(&self.pinner, a, l, req.access)?;
@@ -279,7 +279,7 @@ impl MrDomain {
                 _ => None,
             },
             refreshed: AtomicBool::new(false),
-            revoked: Arc::new(AtomicBool::new(false)),
+            revoked: std::sync::OnceLock::new(),
             pin: std::sync::Mutex::new(pin),
             pfn0,
             phys,
@@ -378,7 +378,9 @@ impl MrDomain {
         // (A cached pin goes back to the cache: not under the lock above.)
         drop(old);
         r.refreshed.store(true, Ordering::Release);
-        r.revoked.store(false, Ordering::Release);
+        if let Some(f) = r.revoked.get() {
+            f.store(false, Ordering::Release);
+        }
         if let (Some(c), Some(since)) = (&self.cache, since) {
             // (After the flag is lifted: an unmap since `since` revokes.)
             c.track_live(r, since);

@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use oxmr_ffi as ffi;
 
@@ -32,11 +32,44 @@ pub(crate) const ACCESS_BITS: u64 =
     (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE | ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64
         | ffi::FI_COLLECTIVE as u64;
 
+/// A registration's (address, length) ranges: one inline (fi_mr_reg, the
+/// common case, allocates nothing), several on the heap (fi_mr_regv).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ranges {
+    One((usize, usize)),
+    Many(Vec<(usize, usize)>),
+}
+
+impl Default for Ranges {
+    fn default() -> Self {
+        Ranges::Many(Vec::new())
+    }
+}
+
+impl std::ops::Deref for Ranges {
+    type Target = [(usize, usize)];
+    fn deref(&self) -> &[(usize, usize)] {
+        match self {
+            Ranges::One(x) => std::slice::from_ref(x),
+            Ranges::Many(v) => v,
+        }
+    }
+}
+
+impl From<Vec<(usize, usize)>> for Ranges {
+    fn from(v: Vec<(usize, usize)>) -> Self {
+        match v.as_slice() {
+            &[x] => Ranges::One(x),
+            _ => Ranges::Many(v),
+        }
+    }
+}
+
 /// A registered region.
 pub struct Region {
     pub key: u64,
     /// (virtual address, length) of each registered iov.
-    pub iovs: Vec<(usize, usize)>,
+    pub iovs: Ranges,
     /// Total bytes.
     pub len: usize,
     /// The address peers name byte 0 with: its virtual address under
@@ -54,10 +87,11 @@ pub struct Region {
     /// no longer speaks for it.
     pub refreshed: AtomicBool,
     /// Revoked for good: its memory was unmapped or moved while it was
-    /// open (every registration whose ranges the cache's monitor watches
-    /// is tracked: see `Cache::track_live`, which shares this flag), until
-    /// fi_mr_refresh.
-    pub revoked: Arc<AtomicBool>,
+    /// open (registrations whose ranges the cache's monitor watches and
+    /// that no cache entry speaks for are tracked: see `Cache::track_live`,
+    /// which makes this flag and shares it), until fi_mr_refresh. Unset
+    /// (a cache hit, an unwatched range): not revoked this way.
+    pub revoked: OnceLock<Arc<AtomicBool>>,
     /// Replaced by fi_mr_refresh (FI_MR_MMU_NOTIFY).
     pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
@@ -255,7 +289,7 @@ impl Registry {
         if !region.enabled.load(Ordering::Acquire) {
             return Err(AccessError::NotEnabled);
         }
-        if region.revoked.load(Ordering::Acquire)
+        if region.revoked.get().is_some_and(|f| f.load(Ordering::Acquire))
             || (region.cached.as_ref().is_some_and(|e| e.revoked.load(Ordering::Acquire))
                 && !region.refreshed.load(Ordering::Acquire))
         {
@@ -281,14 +315,14 @@ pub(crate) mod tests {
     pub(crate) fn region(key: u64, iova: u64, len: usize, access: u64) -> Arc<Region> {
         Arc::new(Region {
             key,
-            iovs: vec![(iova as usize, len)],
+            iovs: Ranges::One((iova as usize, len)),
             len,
             iova,
             access,
             enabled: AtomicBool::new(true),
             cached: None,
             refreshed: AtomicBool::new(false),
-            revoked: Arc::new(AtomicBool::new(false)),
+            revoked: OnceLock::new(),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,
