@@ -1,12 +1,27 @@
 //! Raw bindings to the libfabric headers installed on the build machine.
 //!
-//! Nothing but bindgen's output lives here; the provider crate owns every
-//! use of these types. `FI_MAJOR_VERSION`/`FI_MINOR_VERSION` are the
+//! bindgen's output, the values bindgen cannot evaluate, and the C header
+//! wrapper every object embeds; the provider crate owns every use of these
+//! types. `FI_MAJOR_VERSION`/`FI_MINOR_VERSION` are the
 //! headers' own and become the provider's `fi_version`.
 #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case)]
 #![allow(clippy::all, missing_docs, unsafe_op_in_unsafe_fn)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+
+/// The C header of an oxmr object (`fid_cq`, `fid_ep`, ...): the one
+/// hand-written type here, because every object embeds it first (its
+/// address is the fid's) and objects cross threads. Its pointers refer only
+/// to oxmr's static ops tables and the application's opaque context.
+#[repr(transparent)]
+pub struct FidHeader<F>(pub F);
+
+// SAFETY: a header's pointers are to immutable static ops tables and to the
+// application's opaque context, which oxmr never dereferences.
+unsafe impl<F> Send for FidHeader<F> {}
+// SAFETY: a header is written once, when its object is built, and only
+// read after (by C through the fid, and by the fid checks).
+unsafe impl<F> Sync for FidHeader<F> {}
 
 /// `FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)`: the API the headers describe.
 pub const FI_HEADER_VERSION: u32 = (FI_MAJOR_VERSION << 16) | FI_MINOR_VERSION;

@@ -10,6 +10,7 @@
 #![allow(clippy::unnecessary_cast)]
 
 pub mod boundary;
+pub mod error;
 pub mod ext;
 pub mod info;
 pub mod mr;

@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, borrow, fid_header, Header};
+use super::fid::{self, borrow, fid_header, FidHeader};
 use super::{common, guard, guard_int, info::opt_str, write_out};
 use crate::fail;
 use crate::info::addr;
@@ -49,8 +49,8 @@ crate::enosys!(set_user_id, "fi_av_set_user_id", (av: *mut ffi::fid_av, fi_addr:
 crate::fid_object!(Av, hdr, ffi::FI_CLASS_AV, "address vector", AV_FI_OPS);
 
 /// The C header of a new AV.
-pub fn header(context: *mut c_void) -> Header<ffi::fid_av> {
-    Header(ffi::fid_av { fid: fid_header::<Av>(context), ops: &AV_OPS as *const _ as *mut _ })
+pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_av> {
+    FidHeader(ffi::fid_av { fid: fid_header::<Av>(context), ops: &AV_OPS as *const _ as *mut _ })
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
@@ -81,7 +81,7 @@ unsafe fn report(
     fi_addr: *mut ffi::fi_addr_t,
     flags: u64,
     context: *mut c_void,
-) -> crate::boundary::Result<i32> {
+) -> crate::error::Result<i32> {
     let done = av.insert(addrs, flags)?;
     for (i, r) in done.results.iter().enumerate() {
         // SAFETY: caller's contract on array sizes.

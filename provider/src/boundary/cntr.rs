@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use oxmr_ffi as ffi;
 
 use super::cq::wait_control;
-use super::fid::{self, borrow, fid_header, Header};
+use super::fid::{self, borrow, fid_header, FidHeader};
 use super::{common, guard, guard_int};
 use crate::objects::cntr::Cntr;
 
@@ -33,8 +33,8 @@ static CNTR_OPS: ffi::fi_ops_cntr = ffi::fi_ops_cntr {
 crate::fid_object!(Cntr, hdr, ffi::FI_CLASS_CNTR, "counter", CNTR_FI_OPS);
 
 /// The C header of a new counter.
-pub fn header(context: *mut c_void) -> Header<ffi::fid_cntr> {
-    Header(ffi::fid_cntr { fid: fid_header::<Cntr>(context), ops: &CNTR_OPS as *const _ as *mut _ })
+pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_cntr> {
+    FidHeader(ffi::fid_cntr { fid: fid_header::<Cntr>(context), ops: &CNTR_OPS as *const _ as *mut _ })
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {

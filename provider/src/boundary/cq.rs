@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_void};
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, borrow, fid_header, Header};
+use super::fid::{self, borrow, fid_header, FidHeader};
 use super::{common, guard, guard_int, guard_ssize, write_out};
 use crate::fail;
 use crate::objects::cq::{Cq, CqEntry, CqFormat};
@@ -33,8 +33,8 @@ static CQ_OPS: ffi::fi_ops_cq = ffi::fi_ops_cq {
 crate::fid_object!(Cq, hdr, ffi::FI_CLASS_CQ, "completion queue", CQ_FI_OPS);
 
 /// The C header of a new CQ.
-pub fn header(context: *mut c_void) -> Header<ffi::fid_cq> {
-    Header(ffi::fid_cq { fid: fid_header::<Cq>(context), ops: &CQ_OPS as *const _ as *mut _ })
+pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_cq> {
+    FidHeader(ffi::fid_cq { fid: fid_header::<Cq>(context), ops: &CQ_OPS as *const _ as *mut _ })
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
@@ -46,12 +46,7 @@ unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
 ///
 /// # Safety
 /// `arg` is NULL or points to the type the command names.
-pub unsafe fn wait_control(
-    command: i32,
-    arg: *mut c_void,
-    fd: Option<i32>,
-    what: &str,
-) -> crate::boundary::Result<i32> {
+pub unsafe fn wait_control(command: i32, arg: *mut c_void, fd: Option<i32>, what: &str) -> crate::error::Result<i32> {
     match command as u32 {
         ffi::FI_GETWAIT => {
             let fd = fd.ok_or_else(|| {
@@ -129,7 +124,7 @@ unsafe fn read_common(
     count: usize,
     src: *mut ffi::fi_addr_t,
     blocking: Option<(*const c_void, i32)>,
-) -> crate::boundary::Result<isize> {
+) -> crate::error::Result<isize> {
     // SAFETY: our fid.
     let cq = unsafe { borrow::<Cq>(cq.cast()) }?;
     if count == 0 {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, fid_header, Header};
+use super::fid::{self, fid_header, FidHeader};
 use super::{attr, common, guard_int, hand_out, info};
 use crate::fail;
 use crate::objects::{av::Av, cntr::Cntr, cq::Cq, domain::Domain, ep::Ep};
@@ -46,8 +46,8 @@ static MR_OPS: ffi::fi_ops_mr = ffi::fi_ops_mr {
 crate::fid_object!(Domain, hdr, ffi::FI_CLASS_DOMAIN, "domain", DOMAIN_FI_OPS);
 
 /// The C header of a new domain.
-pub fn header(context: *mut c_void) -> Header<ffi::fid_domain> {
-    Header(ffi::fid_domain {
+pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_domain> {
+    FidHeader(ffi::fid_domain {
         fid: fid_header::<Domain>(context),
         ops: &DOMAIN_OPS as *const _ as *mut _,
         mr: &MR_OPS as *const _ as *mut _,

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use oxmr_ffi as ffi;
 
 use super::ep_data::{ATOMIC_OPS, COLL_OPS, MSG_OPS, RMA_OPS, TAGGED_OPS};
-use super::fid::{self, borrow, class_of, fid_header, Header};
+use super::fid::{self, borrow, class_of, fid_header, FidHeader};
 use super::{common, guard_int, guard_ssize};
 use crate::fail;
 use crate::info::{addr, attrs};
@@ -48,8 +48,8 @@ static CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
 crate::fid_object!(Ep, hdr, ffi::FI_CLASS_EP, "endpoint", EP_FI_OPS);
 
 /// The C header of a new endpoint.
-pub fn header(context: *mut c_void) -> Header<ffi::fid_ep> {
-    Header(ffi::fid_ep {
+pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_ep> {
+    FidHeader(ffi::fid_ep {
         fid: fid_header::<Ep>(context),
         ops: &EP_OPS as *const _ as *mut _,
         cm: &CM_OPS as *const _ as *mut _,
@@ -123,7 +123,7 @@ unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
         let ep = unsafe { borrow::<Ep>(f) }?;
         if !ep.is_started() {
             // Nothing can be posted before fi_enable.
-            return Err(crate::boundary::Error::quiet(ffi::FI_ENOENT));
+            return Err(crate::error::Error::quiet(ffi::FI_ENOENT));
         }
         ep.with_engine(|e| e.cancel(_context as usize)).map(|_| 0)
     })
@@ -133,7 +133,7 @@ unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
 ///
 /// # Safety
 /// `optval` is NULL or valid for `optlen` bytes.
-unsafe fn opt_usize(optval: *const c_void, optlen: usize) -> crate::boundary::Result<usize> {
+unsafe fn opt_usize(optval: *const c_void, optlen: usize) -> crate::error::Result<usize> {
     if optval.is_null() || optlen != size_of::<usize>() {
         return Err(fail!(ffi::FI_EINVAL, "option value must be a size_t (optlen {optlen})"));
     }
@@ -145,7 +145,7 @@ unsafe fn opt_usize(optval: *const c_void, optlen: usize) -> crate::boundary::Re
 ///
 /// # Safety
 /// `optlen` is valid; `optval` is NULL or valid for `*optlen` bytes.
-pub unsafe fn put_usize(optval: *mut c_void, optlen: *mut usize, v: usize) -> crate::boundary::Result<i32> {
+pub unsafe fn put_usize(optval: *mut c_void, optlen: *mut usize, v: usize) -> crate::error::Result<i32> {
     if optlen.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "fi_getopt: NULL optlen"));
     }
@@ -209,11 +209,7 @@ crate::enosys!(tx_size_left, "fi_tx_size_left", (ep: *mut ffi::fid_ep) -> isize)
 ///
 /// # Safety
 /// `addrlen` is valid; `out` is NULL or valid for `*addrlen` bytes.
-pub unsafe fn put_name(
-    a: &std::net::SocketAddr,
-    out: *mut c_void,
-    addrlen: *mut usize,
-) -> crate::boundary::Result<i32> {
+pub unsafe fn put_name(a: &std::net::SocketAddr, out: *mut c_void, addrlen: *mut usize) -> crate::error::Result<i32> {
     if addrlen.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "fi_getname: NULL addrlen"));
     }
@@ -227,7 +223,7 @@ pub unsafe fn put_name(
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, room.min(bytes.len()));
         }
         if out.is_null() || room < bytes.len() {
-            return Err(crate::boundary::Error::quiet(ffi::FI_ETOOSMALL));
+            return Err(crate::error::Error::quiet(ffi::FI_ETOOSMALL));
         }
     }
     Ok(0)
@@ -237,7 +233,7 @@ pub unsafe fn put_name(
 ///
 /// # Safety
 /// `p` is NULL or valid for `len` bytes.
-pub unsafe fn get_name(p: *const c_void, len: usize) -> crate::boundary::Result<std::net::SocketAddr> {
+pub unsafe fn get_name(p: *const c_void, len: usize) -> crate::error::Result<std::net::SocketAddr> {
     if p.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "NULL address"));
     }

@@ -13,7 +13,7 @@ use oxmr_ffi as ffi;
 
 use super::fid::borrow;
 use super::guard_ssize;
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::fail;
 use crate::info::attrs;
 use crate::objects::ep::Ep;

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_void};
 use oxmr_ffi as ffi;
 
 use super::cq::{strerror_common, wait_control};
-use super::fid::{self, borrow, fid_header, Header};
+use super::fid::{self, borrow, fid_header, FidHeader};
 use super::{common, guard, guard_int, guard_ssize};
 use crate::fail;
 use crate::objects::eq::Eq;
@@ -32,8 +32,8 @@ static EQ_OPS: ffi::fi_ops_eq = ffi::fi_ops_eq {
 crate::fid_object!(Eq, hdr, ffi::FI_CLASS_EQ, "event queue", EQ_FI_OPS);
 
 /// The C header of a new EQ.
-pub fn header(context: *mut c_void) -> Header<ffi::fid_eq> {
-    Header(ffi::fid_eq { fid: fid_header::<Eq>(context), ops: &EQ_OPS as *const _ as *mut _ })
+pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_eq> {
+    FidHeader(ffi::fid_eq { fid: fid_header::<Eq>(context), ops: &EQ_OPS as *const _ as *mut _ })
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
@@ -51,7 +51,7 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
     })
 }
 
-fn peek_of(flags: u64, call: &str) -> crate::boundary::Result<bool> {
+fn peek_of(flags: u64, call: &str) -> crate::error::Result<bool> {
     if flags & !(ffi::FI_PEEK as u64) != 0 {
         return Err(fail!(ffi::FI_EBADFLAGS, "{call}: flags {flags:#x}; only FI_PEEK is accepted"));
     }
@@ -67,7 +67,7 @@ unsafe fn read_common(
     len: usize,
     flags: u64,
     timeout: Option<i32>,
-) -> crate::boundary::Result<isize> {
+) -> crate::error::Result<isize> {
     // SAFETY: our fid.
     let eq = unsafe { borrow::<Eq>(eq.cast()) }?;
     let peek = peek_of(flags, "fi_eq_read")?;

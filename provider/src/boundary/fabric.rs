@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, borrow, fid_header, Header};
+use super::fid::{self, borrow, fid_header, FidHeader};
 use super::{attr, common, guard_int, hand_out, info};
 use crate::fail;
 use crate::objects::{cq::Cq, domain::Domain, eq::Eq, fabric::Fabric, pep::Pep};
@@ -33,8 +33,12 @@ static FABRIC_OPS: ffi::fi_ops_fabric = ffi::fi_ops_fabric {
 crate::fid_object!(Fabric, hdr, ffi::FI_CLASS_FABRIC, "fabric", FABRIC_FI_OPS);
 
 /// The C header of a new fabric.
-pub fn header(context: *mut c_void, api_version: u32) -> Header<ffi::fid_fabric> {
-    Header(ffi::fid_fabric { fid: fid_header::<Fabric>(context), ops: &FABRIC_OPS as *const _ as *mut _, api_version })
+pub fn header(context: *mut c_void, api_version: u32) -> FidHeader<ffi::fid_fabric> {
+    FidHeader(ffi::fid_fabric {
+        fid: fid_header::<Fabric>(context),
+        ops: &FABRIC_OPS as *const _ as *mut _,
+        api_version,
+    })
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {

@@ -18,24 +18,15 @@ use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use super::error::Result;
+use crate::error::Result;
 use crate::fail;
 
-/// The C header of an object: a libfabric `fid_*` struct whose pointers
-/// refer only to oxmr's static ops tables and the application's context.
-#[repr(transparent)]
-pub struct Header<F>(pub F);
-
-// SAFETY: a header's pointers are to immutable static ops tables and to the
-// application's opaque context, which oxmr never dereferences.
-unsafe impl<F> Send for Header<F> {}
-// SAFETY: as above; the header is never mutated after creation.
-unsafe impl<F> Sync for Header<F> {}
+pub use oxmr_ffi::FidHeader;
 
 /// Ties an oxmr object to its C handle.
 ///
 /// # Safety
-/// Implementors are `#[repr(C)]` with a `Header<fid_*>` at offset 0 whose
+/// Implementors are `#[repr(C)]` with a `FidHeader<fid_*>` at offset 0 whose
 /// `fid.ops` is `Self::fi_ops()`. Use [`fid_object!`](crate::fid_object).
 pub unsafe trait FidObject: Send + Sync + Sized + 'static {
     /// The `FI_CLASS_*` of the object.

@@ -7,7 +7,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::error::Result;
+use crate::error::Result;
 
 /// A value a C slot can return in place of a caught panic or an error.
 pub trait CReturn: Sized {

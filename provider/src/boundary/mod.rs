@@ -15,7 +15,7 @@ pub mod domain;
 pub mod ep;
 pub mod ep_data;
 pub mod eq;
-pub mod error;
+
 pub mod fabric;
 pub mod fid;
 pub mod guard;
@@ -26,7 +26,7 @@ pub mod params;
 pub mod pep;
 pub mod provider;
 
-pub use error::{Error, Result};
+pub use crate::error::{Error, Result};
 pub use guard::{guard, guard_int, guard_ssize};
 
 use oxmr_ffi as ffi;

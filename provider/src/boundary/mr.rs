@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, borrow, class_of, fid_header, Header};
+use super::fid::{self, borrow, class_of, fid_header, FidHeader};
 use super::{common, guard_int, write_out};
 use crate::ext::{self, oxmr_mr_info, oxmr_mr_ops, oxmr_mr_stats, oxmr_phys_run};
 use crate::fail;
@@ -69,7 +69,7 @@ unsafe fn reg_common(
     req: Request,
     out: *mut *mut ffi::fid_mr,
     context: *mut c_void,
-) -> crate::boundary::Result<i32> {
+) -> crate::error::Result<i32> {
     // SAFETY: forwarded contract.
     let d = unsafe { fid::retain::<Domain>(domain) }?;
     if out.is_null() {
@@ -79,7 +79,7 @@ unsafe fn reg_common(
     let key = region.key;
     let mr = Arc::new_cyclic(|me| {
         // The descriptor (fi_mr_desc) is the MR's own address.
-        let hdr = Header(ffi::fid_mr { fid: fid_header::<Mr>(context), mem_desc: me.as_ptr() as *mut c_void, key });
+        let hdr = FidHeader(ffi::fid_mr { fid: fid_header::<Mr>(context), mem_desc: me.as_ptr() as *mut c_void, key });
         Mr::new(hdr, d, region)
     });
     // SAFETY: `out` checked non-NULL above.
@@ -89,7 +89,7 @@ unsafe fn reg_common(
 
 /// # Safety
 /// `iov` is NULL or holds `count` iovecs.
-unsafe fn iovs_of(iov: *const ffi::iovec, count: usize) -> crate::boundary::Result<Vec<(usize, usize)>> {
+unsafe fn iovs_of(iov: *const ffi::iovec, count: usize) -> crate::error::Result<Vec<(usize, usize)>> {
     if count > 0 && iov.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "fi_mr_regv: NULL iov array with count {count}"));
     }
@@ -280,7 +280,7 @@ unsafe extern "C" fn ext_phys_runs(mr: *mut c_void, runs: *mut oxmr_phys_run, co
         // SAFETY: as above.
         unsafe { *count = list.len() };
         if cap < list.len() {
-            return Err(crate::boundary::Error::quiet(ffi::FI_ETOOSMALL));
+            return Err(crate::error::Error::quiet(ffi::FI_ETOOSMALL));
         }
         if !list.is_empty() && runs.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops.phys_runs: NULL runs with room for {cap}"));
@@ -344,7 +344,7 @@ unsafe extern "C" fn ext_stats(domain: *mut c_void, stats: *mut oxmr_mr_stats) -
 ///
 /// # Safety
 /// `out` is NULL or points to at least `(*out).size` writable bytes.
-unsafe fn put_sized<T>(out: *mut T, v: &T) -> crate::boundary::Result<i32> {
+unsafe fn put_sized<T>(out: *mut T, v: &T) -> crate::error::Result<i32> {
     if out.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops: NULL output struct"));
     }

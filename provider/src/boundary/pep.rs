@@ -9,7 +9,7 @@ use super::ep::{
     accept, connect, get_name, join, listen, put_name, put_usize, reject, rx_ctx, rx_size_left, shutdown, tx_ctx,
     tx_size_left,
 };
-use super::fid::{self, borrow, fid_header, Header};
+use super::fid::{self, borrow, fid_header, FidHeader};
 use super::{common, guard_int};
 use crate::fail;
 use crate::info::attrs;
@@ -52,8 +52,8 @@ static PEP_CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
 crate::fid_object!(Pep, hdr, ffi::FI_CLASS_PEP, "passive endpoint", PEP_FI_OPS);
 
 /// The C header of a new passive endpoint.
-pub fn header(context: *mut c_void) -> Header<ffi::fid_pep> {
-    Header(ffi::fid_pep {
+pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_pep> {
+    FidHeader(ffi::fid_pep {
         fid: fid_header::<Pep>(context),
         ops: &PEP_OPS as *const _ as *mut _,
         cm: &PEP_CM_OPS as *const _ as *mut _,
@@ -77,7 +77,7 @@ unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> 
 unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
     // SAFETY: our fid.
     super::guard_ssize("fi_cancel(pep)", || {
-        unsafe { borrow::<Pep>(f) }.and(Err(crate::boundary::Error::quiet(ffi::FI_ENOENT)))
+        unsafe { borrow::<Pep>(f) }.and(Err(crate::error::Error::quiet(ffi::FI_ENOENT)))
     })
 }
 

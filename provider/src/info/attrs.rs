@@ -143,8 +143,7 @@ pub(crate) const QUEUE_SIZE: usize = 1024;
 pub(crate) const IOV_LIMIT: usize = 4;
 /// Largest rma_iov count per RMA operation.
 pub(crate) const RMA_IOV_LIMIT: usize = 1;
-/// Largest iov count per registration.
-pub(crate) const MR_IOV_LIMIT: usize = 8;
+pub(crate) use crate::mr::MR_IOV_LIMIT;
 /// Bytes of remote CQ data.
 pub(crate) const CQ_DATA_SIZE: usize = 8;
 /// Per-domain object limits.

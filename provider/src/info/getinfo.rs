@@ -24,7 +24,7 @@ use oxmr_ffi as ffi;
 use super::addr::{self, Iface};
 use super::attrs::{self, MR_BASIC_MAP, MR_MODES, PRIMARY_CAPS, SECONDARY_CAPS};
 use super::{Hints, Info};
-use crate::boundary::{Error, Result};
+use crate::error::{Error, Result};
 use crate::fail;
 
 /// One fi_getinfo call, decoded.

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use oxmr_ffi as ffi;
 
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::fail;
 
 static PROCESS_PINNED: AtomicU64 = AtomicU64::new(0);

@@ -42,7 +42,7 @@ use oxmr_ffi as ffi;
 use super::pin::{Pin, Pinner};
 use super::registry::Region;
 use super::uffd::{Cause, Invalidation, Monitor};
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::sys::{SpinGuard, SpinLock};
 
 /// A cached pin.

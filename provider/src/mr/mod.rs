@@ -27,11 +27,13 @@ use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use crate::boundary::{Error, Result};
+use crate::error::{Error, Result};
 use crate::fail;
-use crate::info::attrs;
 use pin::{Pin, Pinner};
 use registry::{Ranges, Region, Registry, ACCESS_BITS};
+
+/// Largest iov count per registration.
+pub(crate) const MR_IOV_LIMIT: usize = 8;
 
 /// One registration request, decoded from fi_mr_reg/regv/regattr.
 #[derive(Clone, Debug, Default)]
@@ -203,12 +205,12 @@ impl MrDomain {
                 req.iface
             ));
         }
-        if req.iovs.is_empty() || req.iovs.len() > attrs::MR_IOV_LIMIT {
+        if req.iovs.is_empty() || req.iovs.len() > MR_IOV_LIMIT {
             return Err(fail!(
                 ffi::FI_EINVAL,
                 "fi_mr_regv: {} iovs; oxmr takes 1 to {} (mr_iov_limit)",
                 req.iovs.len(),
-                attrs::MR_IOV_LIMIT
+                MR_IOV_LIMIT
             ));
         }
         let mut len = 0usize;

@@ -45,7 +45,7 @@ use oxmr_ffi as ffi;
 
 use super::maps::{self, Kind, Mapping};
 use super::pin::needs_write;
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::fail;
 
 const PAGE: usize = 4096;

@@ -12,7 +12,7 @@ use super::maps::{self, Kind, Mapping};
 use super::mlock;
 use super::phys::{self, PhysPin};
 use super::uring::UringTable;
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::fail;
 
 /// `FI_OXMR_MR_PIN`.
@@ -380,7 +380,7 @@ impl Pinner {
         }
     }
 
-    fn kernel_enomem(&self, bytes: u64) -> crate::boundary::Error {
+    fn kernel_enomem(&self, bytes: u64) -> crate::error::Error {
         let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: getrlimit writes one rlimit.
         unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
@@ -391,7 +391,7 @@ impl Pinner {
         )
     }
 
-    fn unpinnable(&self, iovs: &[(usize, usize)]) -> crate::boundary::Error {
+    fn unpinnable(&self, iovs: &[(usize, usize)]) -> crate::error::Error {
         fail!(ffi::FI_EFAULT, "fi_mr_reg: the kernel cannot pin this memory: {}", explain_unpinnable(iovs))
     }
 }

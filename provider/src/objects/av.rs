@@ -20,9 +20,9 @@ use oxmr_ffi as ffi;
 
 use super::domain::Domain;
 use super::eq::{eq_entry_bytes, Eq, EqError};
-use crate::boundary::fid::Header;
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::fail;
+use oxmr_ffi::FidHeader;
 
 #[derive(Default)]
 struct Table {
@@ -35,7 +35,7 @@ struct Table {
 /// An address vector.
 #[repr(C)]
 pub struct Av {
-    pub hdr: Header<ffi::fid_av>,
+    pub hdr: FidHeader<ffi::fid_av>,
     pub domain: Arc<Domain>,
     /// FI_AV_MAP or FI_AV_TABLE.
     pub av_type: u32,
@@ -62,7 +62,7 @@ pub struct Inserted {
 
 impl Av {
     /// Build from `fi_av_attr` fields.
-    pub fn new(hdr: Header<ffi::fid_av>, domain: Arc<Domain>, attr: &ffi::fi_av_attr) -> Result<Self> {
+    pub fn new(hdr: FidHeader<ffi::fid_av>, domain: Arc<Domain>, attr: &ffi::fi_av_attr) -> Result<Self> {
         let av_type = match attr.type_ {
             ffi::FI_AV_UNSPEC => match domain.av_type {
                 ffi::FI_AV_MAP => ffi::FI_AV_MAP,

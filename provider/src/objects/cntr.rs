@@ -7,14 +7,14 @@ use oxmr_ffi as ffi;
 
 use super::domain::Domain;
 use super::wait::{deadline, Waiter};
-use crate::boundary::fid::Header;
-use crate::boundary::{Error, Result};
+use crate::error::{Error, Result};
 use crate::fail;
+use oxmr_ffi::FidHeader;
 
 /// A counter.
 #[repr(C)]
 pub struct Cntr {
-    pub hdr: Header<ffi::fid_cntr>,
+    pub hdr: FidHeader<ffi::fid_cntr>,
     pub domain: Arc<Domain>,
     value: AtomicU64,
     errors: AtomicU64,
@@ -25,7 +25,7 @@ pub struct Cntr {
 
 impl Cntr {
     /// Build from `fi_cntr_attr` fields.
-    pub fn new(hdr: Header<ffi::fid_cntr>, domain: Arc<Domain>, attr: &ffi::fi_cntr_attr) -> Result<Self> {
+    pub fn new(hdr: FidHeader<ffi::fid_cntr>, domain: Arc<Domain>, attr: &ffi::fi_cntr_attr) -> Result<Self> {
         if attr.events != ffi::FI_CNTR_EVENTS_COMP {
             return Err(fail!(ffi::FI_ENOSYS, "counter events {} not supported; use FI_CNTR_EVENTS_COMP", attr.events));
         }

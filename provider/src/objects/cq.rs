@@ -18,10 +18,10 @@ use oxmr_ffi as ffi;
 
 use super::domain::Domain;
 use super::wait::{deadline, Waiter};
-use crate::boundary::fid::Header;
-use crate::boundary::{Error, Result};
+use crate::error::{Error, Result};
 use crate::fail;
 use crate::sys::SpinLock;
+use oxmr_ffi::FidHeader;
 
 /// A successful completion, with every field any format can show.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,7 +93,7 @@ pub(crate) const DEFAULT_SIZE: usize = 1024;
 /// A completion queue.
 #[repr(C)]
 pub struct Cq {
-    pub hdr: Header<ffi::fid_cq>,
+    pub hdr: FidHeader<ffi::fid_cq>,
     pub domain: Arc<Domain>,
     pub format: CqFormat,
     pub size: usize,
@@ -137,7 +137,7 @@ impl Drop for Credit {
 
 impl Cq {
     /// Build a CQ from `fi_cq_attr` fields.
-    pub fn new(hdr: Header<ffi::fid_cq>, domain: Arc<Domain>, attr: &ffi::fi_cq_attr) -> Result<Self> {
+    pub fn new(hdr: FidHeader<ffi::fid_cq>, domain: Arc<Domain>, attr: &ffi::fi_cq_attr) -> Result<Self> {
         let format = CqFormat::from_c(attr.format)?;
         if attr.flags & !(ffi::FI_AFFINITY as u64) != 0 {
             return Err(fail!(ffi::FI_EINVAL, "unsupported fi_cq_attr flags {:#x}", attr.flags));

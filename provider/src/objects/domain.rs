@@ -5,18 +5,18 @@ use std::sync::Arc;
 use oxmr_ffi as ffi;
 
 use super::fabric::Fabric;
-use crate::boundary::fid::Header;
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::fail;
 use crate::info::getinfo::effective_mr_mode;
 use crate::info::{attrs, Info};
 use crate::mr::pin::Pinner;
 use crate::mr::{account, MrDomain};
+use oxmr_ffi::FidHeader;
 
 /// A domain.
 #[repr(C)]
 pub struct Domain {
-    pub hdr: Header<ffi::fid_domain>,
+    pub hdr: FidHeader<ffi::fid_domain>,
     pub fabric: Arc<Fabric>,
     pub name: String,
     /// The info the domain was opened with (attrs filled from oxmr's template).
@@ -34,7 +34,7 @@ pub struct Domain {
 
 impl Domain {
     /// Validate the info against what oxmr offers and build the domain.
-    pub fn new(hdr: Header<ffi::fid_domain>, fabric: Arc<Fabric>, info: Info) -> Result<Self> {
+    pub fn new(hdr: FidHeader<ffi::fid_domain>, fabric: Arc<Fabric>, info: Info) -> Result<Self> {
         let d = &info.domain;
         if d.mr_mode & !(attrs::MR_MODES | ffi::legacy::MR_BASIC | ffi::legacy::MR_SCALABLE) != 0 {
             return Err(fail!(

@@ -17,12 +17,12 @@ use super::cntr::Cntr;
 use super::cq::Cq;
 use super::domain::Domain;
 use super::eq::Eq;
-use crate::boundary::fid::Header;
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::fail;
 use crate::info::{attrs, Info};
 use crate::protocol::engine::{Bindings, Engine};
 use crate::shm::region::Region;
+use oxmr_ffi::FidHeader;
 
 /// Counter bindings, by the event they count.
 pub(crate) const CNTR_FLAGS: [u64; 6] = [
@@ -55,7 +55,7 @@ pub struct EpState {
 /// An endpoint.
 #[repr(C)]
 pub struct Ep {
-    pub hdr: Header<ffi::fid_ep>,
+    pub hdr: FidHeader<ffi::fid_ep>,
     pub domain: Arc<Domain>,
     pub info: Info,
     state: Mutex<EpState>,
@@ -111,7 +111,7 @@ impl Drop for Ep {
 
 impl Ep {
     /// Validate the info and build the endpoint (with its listener for RDM).
-    pub fn new(hdr: Header<ffi::fid_ep>, domain: Arc<Domain>, info: Info) -> Result<Self> {
+    pub fn new(hdr: FidHeader<ffi::fid_ep>, domain: Arc<Domain>, info: Info) -> Result<Self> {
         let offered = match info.ep.type_ {
             ffi::FI_EP_RDM => attrs::RDM_CAPS,
             ffi::FI_EP_MSG => attrs::MSG_CAPS,

@@ -13,9 +13,9 @@ use oxmr_ffi as ffi;
 
 use super::fabric::Fabric;
 use super::wait::{deadline, Waiter};
-use crate::boundary::fid::Header;
-use crate::boundary::{Error, Result};
+use crate::error::{Error, Result};
 use crate::fail;
+use oxmr_ffi::FidHeader;
 
 /// Default depth when the application asks for size 0.
 pub(crate) const DEFAULT_SIZE: usize = 1024;
@@ -44,7 +44,7 @@ struct Queues {
 /// An event queue.
 #[repr(C)]
 pub struct Eq {
-    pub hdr: Header<ffi::fid_eq>,
+    pub hdr: FidHeader<ffi::fid_eq>,
     pub fabric: Arc<Fabric>,
     pub size: usize,
     waiter: Waiter,
@@ -62,7 +62,7 @@ pub fn eq_entry_bytes(fid: usize, context: usize, data: u64) -> Vec<u8> {
 
 impl Eq {
     /// Build from `fi_eq_attr` fields.
-    pub fn new(hdr: Header<ffi::fid_eq>, fabric: Arc<Fabric>, attr: &ffi::fi_eq_attr) -> Result<Self> {
+    pub fn new(hdr: FidHeader<ffi::fid_eq>, fabric: Arc<Fabric>, attr: &ffi::fi_eq_attr) -> Result<Self> {
         let known = ffi::FI_WRITE as u64 | ffi::FI_AFFINITY as u64;
         if attr.flags & !known != 0 {
             return Err(fail!(ffi::FI_EINVAL, "unsupported fi_eq_attr flags {:#x}", attr.flags & !known));

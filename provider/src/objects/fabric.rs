@@ -2,12 +2,12 @@
 
 use oxmr_ffi as ffi;
 
-use crate::boundary::fid::Header;
+use oxmr_ffi::FidHeader;
 
 /// A fabric.
 #[repr(C)]
 pub struct Fabric {
-    pub hdr: Header<ffi::fid_fabric>,
+    pub hdr: FidHeader<ffi::fid_fabric>,
     pub name: String,
 }
 

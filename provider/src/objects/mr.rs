@@ -13,10 +13,10 @@ use oxmr_ffi as ffi;
 use super::cntr::Cntr;
 use super::domain::Domain;
 use super::ep::Ep;
-use crate::boundary::fid::Header;
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::fail;
 use crate::mr::registry::Region;
+use oxmr_ffi::FidHeader;
 
 /// What an MR is bound to.
 #[derive(Default)]
@@ -28,7 +28,7 @@ pub struct MrState {
 /// A memory region.
 #[repr(C)]
 pub struct Mr {
-    pub hdr: Header<ffi::fid_mr>,
+    pub hdr: FidHeader<ffi::fid_mr>,
     pub domain: Arc<Domain>,
     pub region: Arc<Region>,
     state: Mutex<MrState>,
@@ -43,7 +43,7 @@ impl Drop for Mr {
 }
 
 impl Mr {
-    pub fn new(hdr: Header<ffi::fid_mr>, domain: Arc<Domain>, region: Arc<Region>) -> Self {
+    pub fn new(hdr: FidHeader<ffi::fid_mr>, domain: Arc<Domain>, region: Arc<Region>) -> Self {
         Mr { hdr, domain, region, state: Mutex::new(MrState::default()) }
     }
 

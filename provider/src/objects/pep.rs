@@ -11,10 +11,10 @@ use oxmr_ffi as ffi;
 
 use super::eq::Eq;
 use super::fabric::Fabric;
-use crate::boundary::fid::Header;
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::fail;
 use crate::info::Info;
+use oxmr_ffi::FidHeader;
 
 /// What a passive endpoint holds.
 #[derive(Default)]
@@ -27,7 +27,7 @@ pub struct PepState {
 /// A passive endpoint.
 #[repr(C)]
 pub struct Pep {
-    pub hdr: Header<ffi::fid_pep>,
+    pub hdr: FidHeader<ffi::fid_pep>,
     pub fabric: Arc<Fabric>,
     pub info: Info,
     state: Mutex<PepState>,
@@ -41,7 +41,7 @@ fn bind_at(at: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
 
 impl Pep {
     /// Build the passive endpoint, bound at the info's source address.
-    pub fn new(hdr: Header<ffi::fid_pep>, fabric: Arc<Fabric>, info: Info) -> Result<Self> {
+    pub fn new(hdr: FidHeader<ffi::fid_pep>, fabric: Arc<Fabric>, info: Info) -> Result<Self> {
         if info.ep.type_ != ffi::FI_EP_MSG {
             return Err(fail!(ffi::FI_EINVAL, "fi_passive_ep needs an FI_EP_MSG info"));
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
 
-use crate::boundary::Result;
+use crate::error::Result;
 use crate::fail;
 use crate::sys::WaitFd;
 

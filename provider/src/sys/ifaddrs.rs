@@ -2,7 +2,32 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::info::addr::Iface;
+/// One address of one local network interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Iface {
+    /// Interface name ("lo", "eth0"): oxmr's domain name.
+    pub name: String,
+    /// The address.
+    pub ip: IpAddr,
+    /// Network prefix length.
+    pub prefix: u8,
+}
+
+impl Iface {
+    /// The subnet in CIDR form ("127.0.0.0/8"): oxmr's fabric name.
+    pub fn subnet(&self) -> String {
+        match self.ip {
+            IpAddr::V4(ip) => {
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix.min(32)) };
+                format!("{}/{}", Ipv4Addr::from(u32::from(ip) & mask), self.prefix)
+            }
+            IpAddr::V6(ip) => {
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix.min(128)) };
+                format!("{}/{}", Ipv6Addr::from(u128::from(ip) & mask), self.prefix)
+            }
+        }
+    }
+}
 
 /// Every address of every interface that is up.
 pub fn ifaddrs() -> Vec<Iface> {

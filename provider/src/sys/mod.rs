@@ -9,7 +9,7 @@ mod process;
 mod spin;
 mod wait;
 
-pub use ifaddrs::ifaddrs;
+pub use ifaddrs::{ifaddrs, Iface};
 pub use process::{random_u32, random_u64, token as process_token};
 pub use spin::{SpinGuard, SpinLock};
 pub use wait::WaitFd;

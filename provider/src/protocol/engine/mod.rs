@@ -32,7 +32,7 @@ use oxmr_ffi as ffi;
 
 use super::hash::FastMap;
 use super::{decode_iovs, encode_iovs, flag, op, Hdr, Iovs, HDR_MAX};
-use crate::boundary::{Error, Result};
+use crate::error::{Error, Result};
 use crate::fail;
 use crate::info::addr;
 use crate::objects::av::Av;
@@ -1369,7 +1369,7 @@ impl Engine {
                             tracing::info!(
                                 "remote access to {} refused by the target: {}",
                                 p.peer,
-                                crate::boundary::error::errno_name(h.status)
+                                crate::error::errno_name(h.status)
                             );
                         }
                         self.fail_tx(p, h.status);

@@ -108,7 +108,7 @@ pub fn errno_name(code: u32) -> &'static str {
 macro_rules! fail {
     ($code:expr, $($arg:tt)+) => {{
         ::tracing::warn!($($arg)+);
-        $crate::boundary::Error::quiet($code)
+        $crate::error::Error::quiet($code)
     }};
 }
 
