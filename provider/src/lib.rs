@@ -10,12 +10,14 @@
 #![allow(clippy::unnecessary_cast)]
 
 pub mod boundary;
+pub mod config;
 pub mod error;
 pub mod ext;
 pub mod info;
 pub mod mr;
 pub mod objects;
 pub mod protocol;
+pub mod queues;
 pub mod shm;
 pub mod sys;
 

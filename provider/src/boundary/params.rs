@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use oxmr_ffi as ffi;
 
 use super::provider::provider_ptr;
-use crate::protocol::engine::EAGER_MAX;
+use crate::config::{Config, EAGER_MAX, SHARE_MIN, WRITE_BATCH};
 
 /// One variable: `name` is the suffix after `FI_OXMR_`, lower case.
 pub struct ParamDef {
@@ -100,56 +100,6 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         help: c"A run of one peer's queued RMA writes (each checked as alone) is copied with one process_vm_readv of up to this many bytes; 0 copies each write alone (default: 262144)",
     },
 ];
-
-/// The values read at load time.
-#[derive(Debug)]
-pub struct Config {
-    /// FI_OXMR_IFACE.
-    pub ifaces: Option<Vec<String>>,
-    /// FI_OXMR_MR_PIN.
-    pub pin_mode: crate::mr::pin::PinMode,
-    /// FI_OXMR_MR_MAX_PINNED.
-    pub max_pinned: Option<u64>,
-    /// FI_OXMR_MR_CACHE_* and FI_OXMR_MR_RECORD_PFN.
-    pub cache: crate::mr::CacheConfig,
-    /// FI_OXMR_MR_PHYS_FALLBACK.
-    pub phys_fallback: bool,
-    /// FI_OXMR_SHM_SHARE_MIN (0: off).
-    pub share_min: usize,
-    /// FI_OXMR_SHM_SHARE_CHUNK (0: automatic).
-    pub share_chunk: usize,
-    /// FI_OXMR_SHM_EAGER_MAX.
-    pub eager_max: usize,
-    /// FI_OXMR_SHM_WRITE_BATCH (0: off).
-    pub write_batch: usize,
-    /// FI_OXMR_SHM_SENDER_JOBS.
-    pub sender_jobs: bool,
-    /// FI_OXMR_SHM_PAIR_RECV.
-    pub pair_recv: bool,
-}
-
-/// Default of FI_OXMR_SHM_SHARE_MIN.
-pub(crate) const SHARE_MIN: usize = 256 << 10;
-/// Default of FI_OXMR_SHM_WRITE_BATCH.
-pub(crate) const WRITE_BATCH: usize = 256 << 10;
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            ifaces: None,
-            pin_mode: crate::mr::pin::PinMode::Uring,
-            max_pinned: None,
-            cache: crate::mr::CacheConfig::default(),
-            phys_fallback: false,
-            share_min: SHARE_MIN,
-            share_chunk: 0,
-            eager_max: EAGER_MAX,
-            write_batch: WRITE_BATCH,
-            sender_jobs: true,
-            pair_recv: true,
-        }
-    }
-}
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 

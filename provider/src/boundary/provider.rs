@@ -117,7 +117,7 @@ unsafe extern "C" fn oxmr_fabric(
         unsafe {
             super::hand_out(out, "fabric", || {
                 let hdr = super::fabric::header(context, api_version);
-                Ok(std::sync::Arc::new(Fabric { hdr, name }))
+                Ok(std::sync::Arc::new(Fabric { hdr, name, config: params::config().clone() }))
             })
         }
     })

@@ -100,7 +100,15 @@ pub struct Region {
     /// access checks that its mapping is still the one registered.
     pub phys: bool,
     /// Counter bound with fi_mr_bind, and the remote accesses it counts.
-    pub cntr: Mutex<Option<(std::sync::Weak<crate::objects::cntr::Cntr>, u64)>>,
+    pub cntr: Mutex<Option<(std::sync::Weak<dyn RmaEvents>, u64)>>,
+}
+
+/// What a registration bound to a counter (fi_mr_bind, FI_RMA_EVENT) tells
+/// it: a remote access of the kind it was bound for took effect. (A
+/// counter implements it; the registration holds it weakly, as a binding,
+/// not an owner.)
+pub trait RmaEvents: Send + Sync {
+    fn remote_access(&self);
 }
 
 /// Why a remote access was refused.

@@ -1,10 +1,7 @@
-//! Address vector.
-//!
-//! An fi_addr_t is an index into the table, for FI_AV_TABLE (consecutive
-//! from 0, never reused, as fi_av(3) promises) and for FI_AV_MAP (where
-//! oxmr may choose any value; it reuses freed indexes). Addresses are
-//! sockaddr_in / sockaddr_in6; each inserted address is parsed by its own
-//! family, so one insert may mix both.
+//! Address vector: the fid object over a `protocol::av::AddrTable` (which
+//! says how fi_addrs are given out). Addresses are sockaddr_in /
+//! sockaddr_in6; each inserted address is parsed by its own family, so one
+//! insert may mix both.
 //!
 //! An AV opened with FI_EVENT is asynchronous (fi_av(3)): inserts need a
 //! bound EQ (-FI_ENOEQ before), return 0, and each address that fails
@@ -13,8 +10,7 @@
 //! inserts are synchronous even with an EQ bound.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use oxmr_ffi as ffi;
 
@@ -22,15 +18,8 @@ use super::domain::Domain;
 use super::eq::{eq_entry_bytes, Eq, EqError};
 use crate::error::Result;
 use crate::fail;
+use crate::protocol::av::AddrTable;
 use oxmr_ffi::FidHeader;
-
-#[derive(Default)]
-struct Table {
-    slots: Vec<Option<SocketAddr>>,
-    free: Vec<usize>,
-    /// Address -> fi_addr, for reporting the source of received messages.
-    rev: crate::protocol::hash::FastMap<SocketAddr, u64>,
-}
 
 /// An address vector.
 #[repr(C)]
@@ -42,11 +31,8 @@ pub struct Av {
     /// Opened with FI_EVENT: inserts complete on the bound EQ.
     pub events: bool,
     eq: Mutex<Option<Arc<Eq>>>,
-    table: RwLock<Table>,
-    /// Bumped after every change to `table`: engines keep the entries they
-    /// use most recently and trust them while this is unchanged, so a
-    /// message's path reads no lock here (see [`Av::version`]).
-    version: AtomicU64,
+    /// The addresses, which the engines resolve through.
+    pub table: Arc<AddrTable>,
 }
 
 /// What an insert did, for the boundary to report.
@@ -95,18 +81,9 @@ impl Av {
         if attr.flags & !known != 0 {
             return Err(fail!(ffi::FI_EINVAL, "unsupported fi_av_attr flags {:#x}", attr.flags & !known));
         }
-        let table =
-            Table { slots: Vec::with_capacity(attr.count.min(1 << 16)), free: Vec::new(), rev: Default::default() };
+        let table = Arc::new(AddrTable::new(attr.count, av_type == ffi::FI_AV_MAP));
         let events = attr.flags & ffi::FI_EVENT as u64 != 0;
-        Ok(Av {
-            hdr,
-            domain,
-            av_type,
-            events,
-            eq: Mutex::new(None),
-            table: RwLock::new(table),
-            version: AtomicU64::new(0),
-        })
+        Ok(Av { hdr, domain, av_type, events, eq: Mutex::new(None), table })
     }
 
     /// Bind an EQ: inserts become asynchronous.
@@ -147,30 +124,7 @@ impl Av {
         } else {
             None
         };
-        let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
-        let reuse = self.av_type == ffi::FI_AV_MAP;
-        let results: Vec<_> = addrs
-            .iter()
-            .map(|a| match a {
-                None => Err(ffi::FI_EINVAL),
-                Some(a) => {
-                    let idx = match (reuse, t.free.pop()) {
-                        (true, Some(i)) => {
-                            t.slots[i] = Some(*a);
-                            i
-                        }
-                        _ => {
-                            t.slots.push(Some(*a));
-                            t.slots.len() - 1
-                        }
-                    };
-                    t.rev.insert(*a, idx as u64);
-                    Ok(idx as u64)
-                }
-            })
-            .collect();
-        self.version.fetch_add(1, Ordering::Release);
-        drop(t);
+        let results = self.table.insert(addrs);
         let bad = results.iter().filter(|r| r.is_err()).count();
         if bad > 0 {
             tracing::warn!(
@@ -209,50 +163,21 @@ impl Av {
         if flags != 0 {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_av_remove flags {flags:#x}: pass 0"));
         }
-        let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
-        for &a in fi_addrs {
-            if t.slots.get(a as usize).is_none_or(|s| s.is_none()) {
-                return Err(fail!(ffi::FI_EINVAL, "fi_av_remove: fi_addr {a} is not in this AV; nothing was removed"));
-            }
-        }
-        for &a in fi_addrs {
-            if let Some(old) = t.slots[a as usize].take() {
-                if t.rev.get(&old) == Some(&a) {
-                    // The same address may sit in another slot too.
-                    match t.slots.iter().position(|s| *s == Some(old)) {
-                        Some(i) => t.rev.insert(old, i as u64),
-                        None => t.rev.remove(&old),
-                    };
-                }
-                // (Inside: an fi_addr listed twice is freed once.)
-                if self.av_type == ffi::FI_AV_MAP {
-                    t.free.push(a as usize);
-                }
-            }
-        }
-        self.version.fetch_add(1, Ordering::Release);
-        Ok(())
+        self.table.remove(fi_addrs)
     }
 
-    /// The table's version: it changes after every insert and remove, so a
-    /// copy of an entry read when the version was `v` is still the entry
-    /// while `version() == v` (read the version first, then the entry).
+    /// The table's version (see `AddrTable::version`).
     pub fn version(&self) -> u64 {
-        self.version.load(Ordering::Acquire)
+        self.table.version()
     }
 
     /// The address stored for an fi_addr.
     pub fn lookup(&self, fi_addr: u64) -> Result<SocketAddr> {
-        let t = self.table.read().unwrap_or_else(|p| p.into_inner());
-        match t.slots.get(fi_addr as usize) {
-            Some(Some(a)) => Ok(*a),
-            _ => Err(fail!(ffi::FI_EINVAL, "fi_av_lookup: fi_addr {fi_addr:#x} is not in this AV")),
-        }
+        self.table.lookup(fi_addr)
     }
 
     /// The fi_addr of an address, if inserted (for FI_SOURCE reporting).
     pub fn reverse(&self, addr: &SocketAddr) -> Option<u64> {
-        let t = self.table.read().unwrap_or_else(|p| p.into_inner());
-        t.rev.get(addr).copied()
+        self.table.reverse(addr)
     }
 }

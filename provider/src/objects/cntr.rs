@@ -1,14 +1,14 @@
 //! Counter: a success count and an error count, with a blocking wait.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
 use super::domain::Domain;
-use super::wait::{deadline, Waiter};
 use crate::error::{Error, Result};
 use crate::fail;
+use crate::queues::cntr::Counter;
+use crate::queues::wait::deadline;
 use oxmr_ffi::FidHeader;
 
 /// A counter.
@@ -16,9 +16,8 @@ use oxmr_ffi::FidHeader;
 pub struct Cntr {
     pub hdr: FidHeader<ffi::fid_cntr>,
     pub domain: Arc<Domain>,
-    value: AtomicU64,
-    errors: AtomicU64,
-    waiter: Waiter,
+    /// The values, which the engine and bound registrations count into.
+    pub core: Arc<Counter>,
     /// Endpoints whose progress reading this counter drives.
     pub progress: super::progress::ProgressList,
 }
@@ -32,14 +31,7 @@ impl Cntr {
         if attr.flags != 0 {
             return Err(fail!(ffi::FI_EINVAL, "fi_cntr_attr flags {:#x} not supported; pass 0", attr.flags));
         }
-        Ok(Cntr {
-            hdr,
-            domain,
-            value: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            waiter: Waiter::new(attr.wait_obj)?,
-            progress: Default::default(),
-        })
+        Ok(Cntr { hdr, domain, core: Arc::new(Counter::new(attr.wait_obj)?), progress: Default::default() })
     }
 
     fn drive(&self) {
@@ -54,33 +46,29 @@ impl Cntr {
     /// fi_cntr_read (drives manual progress first).
     pub fn read(&self) -> u64 {
         self.drive();
-        self.value.load(Ordering::Acquire)
+        self.core.value()
     }
 
     /// fi_cntr_readerr (drives manual progress first).
     pub fn readerr(&self) -> u64 {
         self.drive();
-        self.errors.load(Ordering::Acquire)
+        self.core.errors()
     }
 
     pub fn add(&self, v: u64) {
-        self.value.fetch_add(v, Ordering::AcqRel);
-        self.waiter.notify();
+        self.core.add(v);
     }
 
     pub fn set(&self, v: u64) {
-        self.value.store(v, Ordering::Release);
-        self.waiter.notify();
+        self.core.set(v);
     }
 
     pub fn adderr(&self, v: u64) {
-        self.errors.fetch_add(v, Ordering::AcqRel);
-        self.waiter.notify();
+        self.core.adderr(v);
     }
 
     pub fn seterr(&self, v: u64) {
-        self.errors.store(v, Ordering::Release);
-        self.waiter.notify();
+        self.core.seterr(v);
     }
 
     /// `fi_cntr_wait`: until the count reaches `threshold` (0), the error
@@ -88,8 +76,9 @@ impl Cntr {
     pub fn wait(&self, threshold: u64, timeout_ms: i32) -> Result<()> {
         // (The error count before any progress: an error that progress
         // counts must end the wait.)
-        let errs = self.errors.load(Ordering::Acquire);
-        let ok = self.waiter.block_until(deadline(timeout_ms), || self.read() >= threshold || self.readerr() != errs);
+        let errs = self.core.errors();
+        let ok =
+            self.core.waiter.block_until(deadline(timeout_ms), || self.read() >= threshold || self.readerr() != errs);
         if self.read() >= threshold {
             Ok(())
         } else if ok {
@@ -101,7 +90,7 @@ impl Cntr {
 
     /// The pollable fd (`FI_GETWAIT`).
     pub fn wait_fd(&self) -> Option<i32> {
-        self.waiter.fd()
+        self.core.waiter.fd()
     }
 
     /// fi_trywait: run progress, clear the fd, and arm its tick (peers
@@ -110,9 +99,9 @@ impl Cntr {
     /// the fd wakes it.
     pub fn trywait(&self) {
         self.drive();
-        self.waiter.clear();
+        self.core.waiter.clear();
         if !self.progress.is_empty() || !self.domain.progress.is_empty() {
-            self.waiter.tick();
+            self.core.waiter.tick();
         }
     }
 }

@@ -26,7 +26,7 @@ pub struct Domain {
     /// mr_mode bits in force (FI_MR_BASIC expanded to its three bits).
     pub mr_mode: i32,
     /// Registrations: keys, pins, accounting.
-    pub mr: MrDomain,
+    pub mr: Arc<MrDomain>,
     /// Every enabled endpoint of the domain (a counter bound to an MR has no
     /// endpoint of its own to drive).
     pub progress: super::progress::ProgressList,
@@ -55,7 +55,7 @@ impl Domain {
         }
         let name = d.name.clone().unwrap_or_else(|| "oxmr".into());
         let mr_mode = effective_mr_mode(d.mr_mode);
-        let cfg = crate::boundary::params::config();
+        let cfg = fabric.config.clone();
         let (cap, source) = account::default_cap(cfg.max_pinned);
         let mut pinner = Pinner::new(cfg.pin_mode, account::Account::new(cap, source));
         pinner.phys_fallback = cfg.phys_fallback;
@@ -65,7 +65,7 @@ impl Domain {
             name,
             av_type: d.av_type,
             mr_mode,
-            mr: MrDomain::new(mr_mode, pinner, cfg.cache),
+            mr: Arc::new(MrDomain::new(mr_mode, pinner, cfg.cache)),
             progress: Default::default(),
             info,
         })

@@ -318,12 +318,12 @@ impl Ep {
         };
         let s = self.state();
         let b = Bindings {
-            tx_cq: s.tx_cq.clone(),
-            rx_cq: s.rx_cq.clone(),
+            tx_cq: s.tx_cq.as_ref().map(|c| c.core.clone()),
+            rx_cq: s.rx_cq.as_ref().map(|c| c.core.clone()),
             tx_selective: s.tx_selective,
             rx_selective: s.rx_selective,
-            cntrs: s.cntrs.clone(),
-            av: s.av.clone(),
+            cntrs: s.cntrs.clone().map(|c| c.map(|c| c.core.clone())),
+            av: s.av.as_ref().map(|a| a.table.clone()),
             tx_op_flags: s.tx_op_flags,
             rx_op_flags: s.rx_op_flags,
             directed: self.info.caps & ffi::FI_DIRECTED_RECV as u64 != 0,
@@ -332,7 +332,7 @@ impl Ep {
         let cqs: Vec<_> = [&s.tx_cq, &s.rx_cq].into_iter().flatten().cloned().collect();
         let cntrs: Vec<_> = s.cntrs.iter().flatten().cloned().collect();
         drop(s);
-        *eng = Some(Engine::new(region, name, self.domain.clone(), b));
+        *eng = Some(Engine::new(region, name, self.domain.mr.clone(), &self.domain.fabric.config, b));
         // Attached only after the engine's lock is released: a thread
         // reading one of these CQs holds the list while it locks each
         // engine in it, so attaching (which takes the list) while holding

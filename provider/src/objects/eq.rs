@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use oxmr_ffi as ffi;
 
 use super::fabric::Fabric;
-use super::wait::{deadline, Waiter};
 use crate::error::{Error, Result};
 use crate::fail;
+use crate::queues::wait::{deadline, Waiter};
 use oxmr_ffi::FidHeader;
 
 /// Default depth when the application asks for size 0.
@@ -174,7 +174,11 @@ mod tests {
 
     fn eq(size: usize) -> Eq {
         let null = std::ptr::null_mut();
-        let fabric = Arc::new(Fabric { hdr: crate::boundary::fabric::header(null, 0), name: "t".into() });
+        let fabric = Arc::new(Fabric {
+            hdr: crate::boundary::fabric::header(null, 0),
+            name: "t".into(),
+            config: Default::default(),
+        });
         let attr = ffi::fi_eq_attr { size, wait_obj: ffi::FI_WAIT_UNSPEC, ..Default::default() };
         Eq::new(crate::boundary::eq::header(null), fabric, &attr).unwrap()
     }

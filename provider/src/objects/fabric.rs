@@ -9,6 +9,8 @@ use oxmr_ffi::FidHeader;
 pub struct Fabric {
     pub hdr: FidHeader<ffi::fid_fabric>,
     pub name: String,
+    /// The FI_OXMR_* values this fabric's objects use.
+    pub config: crate::config::Config,
 }
 
 impl Fabric {

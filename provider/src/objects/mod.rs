@@ -15,4 +15,3 @@ pub mod fabric;
 pub mod mr;
 pub mod pep;
 pub mod progress;
-pub mod wait;

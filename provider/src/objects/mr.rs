@@ -84,7 +84,8 @@ impl Mr {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: this MR already has a counter"));
         }
         s.cntr = Some(Arc::downgrade(cntr));
-        *self.region.cntr.lock().unwrap_or_else(|p| p.into_inner()) = Some((Arc::downgrade(cntr), flags));
+        let events: Arc<dyn crate::mr::registry::RmaEvents> = cntr.core.clone();
+        *self.region.cntr.lock().unwrap_or_else(|p| p.into_inner()) = Some((Arc::downgrade(&events), flags));
         Ok(())
     }
 

@@ -5,6 +5,7 @@
 //! The engine talks to a wire through `shm::region::Region` today; the TCP
 //! wire will carry the same messages. See docs/wire.md for the format.
 
+pub mod av;
 pub mod engine;
 pub mod hash;
 

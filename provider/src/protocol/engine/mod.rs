@@ -32,13 +32,13 @@ use oxmr_ffi as ffi;
 
 use super::hash::FastMap;
 use super::{decode_iovs, encode_iovs, flag, op, Hdr, Iovs, HDR_MAX};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fail;
 use crate::info::addr;
-use crate::objects::av::Av;
-use crate::objects::cntr::Cntr;
-use crate::objects::cq::{Cq, CqEntry, CqError, Credit};
-use crate::objects::domain::Domain;
+use crate::mr::MrDomain;
+use crate::queues::cntr::Counter;
+use crate::queues::cq::{CqCore, CqEntry, CqError, Credit};
 use crate::shm::cma;
 use crate::shm::jobs::{self, JobTable};
 use crate::shm::region::{Region, CELL_DATA};
@@ -52,7 +52,7 @@ pub(crate) const INJECT_CALL: u64 = 1 << 63;
 
 /// Largest payload sent inline (docs/wire.md; a cell holds the largest
 /// header and this).
-pub(crate) const EAGER_MAX: usize = 8080;
+pub(crate) use crate::config::EAGER_MAX;
 const _: () = assert!(EAGER_MAX + HDR_MAX <= CELL_DATA);
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 /// How much larger the receiver's chunk of a lone two-chunk shared copy
@@ -83,12 +83,12 @@ const C_RWRITE: usize = 5;
 
 /// What an endpoint is bound to, fixed at fi_enable.
 pub struct Bindings {
-    pub tx_cq: Option<Arc<Cq>>,
-    pub rx_cq: Option<Arc<Cq>>,
+    pub tx_cq: Option<Arc<CqCore>>,
+    pub rx_cq: Option<Arc<CqCore>>,
     pub tx_selective: bool,
     pub rx_selective: bool,
-    pub cntrs: [Option<Arc<Cntr>>; 6],
-    pub av: Option<Arc<Av>>,
+    pub cntrs: [Option<Arc<Counter>>; 6],
+    pub av: Option<Arc<crate::protocol::av::AddrTable>>,
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
     /// FI_DIRECTED_RECV granted: receives honour their source address
@@ -362,7 +362,9 @@ pub struct Engine {
     rx: Option<Region>,
     name: [u8; 28],
     pid: u32,
-    domain: Arc<Domain>,
+    /// The domain's registrations, which every remote access is checked
+    /// against.
+    mr: Arc<MrDomain>,
     b: Bindings,
     peers: Peers,
     posted: [VecDeque<Posted>; 2],
@@ -519,8 +521,7 @@ impl Drop for Engine {
 }
 
 impl Engine {
-    pub fn new(rx: Region, name: SocketAddr, domain: Arc<Domain>, b: Bindings) -> Self {
-        let cfg = crate::boundary::params::config();
+    pub fn new(rx: Region, name: SocketAddr, mr: Arc<MrDomain>, cfg: &Config, b: Bindings) -> Self {
         let epoch = rx.epoch();
         Engine {
             job_table: rx.jobs(),
@@ -548,7 +549,7 @@ impl Engine {
                 n
             },
             pid: std::process::id(),
-            domain,
+            mr,
             b,
             peers: Peers::default(),
             posted: [VecDeque::new(), VecDeque::new()],
@@ -1216,7 +1217,7 @@ impl Engine {
         let chunk = &body[..(h.len as usize).min(body.len())];
         if let Some(pull) = self.pulls.get_mut(&(from, h.msg_id)) {
             if let PullFor::Write { hdr, _hold } = &pull.what {
-                if !self.domain.mr.phys_live(_hold) {
+                if !self.mr.phys_live(_hold) {
                     let hdr = *hdr;
                     self.pulls.remove(&(from, h.msg_id));
                     return self.rma_done(hdr, from, ffi::FI_EKEYREJECTED, None);
@@ -1255,7 +1256,7 @@ impl Engine {
                 self.streams.push_back(st);
                 continue;
             }
-            if st._hold.as_ref().is_some_and(|r| !self.domain.mr.phys_live(r)) {
+            if st._hold.as_ref().is_some_and(|r| !self.mr.phys_live(r)) {
                 // A device registration revoked mid-read: no more of it.
                 st.off = st.total;
                 if let Some(a) = st.after.as_mut() {
@@ -1402,8 +1403,8 @@ impl Engine {
         let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
         let len = h.len as usize;
         // (Memory unmapped or moved under a registration revokes it.)
-        self.domain.mr.refresh();
-        let g = match self.domain.mr.registry.check(h.rma_key, h.rma_addr, h.len, access) {
+        self.mr.refresh();
+        let g = match self.mr.registry.check(h.rma_key, h.rma_addr, h.len, access) {
             Err(why) => {
                 tracing::warn!(
                     "refused remote {} from {from}: key {:#x} addr {:#x} len {len}: {why:?}",
@@ -1416,7 +1417,7 @@ impl Engine {
             Ok(g) => g,
         };
         // Device memory: the registration dies with its mapping.
-        if !self.domain.mr.phys_live(&g.region) {
+        if !self.mr.phys_live(&g.region) {
             return self.rma_done(h, from, ffi::FI_EKEYREJECTED, None);
         }
         let local = region_slice(&g.region.iovs, g.offset, len);
@@ -1531,7 +1532,7 @@ impl Engine {
         let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
         let bound = region.and_then(|r| r.cntr.lock().unwrap_or_else(|p| p.into_inner()).clone());
         if let Some(c) = bound.filter(|(_, flags)| flags & access != 0).and_then(|(c, _)| c.upgrade()) {
-            c.add(1);
+            c.remote_access();
         }
         if h.flags & flag::CQ_DATA != 0 {
             let src = self.src_fi_addr(&from);
@@ -1766,7 +1767,7 @@ impl Engine {
             return false;
         }
         self.finish_open_job();
-        self.domain.mr.refresh();
+        self.mr.refresh();
         let mut run = Vec::new();
         let (mut nl, mut nr, mut bytes) = (0, 0, 0);
         // (A run is answered by one ACKS message, which must fit a cell:
@@ -1778,7 +1779,7 @@ impl Engine {
             let len = h.len as usize;
             let Some(r) = decode_iovs(&m[hlen..], h.iov_count as usize).filter(|r| total(r) >= len) else { break };
             let access = ffi::FI_REMOTE_WRITE as u64;
-            let Ok(g) = self.domain.mr.registry.check(h.rma_key, h.rma_addr, h.len, access) else { break };
+            let Ok(g) = self.mr.registry.check(h.rma_key, h.rma_addr, h.len, access) else { break };
             if g.region.phys {
                 break;
             }

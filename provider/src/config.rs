@@ -1,0 +1,62 @@
+//! The parsed `FI_OXMR_*` values: what each object is configured with.
+//!
+//! `boundary::params` defines the variables with `fi_param_define` and
+//! reads them once (`fi_prov_ini`); a fabric keeps a copy, and passes it
+//! down by value to its domains and endpoints. Nothing below reads a
+//! global.
+
+/// The most a same-host send carries inline: the data a shared-memory queue
+/// cell holds after the largest header (the shm wire checks its cell size
+/// against it). Default and ceiling of FI_OXMR_SHM_EAGER_MAX.
+pub(crate) const EAGER_MAX: usize = 8080;
+
+/// The values read at load time (by `boundary::params`, once), handed to
+/// each fabric, and from it down to its domains and endpoints by value.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// FI_OXMR_IFACE.
+    pub ifaces: Option<Vec<String>>,
+    /// FI_OXMR_MR_PIN.
+    pub pin_mode: crate::mr::pin::PinMode,
+    /// FI_OXMR_MR_MAX_PINNED.
+    pub max_pinned: Option<u64>,
+    /// FI_OXMR_MR_CACHE_* and FI_OXMR_MR_RECORD_PFN.
+    pub cache: crate::mr::CacheConfig,
+    /// FI_OXMR_MR_PHYS_FALLBACK.
+    pub phys_fallback: bool,
+    /// FI_OXMR_SHM_SHARE_MIN (0: off).
+    pub share_min: usize,
+    /// FI_OXMR_SHM_SHARE_CHUNK (0: automatic).
+    pub share_chunk: usize,
+    /// FI_OXMR_SHM_EAGER_MAX.
+    pub eager_max: usize,
+    /// FI_OXMR_SHM_WRITE_BATCH (0: off).
+    pub write_batch: usize,
+    /// FI_OXMR_SHM_SENDER_JOBS.
+    pub sender_jobs: bool,
+    /// FI_OXMR_SHM_PAIR_RECV.
+    pub pair_recv: bool,
+}
+
+/// Default of FI_OXMR_SHM_SHARE_MIN.
+pub(crate) const SHARE_MIN: usize = 256 << 10;
+/// Default of FI_OXMR_SHM_WRITE_BATCH.
+pub(crate) const WRITE_BATCH: usize = 256 << 10;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ifaces: None,
+            pin_mode: crate::mr::pin::PinMode::Uring,
+            max_pinned: None,
+            cache: crate::mr::CacheConfig::default(),
+            phys_fallback: false,
+            share_min: SHARE_MIN,
+            share_chunk: 0,
+            eager_max: EAGER_MAX,
+            write_batch: WRITE_BATCH,
+            sender_jobs: true,
+            pair_recv: true,
+        }
+    }
+}
