@@ -15,7 +15,9 @@
 //! ```
 //!
 //! Rooms on one line may not import each other either (each is a leaf of
-//! its own, or only the ones listed below it). A file that names a room
+//! its own, or only the ones listed below it). And the data path goes one
+//! step at a time: only `protocol` drives the wire (`shm`), and only
+//! `objects` drive the protocol. A file that names a room
 //! above its own fails the test with the file, line and name, so an upward
 //! import is caught the day it is written.
 
@@ -35,6 +37,11 @@ const ORDER: &[&[&str]] = &[
     &["mr"],
     &["sys", "error", "ext"],
 ];
+
+/// Rooms that only the named rooms may import (data flows boundary ->
+/// objects -> protocol -> wire: only the protocol drives a wire, and only
+/// the objects drive the protocol).
+const ONLY_FROM: &[(&str, &[&str])] = &[("shm", &["protocol"]), ("protocol", &["objects"])];
 
 fn rank(room: &str) -> Option<usize> {
     ORDER.iter().position(|floor| floor.contains(&room))
@@ -154,6 +161,17 @@ fn violations() -> Vec<String> {
             for name in named_rooms(line) {
                 let name = macros.get(&name).cloned().unwrap_or(name);
                 let Some(theirs) = rank(&name) else { continue };
+                let barred =
+                    ONLY_FROM.iter().any(|(r, from)| *r == name && name != room && !from.contains(&room.as_str()));
+                if barred {
+                    bad.push(format!(
+                        "{}:{}: room `{room}` names `crate::{name}`, which only {:?} may use: {}",
+                        f.strip_prefix(&src).unwrap_or(f).display(),
+                        n + 1,
+                        ONLY_FROM.iter().find(|(r, _)| *r == name).map_or(&[][..], |x| x.1),
+                        line.trim()
+                    ));
+                }
                 if name != room && theirs <= mine {
                     bad.push(format!(
                         "{}:{}: room `{room}` names `crate::{name}`, which is not below it: {}",

@@ -125,7 +125,7 @@ unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
             // Nothing can be posted before fi_enable.
             return Err(crate::error::Error::quiet(ffi::FI_ENOENT));
         }
-        ep.with_engine(|e| e.cancel(_context as usize)).map(|_| 0)
+        ep.cancel(_context as usize).map(|_| 0)
     })
 }
 

@@ -1,6 +1,6 @@
 //! Data-transfer slots of an endpoint. Message, tagged and RMA operations
 //! decode their C arguments and hand them to the endpoint's engine
-//! (`protocol::engine`); atomics and collectives are not implemented yet and
+//! (through `objects::ep`); atomics and collectives are not implemented yet and
 //! return -FI_ENOSYS (never a silent success). No slot is NULL.
 //!
 //! Flags: the plain calls use the endpoint's default op_flags; the `*msg`
@@ -17,8 +17,7 @@ use crate::error::Result;
 use crate::fail;
 use crate::info::attrs;
 use crate::objects::ep::Ep;
-use crate::protocol::engine::{RmaOp, TxOp};
-use crate::protocol::Iovs;
+use crate::objects::ep::{Iovs, RmaOp, TxOp, INJECT_CALL};
 
 /// # Safety
 /// `iov` is NULL or holds `count` iovecs.
@@ -73,7 +72,7 @@ fn msg_flags(name: &'static str, flags: u64) -> Result<u64> {
             flags
         ));
     }
-    Ok(flags & !crate::protocol::engine::INJECT_CALL)
+    Ok(flags & !INJECT_CALL)
 }
 
 /// The `-FI_EINVAL` of a `*msg` call given a NULL message, with its log line.
@@ -93,7 +92,7 @@ unsafe fn with_ep(name: &'static str, ep: *mut fid_ep, f: impl FnOnce(&Ep) -> Re
 
 unsafe fn send_common(name: &'static str, ep: *mut fid_ep, o: Result<TxOp>) -> isize {
     // SAFETY: forwarded contract.
-    unsafe { with_ep(name, ep, |ep| ep.with_engine(|e| e.send(o?))) }
+    unsafe { with_ep(name, ep, |ep| ep.send(o?)) }
 }
 
 unsafe fn recv_common(
@@ -106,12 +105,12 @@ unsafe fn recv_common(
     flags: Option<u64>,
 ) -> isize {
     // SAFETY: forwarded contract.
-    unsafe { with_ep(name, ep, |ep| ep.with_engine(|e| e.recv(ctx as usize, v?, src, tag, flags))) }
+    unsafe { with_ep(name, ep, |ep| ep.recv(ctx as usize, v?, src, tag, flags)) }
 }
 
 unsafe fn rma_common(name: &'static str, ep: *mut fid_ep, o: Result<RmaOp>) -> isize {
     // SAFETY: forwarded contract.
-    unsafe { with_ep(name, ep, |ep| ep.with_engine(|e| e.rma(o?))) }
+    unsafe { with_ep(name, ep, |ep| ep.rma(o?)) }
 }
 
 fn tx(
@@ -126,7 +125,7 @@ fn tx(
 }
 
 /// Flags of the fi_inject* calls: FI_INJECT, and no completion.
-const INJECT: u64 = ffi::FI_INJECT as u64 | crate::protocol::engine::INJECT_CALL;
+const INJECT: u64 = ffi::FI_INJECT as u64 | INJECT_CALL;
 
 // ---- FI_MSG ----
 

@@ -5,7 +5,9 @@
 //!   mlock fallback with page-interval counts, or none);
 //! - `account`: pinned bytes against RLIMIT_MEMLOCK or FI_OXMR_MR_MAX_PINNED;
 //! - `maps`: the kernel's view of the mappings, to validate a range and to
-//!   say why memory cannot be pinned.
+//!   say why memory cannot be pinned;
+//! - `local`: copies of this process's own memory (device-aware), for
+//!   every wire.
 //!
 //! Registration order (all-or-nothing): decode and check the request, pin
 //! (which validates the range), then publish the key. Close removes the key
@@ -14,6 +16,7 @@
 
 pub mod account;
 pub mod cache;
+pub mod local;
 pub mod maps;
 pub mod mlock;
 pub mod phys;

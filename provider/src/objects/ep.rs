@@ -20,8 +20,13 @@ use super::eq::Eq;
 use crate::error::Result;
 use crate::fail;
 use crate::info::{attrs, Info};
+/// What a data call posts (decoded by the boundary), and the flag an
+/// inject call adds to its flags.
+pub(crate) use crate::protocol::engine::INJECT_CALL;
 use crate::protocol::engine::{Bindings, Engine};
-use crate::shm::region::Region;
+pub use crate::protocol::engine::{RmaOp, TxOp};
+use crate::protocol::inbox::Inbox;
+pub use crate::protocol::Iovs;
 use oxmr_ffi::FidHeader;
 
 /// Counter bindings, by the event they count.
@@ -60,7 +65,7 @@ pub struct Ep {
     pub info: Info,
     state: Mutex<EpState>,
     /// The shared-memory queue, until fi_enable hands it to the engine.
-    rx_region: Mutex<Option<Region>>,
+    rx_region: Mutex<Option<Inbox>>,
     /// The data engine (RDM, after fi_enable).
     engine: super::progress::EngineCell,
 }
@@ -150,13 +155,7 @@ impl Ep {
             let (l, name) = listen(src)?;
             state.listener = Some(l);
             state.name = Some(name);
-            region = Some(Region::create(&name).map_err(|e| {
-                fail!(
-                    ffi::FI_EIO,
-                    "fi_endpoint: cannot create the shared-memory queue /dev/shm{}: {e}",
-                    crate::shm::region::path_for(&name)
-                )
-            })?);
+            region = Some(Inbox::create(&name, "fi_endpoint")?);
         } else {
             state.name = Some(src);
         }
@@ -292,7 +291,28 @@ impl Ep {
     }
 
     /// Run `f` on the engine; -FI_EOPBADSTATE before fi_enable.
-    pub fn with_engine<T>(&self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
+    /// Post a send (msg or tagged) on the endpoint's engine.
+    pub fn send(&self, o: TxOp) -> Result<()> {
+        self.with_engine(|e| e.send(o))
+    }
+
+    /// Post a receive: `tag` is (tag, ignore) for tagged receives, `flags`
+    /// the call's own (None: the endpoint's rx op_flags).
+    pub fn recv(&self, ctx: usize, iovs: Iovs, src: u64, tag: Option<(u64, u64)>, flags: Option<u64>) -> Result<()> {
+        self.with_engine(|e| e.recv(ctx, iovs, src, tag, flags))
+    }
+
+    /// Post an RMA read or write.
+    pub fn rma(&self, o: RmaOp) -> Result<()> {
+        self.with_engine(|e| e.rma(o))
+    }
+
+    /// fi_cancel of the operation posted with `ctx`.
+    pub fn cancel(&self, ctx: usize) -> Result<()> {
+        self.with_engine(|e| e.cancel(ctx))
+    }
+
+    fn with_engine<T>(&self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
         let mut g = self.engine.lock();
         match g.as_mut() {
             Some(e) => f(e),
@@ -399,13 +419,7 @@ impl Ep {
             let (l, name) = listen(addr)?;
             // Peers find our queue by our name: a new name, a new queue
             // (the old one, unused so far, goes with its file).
-            let region = Region::create(&name).map_err(|e| {
-                fail!(
-                    ffi::FI_EIO,
-                    "fi_setname: cannot create the shared-memory queue /dev/shm{}: {e}",
-                    crate::shm::region::path_for(&name)
-                )
-            })?;
+            let region = Inbox::create(&name, "fi_setname")?;
             *self.rx_region.lock().unwrap_or_else(|p| p.into_inner()) = Some(region);
             s.listener = Some(l);
             s.name = Some(name);

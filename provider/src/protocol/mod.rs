@@ -8,6 +8,7 @@
 pub mod av;
 pub mod engine;
 pub mod hash;
+pub mod inbox;
 
 /// Bytes of the fixed part of a message header.
 pub(crate) const HDR_BASE: usize = 32;

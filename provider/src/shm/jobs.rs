@@ -113,10 +113,10 @@ pub fn copy_chunk(
     use super::cma;
     // (On the stack in the common case: a chunk is on the critical path
     // of a lone transfer.)
-    let (mut lb, mut rb) = ([(0, 0); cma::STACK_IOVS], [(0, 0); cma::STACK_IOVS]);
+    let (mut lb, mut rb) = ([(0, 0); crate::mr::local::STACK_IOVS], [(0, 0); crate::mr::local::STACK_IOVS]);
     let (mut lv, mut rv) = (Vec::new(), Vec::new());
-    let l = cma::slice_or_spill(local, off, len, &mut lb, &mut lv);
-    let r = cma::slice_or_spill(remote, off, len, &mut rb, &mut rv);
+    let l = crate::mr::local::slice_or_spill(local, off, len, &mut lb, &mut lv);
+    let r = crate::mr::local::slice_or_spill(remote, off, len, &mut rb, &mut rv);
     let got = if read { cma::read_from(pid, l, r) } else { cma::write_to(pid, l, r) };
     matches!(got, Ok(g) if g == len)
 }

@@ -468,7 +468,7 @@ fn clip(iovs: &[(usize, usize)], mut len: usize) -> Vec<(usize, usize)> {
 
 /// The (address, length) pieces of a region from `offset` for `len` bytes.
 fn region_slice(iovs: &[(usize, usize)], offset: usize, len: usize) -> Vec<(usize, usize)> {
-    cma::slice(iovs, offset, len)
+    crate::mr::local::slice(iovs, offset, len)
 }
 
 fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
@@ -521,7 +521,14 @@ impl Drop for Engine {
 }
 
 impl Engine {
-    pub fn new(rx: Region, name: SocketAddr, mr: Arc<MrDomain>, cfg: &Config, b: Bindings) -> Self {
+    pub fn new(
+        inbox: crate::protocol::inbox::Inbox,
+        name: SocketAddr,
+        mr: Arc<MrDomain>,
+        cfg: &Config,
+        b: Bindings,
+    ) -> Self {
+        let rx = inbox.0;
         let epoch = rx.epoch();
         Engine {
             job_table: rx.jobs(),
@@ -817,10 +824,10 @@ impl Engine {
             let mut data = Vec::new();
             let body: &[u8] = match &o.iovs[..] {
                 // SAFETY: the application's send buffer, valid for this call.
-                [one] if !crate::mr::phys::is_device(one.0, one.1) => unsafe { cma::view(*one) },
+                [one] if !crate::mr::phys::is_device(one.0, one.1) => unsafe { crate::mr::local::view(*one) },
                 many => {
                     // SAFETY: as above, for every iov.
-                    unsafe { cma::gather(many, &mut data) };
+                    unsafe { crate::mr::local::gather(many, &mut data) };
                     &data
                 }
             };
@@ -889,7 +896,7 @@ impl Engine {
             hdr.op = op::WRITE_INLINE;
             let mut data = Vec::with_capacity(len);
             // SAFETY: the application's source buffers, valid for this call.
-            unsafe { cma::gather(&o.iovs, &mut data) };
+            unsafe { crate::mr::local::gather(&o.iovs, &mut data) };
             self.push(to, hdr, &[&data])?;
         } else {
             if inject {
@@ -1020,7 +1027,7 @@ impl Engine {
         let n = len.min(room);
         if u.hdr.op == op::EAGER {
             // SAFETY: the application's posted receive buffers.
-            unsafe { cma::scatter(&p.iovs, &u.data[..n.min(u.data.len())]) };
+            unsafe { crate::mr::local::scatter(&p.iovs, &u.data[..n.min(u.data.len())]) };
             return self.finish_recv(p, u.hdr, u.from, 0);
         }
         // A sender's endpoint that closed (its process may live on) gave up
@@ -1226,7 +1233,7 @@ impl Engine {
             let dest = region_slice(&pull.dest, off, chunk.len());
             // SAFETY: `dest` lies in a posted receive buffer or in a
             // registration checked for this access and held by the pull.
-            unsafe { cma::scatter(&dest, chunk) };
+            unsafe { crate::mr::local::scatter(&dest, chunk) };
             pull.got += chunk.len();
             if pull.got >= pull.total {
                 let pull = self.pulls.remove(&(from, h.msg_id)).expect("present above");
@@ -1240,7 +1247,7 @@ impl Engine {
             // ever written by DATA, and only by the peer it went to).
             let dest = region_slice(&p.iovs, off, chunk.len());
             // SAFETY: the destination buffers of our pending read.
-            unsafe { cma::scatter(&dest, chunk) };
+            unsafe { crate::mr::local::scatter(&dest, chunk) };
         } else {
             tracing::warn!("data from {from} for unknown transfer {}", h.msg_id);
         }
@@ -1268,7 +1275,7 @@ impl Engine {
                 let mut data = Vec::with_capacity(n);
                 // SAFETY: our own buffers of a pending operation (valid until
                 // it completes) or a registration held by the stream.
-                unsafe { cma::gather(&region_slice(&st.src, st.off, n), &mut data) };
+                unsafe { crate::mr::local::gather(&region_slice(&st.src, st.off, n), &mut data) };
                 let hdr = Hdr {
                     op: op::DATA,
                     msg_id: st.msg_id,
@@ -1325,7 +1332,7 @@ impl Engine {
                         let p = self.posted[q].remove(i).expect("position is in range");
                         let n = (h.len as usize).min(total(&p.iovs)).min(body.len());
                         // SAFETY: the application's posted receive buffers.
-                        unsafe { cma::scatter(&p.iovs, &body[..n]) };
+                        unsafe { crate::mr::local::scatter(&p.iovs, &body[..n]) };
                         self.finish_recv(p, h, from, 0);
                         return;
                     }
@@ -1424,7 +1431,7 @@ impl Engine {
         if h.op == op::WRITE_INLINE {
             // SAFETY: `local` lies inside a registration the check just
             // granted for remote write, held by `g`.
-            unsafe { cma::scatter(&local, &body[..len.min(body.len())]) };
+            unsafe { crate::mr::local::scatter(&local, &body[..len.min(body.len())]) };
             return self.rma_done(h, from, 0, Some(&g.region));
         }
         let Some(remote) = decode_iovs(body, h.iov_count as usize).filter(|r| total(r) >= len) else {
