@@ -18,7 +18,7 @@ pub mod mr;
 pub mod objects;
 pub mod protocol;
 pub mod queues;
-pub mod shm;
 pub mod sys;
+pub mod wire;
 
 pub use boundary::provider::fi_prov_ini;

@@ -17,7 +17,7 @@ use std::ptr::null_mut;
 
 use oxmr::info::addr;
 use oxmr::protocol::{encode_iovs, Hdr};
-use oxmr::shm::region::Region;
+use oxmr::wire::shm::region::Region;
 use oxmr_ffi as ffi;
 
 mod common;
@@ -290,10 +290,10 @@ fn iovs(v: &[(usize, usize)]) -> Vec<u8> {
 /// has moved on from `before` (as a helper finds a job it was not told
 /// of): its slot, generation and contents.
 fn new_job(
-    jobs: &oxmr::shm::jobs::JobTable,
+    jobs: &oxmr::wire::shm::jobs::JobTable,
     before: &[u32],
     until: std::time::Instant,
-) -> Option<(u32, u32, oxmr::shm::jobs::JobView)> {
+) -> Option<(u32, u32, oxmr::wire::shm::jobs::JobView)> {
     while std::time::Instant::now() < until {
         for i in 0..before.len() as u32 {
             let g = jobs.generation(i);
@@ -571,7 +571,7 @@ fn a_receiver_acks_only_when_it_settled_the_last_chunk() {
             while jobs.progress(i).0 + 1 < v.nchunks && std::time::Instant::now() < until {
                 std::hint::spin_loop();
             }
-            let ok = oxmr::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
+            let ok = oxmr::wire::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
             assert!(ok, "the helper's copy");
             Some(jobs.settle(i, ok))
         });
@@ -726,7 +726,7 @@ fn a_receiver_takes_a_sender_job_and_answers_nothing() {
         let v = jobs.view(slot, gen).expect("the job, accepted");
         assert!(v.helper_writes);
         while let Some(k) = jobs.claim(slot, gen, true) {
-            let ok = oxmr::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
+            let ok = oxmr::wire::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
             assert!(ok);
             jobs.settle(slot, ok);
         }
@@ -1082,7 +1082,7 @@ fn rma_waits_for_a_stalled_rma_job_of_the_same_peer() {
             let k = jobs.claim(i, g, true)?;
             holding2.store(true, std::sync::atomic::Ordering::Release);
             std::thread::sleep(std::time::Duration::from_millis(60));
-            let ok = oxmr::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
+            let ok = oxmr::wire::shm::jobs::copy_chunk(pid, false, &[(src_at, N)], &v.iovs, v.total, v.chunk, k);
             assert!(ok, "the helper's copy");
             jobs.settle(i, ok);
             holding2.store(false, std::sync::atomic::Ordering::Release);

@@ -5,7 +5,7 @@
 //! boundary     the C ABI
 //! objects      the libfabric objects
 //! protocol     message header and engine
-//! shm          the same-host wire
+//! wire         the wires (shm: the same-host one) behind one interface
 //! info         fi_getinfo's answers
 //! queues       completion queue and counter cores, wait objects
 //! config       the parsed FI_OXMR_* values (of mr's and the wires' types)
@@ -16,7 +16,7 @@
 //!
 //! Rooms on one line may not import each other either (each is a leaf of
 //! its own, or only the ones listed below it). And the data path goes one
-//! step at a time: only `protocol` drives the wire (`shm`), and only
+//! step at a time: only `protocol` drives a wire, and only
 //! `objects` drive the protocol. A file that names a room
 //! above its own fails the test with the file, line and name, so an upward
 //! import is caught the day it is written.
@@ -30,7 +30,7 @@ const ORDER: &[&[&str]] = &[
     &["boundary"],
     &["objects"],
     &["protocol"],
-    &["shm"],
+    &["wire"],
     &["info"],
     &["queues"],
     &["config"],
@@ -41,7 +41,7 @@ const ORDER: &[&[&str]] = &[
 /// Rooms that only the named rooms may import (data flows boundary ->
 /// objects -> protocol -> wire: only the protocol drives a wire, and only
 /// the objects drive the protocol).
-const ONLY_FROM: &[(&str, &[&str])] = &[("shm", &["protocol"]), ("protocol", &["objects"])];
+const ONLY_FROM: &[(&str, &[&str])] = &[("wire", &["protocol"]), ("protocol", &["objects"])];
 
 fn rank(room: &str) -> Option<usize> {
     ORDER.iter().position(|floor| floor.contains(&room))

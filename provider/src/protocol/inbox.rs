@@ -10,7 +10,7 @@ use oxmr_ffi as ffi;
 
 use crate::error::Result;
 use crate::fail;
-use crate::shm::region::{path_for, Region};
+use crate::wire::shm::region::{path_for, Region};
 
 /// An endpoint's queue, not yet handed to an engine.
 pub struct Inbox(pub(crate) Region);

@@ -39,9 +39,10 @@ use crate::info::addr;
 use crate::mr::MrDomain;
 use crate::queues::cntr::Counter;
 use crate::queues::cq::{CqCore, CqEntry, CqError, Credit};
-use crate::shm::cma;
-use crate::shm::jobs::{self, JobTable};
-use crate::shm::region::{Region, CELL_DATA};
+use crate::wire::shm::cma;
+use crate::wire::shm::jobs::{self, JobTable};
+use crate::wire::shm::region::{Region, CELL_DATA};
+use crate::wire::{Link, LinkState, OpenError, WireError};
 
 mod shared;
 use shared::{halves, runs_apart};
@@ -98,7 +99,17 @@ pub struct Bindings {
 
 struct TxPeer {
     addr: SocketAddr,
-    region: Region,
+    link: Link,
+}
+
+impl TxPeer {
+    /// The peer's shared-memory queue (every link is one today; the
+    /// shared-memory offloads need it).
+    fn region(&self) -> &Region {
+        match &self.link {
+            Link::Shm(r) => r,
+        }
+    }
 }
 
 /// The peers whose queues we opened, the last one used first: a run of
@@ -431,7 +442,7 @@ fn unreachable_why(to: &SocketAddr, e: &std::io::Error) -> String {
             "no oxmr endpoint at {to}: it is not an address of this host, and cross-host transfers need the TCP wire, which is not implemented yet"
         );
     }
-    let mut others = crate::shm::region::endpoints_on_port(to.port());
+    let mut others = crate::wire::shm::region::endpoints_on_port(to.port());
     others.retain(|a| a != &to.to_string());
     if others.is_empty() {
         format!("no oxmr endpoint at {to} on this host ({e}): is the peer running, and its endpoint still open?")
@@ -659,17 +670,14 @@ impl Engine {
         if let Some(i) = self.peers.find(&to) {
             return Ok(&self.peers.list[i]);
         }
-        let region = Region::open(&to).map_err(|e| fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e)))?;
-        // (A queue left by a process that died without closing it: nobody
-        // reads it, and anything pushed there would be lost.)
-        if !region.closed() && !region.reachable() {
-            return Err(fail!(
+        let link = Link::open(&to).map_err(|e| match e {
+            OpenError::Unreachable(e) => fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e)),
+            OpenError::Dead { owner } => fail!(
                 ffi::FI_EHOSTUNREACH,
-                "the endpoint at {to} is gone: its process {} exited without closing it",
-                region.owner()
-            ));
-        }
-        Ok(self.peers.insert(TxPeer { addr: to, region }))
+                "the endpoint at {to} is gone: its process {owner} exited without closing it"
+            ),
+        })?;
+        Ok(self.peers.insert(TxPeer { addr: to, link }))
     }
 
     /// An operation just pushed to `to` waits for its answer, with the
@@ -686,7 +694,7 @@ impl Engine {
         to: SocketAddr,
         iovs: Iovs,
     ) {
-        let peer_epoch = self.peers.get(&to).map_or(0, |x| x.region.epoch());
+        let peer_epoch = self.peers.get(&to).map_or(0, |x| x.link.epoch());
         let p = Pending { ctx, kind, tagged, len, credit, peer: to, report: true, iovs, peer_epoch };
         self.pending.insert(msg_id, p);
     }
@@ -705,18 +713,18 @@ impl Engine {
         let hlen = hdr.encode(&mut hb);
         let h = &hb[..hlen];
         let r = match body {
-            [] => p.region.push(&[h]),
-            [b] => p.region.push(&[h, b]),
+            [] => p.link.send(&[h]),
+            [b] => p.link.send(&[h, b]),
             _ => {
                 let mut parts: Vec<&[u8]> = vec![h];
                 parts.extend_from_slice(body);
-                p.region.push(&parts)
+                p.link.send(&parts)
             }
         };
         match r {
             Ok(()) => Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Err(Error::quiet(ffi::FI_EAGAIN)),
-            Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => {
+            Err(WireError::Full) => Err(Error::quiet(ffi::FI_EAGAIN)),
+            Err(WireError::Closed) => {
                 // The endpoint we knew there closed; another may have
                 // opened under the same address since.
                 self.peer_gone(to, "closed its endpoint");
@@ -725,7 +733,7 @@ impl Engine {
                 }
                 Err(fail!(ffi::FI_ECONNABORTED, "{to} closed its endpoint"))
             }
-            Err(e) => Err(fail!(ffi::FI_EIO, "push to {to}: {e}")),
+            Err(WireError::Io(e)) => Err(fail!(ffi::FI_EIO, "push to {to}: {e}")),
         }
     }
 
@@ -748,9 +756,9 @@ impl Engine {
         let mut hb = [0u8; HDR_MAX];
         let hlen = h.encode(&mut hb);
         if !queued {
-            match p.region.push(&[&hb[..hlen], body]) {
+            match p.link.send(&[&hb[..hlen], body]) {
                 Ok(()) => return,
-                Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => {
+                Err(WireError::Closed) => {
                     // What it answers was the closed endpoint's.
                     return self.peer_gone(to, "closed its endpoint");
                 }
@@ -778,14 +786,14 @@ impl Engine {
                 continue;
             }
             let Some(p) = self.peers.get(&to) else { continue };
-            match p.region.push(&[&bytes]) {
+            match p.link.send(&[&bytes]) {
                 Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                Err(WireError::Full) => {
                     blocked.push(to);
                     self.outbox.push_back((to, bytes));
                 }
-                Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => closed.push(to),
-                Err(e) => tracing::warn!("dropping a control message to {to}: {e}"),
+                Err(WireError::Closed) => closed.push(to),
+                Err(WireError::Io(e)) => tracing::warn!("dropping a control message to {to}: {e}"),
             }
         }
         for a in closed {
@@ -867,7 +875,7 @@ impl Engine {
         }
         if let Some((slot, gen)) = offer {
             // (The queue it went to, which the push has opened.)
-            let pid = self.peers.get(&to).map_or(0, |x| x.region.owner());
+            let pid = self.peers.get(&to).map_or(0, |x| x.region().owner());
             self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, pid, helped: 0 });
         }
         self.await_answer(hdr.msg_id, o.ctx, Kind::Send, tagged, len, credit, to, o.iovs);
@@ -1041,7 +1049,7 @@ impl Engine {
         // jobs instead, and the sender's slot goes back on our ACK).
         if u.hdr.flags & flag::SJOB != 0 && !self.busy && self.can_share(n, &dest, &u.from) {
             let (slot, gen) = (u.hdr.rma_addr as u32, u.hdr.rma_key as u32);
-            let t = self.peers.get(&u.from).map(|x| x.region.jobs());
+            let t = self.peers.get(&u.from).map(|x| x.region().jobs());
             let chunk = self.job_chunk(n, false, dest.first().map_or(0, |l| l.0));
             if let Some(t) = t.filter(|t| t.accept(slot, gen, n, chunk, &dest)) {
                 let remote = clip(&u.iovs, n);
@@ -1809,7 +1817,7 @@ impl Engine {
         // run is a job it helps with, each side copying the same half of
         // every write, when no two writes of the run overlap partly (each
         // byte is then written by one side only, in the order sent).
-        if self.peers.get(&peer).is_some_and(|p| p.region.idle())
+        if self.peers.get(&peer).is_some_and(|p| p.link.idle())
             && runs_apart(&run.iter().map(|w| &w.2[..]).collect::<Vec<_>>())
         {
             let local = halves(&run.iter().map(|w| &w.2[..]).collect::<Vec<_>>());
@@ -1884,10 +1892,11 @@ impl Engine {
 
     /// Forget peers whose endpoint closed or whose process died.
     fn reap_dead_peers(&mut self) {
-        let dead: Vec<(SocketAddr, bool)> =
-            self.peers.list.iter().filter(|p| !p.region.reachable()).map(|p| (p.addr, p.region.closed())).collect();
-        for (a, closed) in dead {
-            self.peer_gone(a, if closed { "closed its endpoint" } else { "is gone (its process exited)" });
+        let dead: Vec<(SocketAddr, LinkState)> =
+            self.peers.list.iter().map(|p| (p.addr, p.link.state())).filter(|(_, s)| *s != LinkState::Open).collect();
+        for (a, state) in dead {
+            let why = if state == LinkState::Closed { "closed its endpoint" } else { "is gone (its process exited)" };
+            self.peer_gone(a, why);
         }
     }
 
@@ -1901,7 +1910,7 @@ impl Engine {
     /// endpoint that opened under the same address since.
     fn closed_peer(&mut self, a: &SocketAddr, msg_id: u64) -> bool {
         match self.peer(*a) {
-            Ok(p) if !p.region.closed() => msg_id != 0 && (msg_id >> 32) as u32 != p.region.epoch(),
+            Ok(p) if !p.link.closed() => msg_id != 0 && (msg_id >> 32) as u32 != p.link.epoch(),
             Ok(_) => {
                 self.peer_gone(*a, "closed its endpoint");
                 true

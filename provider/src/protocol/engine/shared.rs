@@ -248,7 +248,7 @@ impl Engine {
         // 64 KiB copies only adds messages and waits).
         if self.share_min == 0 {
             usize::MAX
-        } else if !self.busy || self.peers.get(peer).is_some_and(|p| p.region.idle()) {
+        } else if !self.busy || self.peers.get(peer).is_some_and(|p| p.link.idle()) {
             self.share_min / 4
         } else {
             self.share_min
@@ -446,7 +446,7 @@ impl Engine {
         // A helper killed mid-chunk never settles it. (One that settled
         // the last chunk, completed its send and exited since the load
         // above is not such a helper: look again once it is gone.)
-        if alive_check && !crate::shm::region::pid_alive(j.pid) {
+        if alive_check && !crate::wire::shm::region::pid_alive(j.pid) {
             let (settled, failed) = t.progress(j.slot);
             return Some(settled as usize >= j.total.div_ceil(j.chunk) && !failed);
         }
@@ -528,7 +528,7 @@ impl Engine {
         // (The endpoint the operation went to, not a later one at its
         // address: a closed endpoint's late CTS names a slot and
         // generation of its own table, which a new endpoint's may reuse.)
-        let Some(t) = self.peers.get(&from).filter(|x| x.region.epoch() == p.peer_epoch).map(|x| x.region.jobs())
+        let Some(t) = self.peers.get(&from).filter(|x| x.link.epoch() == p.peer_epoch).map(|x| x.region().jobs())
         else {
             return;
         };
@@ -573,7 +573,7 @@ impl Engine {
         distinct.sort_unstable();
         distinct.dedup();
         let Some(peer) = self.peers.get(&from) else { return };
-        let (t, epoch) = (peer.region.jobs(), peer.region.epoch());
+        let (t, epoch) = (peer.region().jobs(), peer.link.epoch());
         let Some(v) = t.view(slot, gen) else { return };
         let mine: Option<Vec<&Pending>> = ids.iter().map(|id| self.pending.get(id)).collect();
         // (Each sent to the endpoint at `from` now: see `help`.)
