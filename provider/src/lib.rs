@@ -1,9 +1,14 @@
 //! oxmr: a libfabric provider with memory registration done right.
 //!
-//! Rooms (DESIGN.md): `boundary` is the C ABI (the only place that knows
-//! libfabric's C layout, with the panic guard and all fid casts);
-//! `objects` are the libfabric objects in safe Rust; `info` answers
-//! fi_getinfo; `sys` wraps the few system calls the objects need.
+//! Rooms, each importing only the ones below it (docs/architecture.md;
+//! `tests/layering.rs` checks it): `boundary` is the C ABI (the only place
+//! that knows libfabric's C layout, with the panic guard and all fid
+//! casts); `objects` are the libfabric objects in safe Rust; `protocol` is
+//! the message header and the endpoint engine; `wire` is how frames reach
+//! a peer (`wire::shm` today); `info` answers fi_getinfo; `queues` holds
+//! the CQ and counter cores; `config` the parsed FI_OXMR_* values; `mr`
+//! registration, pinning and the cache; `sys`, `error` and `ext` are
+//! leaves (syscalls, the error type, the extension API).
 #![deny(unsafe_op_in_unsafe_fn)]
 // bindgen gives each FI_* constant the narrowest type its value fits, which
 // differs between header versions; the explicit casts keep both building.
