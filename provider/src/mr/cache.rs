@@ -784,14 +784,20 @@ mod tests {
         let len = 64 << 10;
         let a = map(0, len, 1);
         let r = reg(&d, a, len);
+        let old_entry = entry_of(&r);
+        assert_ne!(old_entry, 0, "cached");
         remap(a, len, 2);
         c.refresh();
         assert_eq!(writable(&d, &r), Err(AccessError::Revoked));
+        // (Root sees PFNs: the page mapped now is another one than the page
+        // pinned at registration, so the refresh has something to do.)
+        assert!(pagemap_pfn(a) == 0 || pagemap_pfn(a) != r.pfn0, "munmap + mmap gave a new page");
         d.refresh_region(&r).expect("fi_mr_refresh");
         assert_eq!(writable(&d, &r), Ok(()), "refreshed: it speaks for the memory mapped now");
-        let now = pagemap_pfn(a);
-        if now != 0 {
-            assert_eq!(crate::mr::pagemap_pfn(a), now);
+        {
+            let pin = r.pin.lock().unwrap();
+            assert_ne!(pin.cache_entry().map_or(0, |e| e.id), old_entry, "the revoked entry's pin is gone");
+            assert!(pin.bytes() >= len as u64, "the new pin holds the whole range: {} bytes", pin.bytes());
         }
         remap(a, len, 3);
         c.refresh();
