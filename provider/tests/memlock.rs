@@ -61,14 +61,11 @@ fn memlock_child() {
 
 #[test]
 fn memlock_limit_is_enforced() {
-    // SAFETY: getuid has no preconditions.
     // (A test that cannot run here fails, saying why: a skip would show
     // as a pass. To leave it out on purpose: `-- --skip memlock_limit`.)
-    assert_eq!(
-        unsafe { libc::getuid() },
-        0,
-        "cannot run here: needs root to switch to an unprivileged user (CI runs as root)"
-    );
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    assert_eq!(uid, 0, "cannot run here: needs root to switch to an unprivileged user (CI runs as root)");
     let exe = std::env::current_exe().unwrap();
     // The test binary must be reachable by uid 65534 (a checkout under a
     // private home directory is not): say so.
