@@ -2,13 +2,24 @@
 //! endpoint engine that turns libfabric operations into messages and
 //! messages into completions (matching, rendezvous, RMA at the target).
 //!
-//! The engine talks to a wire through `shm::region::Region` today; the TCP
-//! wire will carry the same messages. See docs/wire.md for the format.
+//! The engine talks to a wire through `wire::Link` (and, for the
+//! shared-memory offloads, the shm queue itself); the TCP wire will carry
+//! the same messages. See docs/wire.md for the format.
+//!
+//! Versions: every header carries the protocol version ([`PROTO_VERSION`],
+//! the high nibble of byte 26), and a header of another version does not
+//! decode ([`Hdr::decode`]; [`Hdr::version_of`] says which it was, for the
+//! log line). A wire also refuses a peer of another wire version when the
+//! link opens (`wire::OpenError::Version`).
 
 pub mod av;
 pub mod engine;
 pub mod hash;
 pub mod inbox;
+
+/// The version of the message format this build speaks (1..=15). Bump it
+/// with every change to the header or to a message's meaning.
+pub const PROTO_VERSION: u8 = 1;
 
 /// Bytes of the fixed part of a message header.
 pub(crate) const HDR_BASE: usize = 32;
@@ -119,7 +130,7 @@ impl Hdr {
         let n = &self.name;
         let fam = u16::from_ne_bytes([n[0], n[1]]);
         b[24..26].copy_from_slice(&n[2..4]);
-        b[26] = if fam == AF_INET6 { 6 } else { 4 };
+        b[26] = PROTO_VERSION << 4 | if fam == AF_INET6 { 6 } else { 4 };
         b[28..32].copy_from_slice(&n[4..8]);
         let mut at = HDR_BASE;
         let mut put = |v: &[u8], at: &mut usize| {
@@ -147,9 +158,16 @@ impl Hdr {
         at
     }
 
-    /// Decode a header; returns it and its length (None: malformed).
+    /// The protocol version a header was written in (None: too short to
+    /// tell).
+    pub fn version_of(b: &[u8]) -> Option<u8> {
+        b.get(26).map(|x| x >> 4)
+    }
+
+    /// Decode a header; returns it and its length (None: malformed, or of
+    /// another protocol version).
     pub fn decode(b: &[u8]) -> Option<(Hdr, usize)> {
-        if b.len() < HDR_BASE {
+        if b.len() < HDR_BASE || b[26] >> 4 != PROTO_VERSION {
             return None;
         }
         let u64_at = |i: usize| b.get(i..i + 8).map(|x| u64::from_le_bytes(x.try_into().unwrap_or_default()));
@@ -181,7 +199,7 @@ impl Hdr {
         let n = &mut h.name;
         n[2..4].copy_from_slice(&b[24..26]);
         n[4..8].copy_from_slice(&b[28..32]);
-        match b[26] {
+        match b[26] & 0xf {
             4 => n[0..2].copy_from_slice(&AF_INET.to_ne_bytes()),
             6 => {
                 n[0..2].copy_from_slice(&AF_INET6.to_ne_bytes());
@@ -259,6 +277,22 @@ pub fn decode_iovs(b: &[u8], n: usize) -> Option<Vec<(usize, usize)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_header_of_another_version_does_not_decode() {
+        let name = crate::info::addr::encode(&"10.1.2.3:4567".parse().unwrap());
+        let mut h = Hdr { op: op::EAGER, len: 8, ..Default::default() };
+        h.name[..name.len()].copy_from_slice(&name);
+        let mut b = [0u8; HDR_MAX];
+        let n = h.encode(&mut b);
+        assert_eq!(Hdr::version_of(&b[..n]), Some(PROTO_VERSION));
+        assert!(Hdr::decode(&b[..n]).is_some());
+        b[26] = (PROTO_VERSION + 1) << 4 | (b[26] & 0xf);
+        assert_eq!(Hdr::version_of(&b[..n]), Some(PROTO_VERSION + 1));
+        assert!(Hdr::decode(&b[..n]).is_none(), "another version's header is refused");
+        b[26] &= 0xf;
+        assert!(Hdr::decode(&b[..n]).is_none(), "a header without a version (0) is refused");
+    }
 
     #[test]
     fn header_round_trip() {

@@ -48,6 +48,8 @@ pub enum OpenError {
     Unreachable(io::Error),
     /// An endpoint was there, but its process exited without closing it.
     Dead { owner: u32 },
+    /// The endpoint there speaks another version of the wire.
+    Version { theirs: u32, ours: u32 },
 }
 
 /// Where a link stands.
@@ -70,7 +72,12 @@ pub enum Link {
 impl Link {
     /// Open a link to the endpoint named `to`.
     pub fn open(to: &SocketAddr) -> Result<Link, OpenError> {
-        let region = shm::region::Region::open(to).map_err(OpenError::Unreachable)?;
+        let region = shm::region::Region::open(to).map_err(|e| {
+            match e.get_ref().and_then(|x| x.downcast_ref::<shm::region::VersionMismatch>()) {
+                Some(v) => OpenError::Version { theirs: v.theirs, ours: v.ours },
+                None => OpenError::Unreachable(e),
+            }
+        })?;
         // (A queue left by a process that died without closing it: nobody
         // reads it, and anything pushed there would be lost.)
         if !region.closed() && !region.reachable() {
@@ -138,5 +145,35 @@ impl Link {
         match self {
             Link::Shm(r) => Some(r),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_of_another_wire_version_is_refused_naming_both() {
+        let addr: SocketAddr = "127.0.0.1:7".parse().unwrap();
+        let own = shm::region::Region::create(&addr).unwrap();
+        let ours = match Link::open(&addr) {
+            Ok(l) => {
+                assert!(l.epoch() != 0 && !l.closed(), "same version: open");
+                drop(l);
+                // (The version this build speaks, read back from a refusal.)
+                own.set_version_for_test(99);
+                match Link::open(&addr) {
+                    Err(OpenError::Version { theirs, ours }) => {
+                        assert_eq!(theirs, 99);
+                        ours
+                    }
+                    Err(e) => panic!("refused, but not for its version: {e:?}"),
+                    Ok(_) => panic!("a queue of wire version 99 was opened"),
+                }
+            }
+            Err(e) => panic!("a queue of this build's version was refused: {e:?}"),
+        };
+        assert_ne!(ours, 99);
+        drop(own);
     }
 }

@@ -672,6 +672,10 @@ impl Engine {
         }
         let link = Link::open(&to).map_err(|e| match e {
             OpenError::Unreachable(e) => fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e)),
+            OpenError::Version { theirs, ours } => fail!(
+                ffi::FI_EHOSTUNREACH,
+                "the endpoint at {to} speaks shm wire version {theirs}, this oxmr speaks version {ours}: run one oxmr build on both sides"
+            ),
             OpenError::Dead { owner } => fail!(
                 ffi::FI_EHOSTUNREACH,
                 "the endpoint at {to} is gone: its process {owner} exited without closing it"
@@ -1314,7 +1318,15 @@ impl Engine {
 
     fn on_message(&mut self, msg: &[u8]) {
         let Some((h, hlen)) = Hdr::decode(msg) else {
-            tracing::warn!("dropping a malformed message of {} bytes", msg.len());
+            match Hdr::version_of(msg) {
+                Some(v) if msg.len() >= crate::protocol::HDR_BASE && v != crate::protocol::PROTO_VERSION => {
+                    tracing::warn!(
+                        "dropping a message of protocol version {v}; this oxmr speaks version {}: run one oxmr build on both sides",
+                        crate::protocol::PROTO_VERSION
+                    )
+                }
+                _ => tracing::warn!("dropping a malformed message of {} bytes", msg.len()),
+            }
             return;
         };
         let body = &msg[hlen..];

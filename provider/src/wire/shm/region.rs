@@ -45,7 +45,7 @@ const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 /// when its endpoint closes.
 const READY: u32 = 1;
 const CLOSED: u32 = 2;
-const VERSION: u32 = 10;
+const VERSION: u32 = 11;
 
 #[repr(C)]
 struct Header {
@@ -94,6 +94,26 @@ const JOBS_AT: usize = HDR.next_multiple_of(128);
 const CELLS_AT: usize = (JOBS_AT + JOBS * size_of::<JobSlot>()).next_multiple_of(128);
 /// Total bytes of a region.
 pub(crate) const REGION_SIZE: usize = CELLS_AT + CELLS * size_of::<Cell>();
+
+/// A peer's queue speaks another version of this wire (`theirs` 0: not an
+/// oxmr queue of any version we know).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VersionMismatch {
+    pub theirs: u32,
+    pub ours: u32,
+}
+
+impl std::fmt::Display for VersionMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "its queue speaks shm wire version {}, this oxmr speaks version {}; run one oxmr build on both sides",
+            self.theirs, self.ours
+        )
+    }
+}
+
+impl std::error::Error for VersionMismatch {}
 
 /// The file name of an endpoint's region.
 pub fn path_for(addr: &SocketAddr) -> String {
@@ -273,6 +293,17 @@ impl Region {
         unsafe { &*(self.base as *const Header) }
     }
 
+    /// Stamp another wire version into our own queue's header, as a queue
+    /// made by another oxmr build would carry (tests of the refusal).
+    #[cfg(test)]
+    pub(crate) fn set_version_for_test(&self, v: u32) {
+        assert!(self.owned, "only the owner writes its header");
+        // SAFETY: our own mapping starts with a Header; `version` is a
+        // plain u32 that only the owner writes (here, before any reader
+        // opens the queue).
+        unsafe { std::ptr::addr_of_mut!((*(self.base as *mut Header)).version).write_volatile(v) };
+    }
+
     fn cell(&self, i: usize) -> *mut Cell {
         // SAFETY: i < CELLS, inside the mapping.
         unsafe { self.base.add(CELLS_AT + (i % CELLS) * size_of::<Cell>()) as *mut Cell }
@@ -368,7 +399,13 @@ impl Region {
             stuck: None,
         };
         let h = r.header();
-        if h.magic != MAGIC || h.version != VERSION || h.ready.load(Ordering::Acquire) != READY {
+        if h.magic != MAGIC || h.version != VERSION {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                VersionMismatch { theirs: if h.magic == MAGIC { h.version } else { 0 }, ours: VERSION },
+            ));
+        }
+        if h.ready.load(Ordering::Acquire) != READY {
             return Err(io::Error::from_raw_os_error(libc::EPROTO));
         }
         Ok(r)
