@@ -1355,3 +1355,62 @@ fn a_late_cts_of_a_closed_endpoint_is_not_served_against_a_new_one() {
     assert!(dst[HALF..].iter().all(|&b| b == 0), "S's bytes landed in N's receive buffer");
     drop(n);
 }
+
+#[test]
+fn an_rma_request_without_an_operation_id_is_dropped() {
+    // (Every initiator names its operation, its endpoint's epoch in the
+    // high half: without one, a closed endpoint's request cannot be told
+    // from a live one's.)
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let src = [0x5au8; 64];
+    let before = t.page().to_vec();
+    let h = Hdr { op: WRITE, len: 64, iov_count: 1, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    p.send(h, &iovs(&[(src.as_ptr() as usize, 64)]));
+    let h = Hdr { op: WRITE_INLINE, len: 64, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    p.send(h, &src);
+    let mut dst = vec![0u8; 64];
+    let h = Hdr { op: READ, len: 64, iov_count: 1, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    p.send(h, &iovs(&[(dst.as_mut_ptr() as usize, 64)]));
+    assert!(p.silent(&t), "a request without an operation id was answered");
+    assert_eq!(t.page(), &before[..], "a write without an operation id landed");
+    assert!(dst.iter().all(|&b| b == 0), "a read without an operation id was served");
+    // The same requests with ids are served.
+    let h = Hdr { op: WRITE_INLINE, msg_id: p.id(1), len: 64, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    p.send(h, &src);
+    let (a, _) = p.answer(&t).expect("an answer to the write with an id");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(1), 0));
+    assert_eq!(&t.page()[..64], &src[..]);
+}
+
+#[test]
+fn a_read_that_claims_remote_cq_data_raises_no_completion_at_the_target() {
+    // fi_rma(3): remote CQ data comes with writes. A forged READ with the
+    // flag set must not be reported to the target as a remote write.
+    const CQ_DATA: u8 = 2;
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let mut dst = vec![0u8; 64];
+    let h = Hdr {
+        op: READ,
+        flags: CQ_DATA,
+        msg_id: p.id(1),
+        len: 64,
+        iov_count: 1,
+        data: 0xdada,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
+    p.send(h, &iovs(&[(dst.as_mut_ptr() as usize, 64)]));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut answer = None;
+    while answer.is_none() && std::time::Instant::now() < until {
+        assert_eq!(t.poll(), None, "the target reported a completion for a read");
+        p.rx.pop(|m, _| answer = Hdr::decode(m).map(|(h, _)| h));
+    }
+    let a = answer.expect("the read is answered");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(1), 0));
+    assert_eq!(&dst[..], &t.page()[..64], "the read itself was served");
+    assert_eq!(t.poll(), None, "no completion at the target after the read either");
+}

@@ -1427,6 +1427,16 @@ impl Engine {
     /// Serve a peer's RMA: check it against our registrations, copy, ACK.
     fn rma_target(&mut self, h: Hdr, from: SocketAddr, pid: u32, body: &[u8]) {
         let read = h.op == op::READ;
+        // Every oxmr initiator names its operation, with its endpoint's
+        // epoch in the high half: a request without one could not be told
+        // from a closed endpoint's (`closed_peer`) and is nobody's to answer.
+        if h.msg_id == 0 {
+            tracing::warn!(
+                "dropping a remote {} from {from} without an operation id (a malformed or foreign message)",
+                if read { "read" } else { "write" }
+            );
+            return;
+        }
         let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
         let len = h.len as usize;
         // (Memory unmapped or moved under a registration revokes it.)
@@ -1561,7 +1571,9 @@ impl Engine {
         if let Some(c) = bound.filter(|(_, flags)| flags & access != 0).and_then(|(c, _)| c.upgrade()) {
             c.remote_access();
         }
-        if h.flags & flag::CQ_DATA != 0 {
+        // (Remote CQ data comes with writes only, fi_rma(3): a read that
+        // claims some is not reported as a write it was not.)
+        if h.flags & flag::CQ_DATA != 0 && !read {
             let src = self.src_fi_addr(&from);
             if let Some(cq) = &self.b.rx_cq {
                 let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
