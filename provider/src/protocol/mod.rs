@@ -19,7 +19,7 @@ pub mod inbox;
 
 /// The version of the message format this build speaks (1..=15). Bump it
 /// with every change to the header or to a message's meaning.
-pub const PROTO_VERSION: u8 = 1;
+pub(crate) const PROTO_VERSION: u8 = 1;
 
 /// Bytes of the fixed part of a message header.
 pub(crate) const HDR_BASE: usize = 32;
