@@ -44,6 +44,7 @@ echo "fi_info: oxmr RDM and MSG entries present, variables listed"
 step "man page fi_oxmr(7) against the variables oxmr defines"
 bash ci/manpage.sh build
 
+export OXMR_TEST_STRICT=1
 step "oxmr C tests (fabtests/)"
 bash fabtests/run.sh "$(pwd)/build"
 

@@ -6,10 +6,17 @@
  *   - calls oxt_init() first: line-buffered output and a 60 s watchdog
  *     (alarm) so that no test can hang;
  *   - groups its checks with OXT_GROUP("name"): one line per group,
- *     "ok - name" or "FAIL - name", with each failed check printed above it
- *     as "file:line: what: expected ..., got ...";
- *   - returns oxt_done() from main: exit status 0 only when every check
- *     passed.
+ *     "ok - prog: name" or "FAIL - prog: name", with each failed check
+ *     printed above it as "file:line: what: expected ..., got ...";
+ *   - skips a group with oxt_skip("reason"), or the whole program with
+ *     oxt_skip_all("reason"), only where this machine cannot do what it
+ *     checks (a kernel facility missing, not root), never for a check that
+ *     could run: "skip - prog: name: reason", counted;
+ *   - returns oxt_done() from main: a summary line (groups passed, failed,
+ *     skipped) and the exit status: 1 when a check failed, else 77
+ *     (automake's SKIP; fabtests/run.sh's SKIP, a failure there under
+ *     OXMR_TEST_STRICT=1) when the program skipped as a whole or every
+ *     group skipped, after a last "skip - prog: reason" line, else 0.
  *
  * EXPECT_* record a failure and go on; REQUIRE_* also stop the program
  * (for setup steps whose failure would make later checks meaningless or
@@ -76,12 +83,20 @@ static inline int oxt_av_bind(struct fid_av *av, struct fid *eq, uint64_t flags)
 /* Seconds before the watchdog kills a test program. */
 #define OXT_WATCHDOG_S 60
 
+/* Exit status of a program that skipped (automake's convention). */
+#define OXT_EXIT_SKIP 77
+
 static int oxt_failed_total;
 static int oxt_groups_failed;
+static int oxt_groups_skipped;
 static int oxt_groups_total;
 static int oxt_group_failed;
 static const char *oxt_group_name;
 static const char *oxt_prog = "test";
+/* Why the whole program skipped (oxt_skip_all), else the first group skip
+ * ("group: reason"). */
+static char oxt_skip_why[512];
+static bool oxt_skipped_all;
 
 /* ---------------------------------------------------------------- output */
 
@@ -201,14 +216,94 @@ static inline void oxt_group_end(void)
 		oxt_group_failed = 0;                                          \
 	} while (0)
 
-/* End the program: summary line and exit status. */
+/*
+ * End the current group as skipped: this machine cannot do what it checks
+ * (say what is missing). The caller checks nothing more in the group. A
+ * group with a failed check stays a failure.
+ */
+static inline void oxt_skip(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+static inline void oxt_skip(const char *fmt, ...)
+{
+	char why[400];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	if (!oxt_group_name) {
+		printf("    oxt_skip outside a group (a bug in the test): %s\n", why);
+		oxt_failed_total++;
+		return;
+	}
+	if (oxt_group_failed) {
+		printf("    (then skipped: %s)\n", why);
+		oxt_group_end();
+		return;
+	}
+	oxt_groups_total++;
+	oxt_groups_skipped++;
+	if (!oxt_skip_why[0])
+		snprintf(oxt_skip_why, sizeof oxt_skip_why, "%s: %s",
+			 oxt_group_name, why);
+	printf("skip - %s: %s: %s\n", oxt_prog, oxt_group_name, why);
+	fflush(stdout);
+	oxt_group_name = NULL;
+	oxt_group_failed = 0;
+}
+
+/* Forget the counts (a forked child that reports only its own checks). */
+static inline void oxt_reset_counts(void)
+{
+	oxt_group_name = NULL;
+	oxt_group_failed = 0;
+	oxt_groups_total = oxt_groups_failed = oxt_groups_skipped = 0;
+	oxt_failed_total = 0;
+	oxt_skip_why[0] = 0;
+	oxt_skipped_all = false;
+}
+
+/* End the program: summary line and exit status (0, 1, or 77: skipped). */
 static inline int oxt_done(void)
 {
 	oxt_group_end();
-	printf("%s: %d group(s), %d failed, %d failed check(s)\n", oxt_prog,
-	       oxt_groups_total, oxt_groups_failed, oxt_failed_total);
+	printf("%s: %d group(s): %d passed, %d failed, %d skipped; %d failed check(s)\n",
+	       oxt_prog, oxt_groups_total,
+	       oxt_groups_total - oxt_groups_failed - oxt_groups_skipped,
+	       oxt_groups_failed, oxt_groups_skipped, oxt_failed_total);
 	fflush(stdout);
-	return oxt_failed_total ? 1 : 0;
+	if (oxt_failed_total)
+		return 1;
+	if (oxt_skipped_all) {
+		printf("skip - %s: %s\n", oxt_prog, oxt_skip_why);
+		return OXT_EXIT_SKIP;
+	}
+	if (oxt_groups_total && oxt_groups_skipped == oxt_groups_total) {
+		printf("skip - %s: every group skipped (the first: %s)\n",
+		       oxt_prog, oxt_skip_why);
+		return OXT_EXIT_SKIP;
+	}
+	return 0;
+}
+
+/*
+ * Skip the whole program and exit: this machine lacks what every group
+ * needs (say what). Exit status 77, or 1 if a check already failed.
+ */
+static inline void oxt_skip_all(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
+
+static inline void oxt_skip_all(const char *fmt, ...)
+{
+	va_list ap;
+
+	oxt_group_end();
+	va_start(ap, fmt);
+	vsnprintf(oxt_skip_why, sizeof oxt_skip_why, fmt, ap);
+	va_end(ap);
+	oxt_skipped_all = true;
+	exit(oxt_done());
 }
 
 /* Stop now (after a failed REQUIRE). */
@@ -549,11 +644,42 @@ static inline void oxt_side_close(struct oxt_side *s)
 	oxt_close(&s->e);
 }
 
-/* One completion for `ctx` within 10 s; its error code (0: success). */
+/*
+ * The error completion fi_cq_read announced (-FI_EAVAIL): its error code
+ * (positive) and context. A failing fi_cq_readerr (anything but 1), or an
+ * error entry with err 0, is a failed check; then -2 and a NULL context.
+ */
+static inline int oxt_readerr_at(const char *file, int line, struct fid_cq *cq,
+				 void **ctx)
+{
+	struct fi_cq_err_entry err = { 0 };
+	ssize_t n = fi_cq_readerr(cq, &err, 0);
+	char rc[160];
+
+	*ctx = NULL;
+	if (n != 1) {
+		oxt_fail(file, line,
+			 "fi_cq_readerr after -FI_EAVAIL: expected 1, got %s",
+			 oxt_rcstr(n, rc, sizeof rc));
+		return -2;
+	}
+	if (err.err <= 0) {
+		oxt_fail(file, line,
+			 "fi_cq_readerr: an error completion with err %d (prov_errno %d)",
+			 err.err, err.prov_errno);
+		return -2;
+	}
+	*ctx = err.op_context;
+	return err.err;
+}
+
+#define OXT_READERR(cq, ctx) oxt_readerr_at(__FILE__, __LINE__, (cq), (ctx))
+
+/* One completion for `ctx` within 10 s; its error code (0: success; -1
+ * none, -2 fi_cq_readerr failed: both failed checks). */
 static inline int oxt_wait_one(struct oxt_side *s, void *ctx)
 {
 	struct fi_cq_tagged_entry ent;
-	struct fi_cq_err_entry err = { 0 };
 	double until = oxt_now_ms() + 10000;
 
 	while (oxt_now_ms() < until) {
@@ -563,9 +689,12 @@ static inline int oxt_wait_one(struct oxt_side *s, void *ctx)
 			return 0;
 		}
 		if (n == -FI_EAVAIL) {
-			fi_cq_readerr(s->cq, &err, 0);
-			EXPECT(err.op_context == ctx, "error completion for another operation");
-			return err.err;
+			void *ectx;
+			int rc = OXT_READERR(s->cq, &ectx);
+
+			if (rc > 0)
+				EXPECT(ectx == ctx, "error completion for another operation");
+			return rc;
 		}
 	}
 	EXPECT(0, "no completion within 10 s");
@@ -627,11 +756,11 @@ static inline fi_addr_t oxt_ep_insert(struct oxt_ep *x, const struct oxt_ep *pee
 }
 
 /* The next completion of `cq` within `ms`: 0 success, a positive FI_E*
- * code for an error completion (its context in *ctx), -1 none. */
+ * code for an error completion (its context in *ctx), -1 none, -2 a
+ * failing fi_cq_readerr (a failed check, *ctx NULL). */
 static inline int oxt_next_completion(struct fid_cq *cq, int ms, void **ctx)
 {
 	struct fi_cq_tagged_entry ent;
-	struct fi_cq_err_entry err = { 0 };
 	double until = oxt_now_ms() + ms;
 
 	while (oxt_now_ms() < until) {
@@ -641,11 +770,8 @@ static inline int oxt_next_completion(struct fid_cq *cq, int ms, void **ctx)
 			*ctx = ent.op_context;
 			return 0;
 		}
-		if (n == -FI_EAVAIL) {
-			fi_cq_readerr(cq, &err, 0);
-			*ctx = err.op_context;
-			return err.err;
-		}
+		if (n == -FI_EAVAIL)
+			return OXT_READERR(cq, ctx);
 	}
 	return -1;
 }

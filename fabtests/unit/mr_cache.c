@@ -403,22 +403,17 @@ static uint64_t cache_one_at(const char *file, int line, void *buf,
 #define CACHE_ONE(buf, len, pfn, base)                                         \
 	cache_one_at(__FILE__, __LINE__, buf, len, pfn, base)
 
+/* A group `what` that cannot be set up here, skipped (counted). */
 static void skip(const char *what, const char *why)
 {
-	oxt_group_end();
-	printf("skip - %s: %s: %s\n", oxt_prog, what, why);
+	OXT_GROUP(what);
+	oxt_skip("%s", why);
 }
 
 /* End the current group as skipped, unless one of its checks failed. */
 static void group_skip(const char *why)
 {
-	if (oxt_group_failed) {
-		printf("    (then skipped: %s)\n", why);
-		oxt_group_end();
-		return;
-	}
-	printf("skip - %s: %s: %s\n", oxt_prog, oxt_group_name, why);
-	oxt_group_name = NULL;
+	oxt_skip("%s", why);
 }
 
 /* ------------------------------------------------- 1. basic lazy dereg */

@@ -33,6 +33,7 @@
 
 #include <linux/perf_event.h>
 #include <rdma/fi_ext_oxmr.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -150,6 +151,72 @@ static int pagemap_runs(const char *buf, size_t len, struct oxmr_phys_run *runs,
 	return 0;
 }
 
+/* PROCMAP_QUERY (linux/fs.h since Linux 6.11, newer than these headers):
+ * _IOWR('f', 17, struct procmap_query), 104 bytes, size first. */
+#define OXT_PROCMAP_QUERY 0xC0686611UL
+struct oxt_procmap_query {
+	uint64_t size, query_flags, query_addr;
+	uint64_t rest[10];
+};
+
+/* A descriptor of this process open on /proc/<pid>/maps (one the provider
+ * keeps for PROCMAP_QUERY), or -1. */
+static int own_maps_fd(void)
+{
+	char want[64], got[64];
+	struct dirent *d;
+	DIR *dir = opendir("/proc/self/fd");
+	int found = -1;
+
+	if (!dir)
+		return -1;
+	snprintf(want, sizeof want, "/proc/%d/maps", (int)getpid());
+	while (found < 0 && (d = readdir(dir))) {
+		ssize_t n;
+
+		n = readlinkat(dirfd(dir), d->d_name, got, sizeof got - 1);
+		if (n > 0) {
+			got[n] = 0;
+			if (!strcmp(got, want))
+				found = atoi(d->d_name);
+		}
+	}
+	closedir(dir);
+	return found;
+}
+
+/* /proc/<pid>/maps of a process that has exited: the kernel cannot answer
+ * PROCMAP_QUERY on it (ESRCH); -1 if it cannot be made. */
+static int dead_maps_fd(void)
+{
+	char path[64];
+	int p[2], fd, st;
+	pid_t pid;
+
+	if (pipe(p))
+		return -1;
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		char c;
+
+		close(p[1]);
+		if (read(p[0], &c, 1) < 0) {
+			/* killed before or after: either way it exits */
+		}
+		_exit(0);
+	}
+	close(p[0]);
+	snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	kill(pid, SIGKILL);
+	close(p[1]);
+	waitpid(pid, &st, 0);
+	return fd;
+}
+
 /* Run `call` with stderr captured; returns what it logged (static buffer). */
 static int cap_fd = -1, cap_saved = -1;
 static void capture_begin(void)
@@ -253,7 +320,7 @@ static void part1(void)
 	OXT_GROUP("with opt-in, memfd_secret memory: -FI_EFAULT");
 	sfd = (int)syscall(SYS_memfd_secret, 0);
 	if (sfd < 0) {
-		printf("# memfd_secret unavailable (%s): case skipped\n", strerror(errno));
+		oxt_skip("memfd_secret(2) is unavailable (%s)", strerror(errno));
 	} else {
 		REQUIRE(ftruncate(sfd, 2 * PS) == 0, "ftruncate");
 		sec = mmap(NULL, 2 * PS, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
@@ -327,29 +394,67 @@ static void part1(void)
 		close(fd5);
 	}
 
-	OXT_GROUP("a check the kernel cannot answer now (no file descriptors left) revokes nothing");
+	/*
+	 * The registration's check asks the kernel whether its mapping is
+	 * still the one registered (PROCMAP_QUERY on a /proc/self/maps
+	 * descriptor, /proc/self/maps, /proc/self/pagemap). Here no question
+	 * can be answered: no descriptor can be opened (RLIMIT_NOFILE 3), and
+	 * a /proc/self/maps descriptor the provider keeps is pointed, for the
+	 * moment, at the maps of a process that has exited (PROCMAP_QUERY:
+	 * ESRCH). Then the answer comes back and the check works again: an
+	 * munmap revokes.
+	 */
+	OXT_GROUP("a check the kernel cannot answer now (no file descriptors left, PROCMAP_QUERY failing) revokes nothing; answered again, munmap revokes");
 	{
-		int fd4;
-		char *r4 = perf_ring(DATA_PAGES, NULL, &fd4);
+		struct oxt_procmap_query q;
 		struct rlimit old, none;
+		uint32_t s0;
+		int fd4, mfd, dfd = -1, saved = -1;
+		char *r4 = perf_ring(DATA_PAGES, NULL, &fd4);
 
+		REQUIRE(r4, "perf ring");
 		REQUIRE_RC(reg(e.domain, r4 + PS, DATA_LEN, FI_REMOTE_READ, OXMR_MR_PHYS_FALLBACK, &mr), 0);
 		in = query(ops, mr);
-		if (in.phys_state != OXMR_PHYS_AVAILABLE) {
-			printf("# no physical runs recorded (not root?): skipped\n");
+		s0 = in.phys_state;
+		EXPECT(s0 == OXMR_PHYS_AVAILABLE || s0 == OXMR_PHYS_UNAVAILABLE,
+		       "a fresh device registration's state is %u", s0);
+		/* (after a query: a descriptor the check keeps is open now) */
+		mfd = own_maps_fd();
+		if (mfd >= 0) {
+			dfd = dead_maps_fd();
+			REQUIRE(dfd >= 0, "open the maps of an exited child: %s", strerror(errno));
+			memset(&q, 0, sizeof q);
+			q.size = sizeof q;
+			q.query_addr = (uintptr_t)(r4 + PS);
+			EXPECT(ioctl(dfd, OXT_PROCMAP_QUERY, &q) == -1 && errno == ESRCH,
+			       "PROCMAP_QUERY on an exited process's maps: expected ESRCH, got %s",
+			       strerror(errno));
+			saved = dup(mfd);
+			REQUIRE(saved >= 0 && dup2(dfd, mfd) == mfd, "dup2: %s", strerror(errno));
 		} else {
-			REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
-			none = old;
-			none.rlim_cur = 3; /* no new fd: /proc/self/pagemap cannot be opened */
-			REQUIRE(setrlimit(RLIMIT_NOFILE, &none) == 0, "setrlimit");
-			in = query(ops, mr);
-			REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit back");
-			EXPECT(in.phys_state != OXMR_PHYS_REVOKED, "revoked while pagemap could not be read");
-			in = query(ops, mr);
-			EXPECT_EQ(in.phys_state, OXMR_PHYS_AVAILABLE);
+			printf("# no /proc/self/maps descriptor kept open: the check opens its files, and none can be opened\n");
 		}
-		EXPECT_RC(fi_close(&mr->fid), 0);
+		REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
+		none = old;
+		none.rlim_cur = 3; /* no new fd: /proc/self/{maps,pagemap} cannot be opened */
+		REQUIRE(setrlimit(RLIMIT_NOFILE, &none) == 0, "setrlimit");
+		EXPECT(open("/proc/self/maps", O_RDONLY) < 0 && errno == EMFILE,
+		       "/proc/self/maps could still be opened");
+		in = query(ops, mr);
+		REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit back");
+		if (mfd >= 0) {
+			REQUIRE(dup2(saved, mfd) == mfd, "dup2 back: %s", strerror(errno));
+			close(saved);
+			close(dfd);
+		}
+		EXPECT(in.phys_state != OXMR_PHYS_REVOKED, "revoked while the kernel could not answer");
+		EXPECT_EQ(in.phys_state, s0);
+		in = query(ops, mr);
+		EXPECT_EQ(in.phys_state, s0);
 		munmap(r4, RING_LEN);
+		in = query(ops, mr);
+		EXPECT_EQ(in.phys_state, OXMR_PHYS_REVOKED);
+		EXPECT_RC(fi_close(&mr->fid), 0);
 		close(fd4);
 	}
 
@@ -390,7 +495,6 @@ static uint64_t base(struct oxt_side *s, const void *p)
 static int wait_any(struct oxt_side *s, void *a, void *b)
 {
 	struct fi_cq_tagged_entry ent;
-	struct fi_cq_err_entry err = { 0 };
 	double until = oxt_now_ms() + 10000;
 
 	while (oxt_now_ms() < until) {
@@ -400,8 +504,12 @@ static int wait_any(struct oxt_side *s, void *a, void *b)
 			return 0;
 		}
 		if (n == -FI_EAVAIL) {
-			fi_cq_readerr(s->cq, &err, 0);
-			return err.err;
+			void *ctx;
+			int rc = OXT_READERR(s->cq, &ctx);
+
+			if (rc > 0)
+				EXPECT(ctx == a || ctx == b, "error completion for another operation");
+			return rc;
 		}
 	}
 	EXPECT(0, "no completion within 10 s");
@@ -464,15 +572,16 @@ static int owner(int sock, bool bench)
 	for (;;) {
 		struct pollfd p = { .fd = sock, .events = POLLIN };
 		struct fi_cq_tagged_entry ent;
-		struct fi_cq_err_entry err;
+		void *ectx;
 		char c;
 
 		ssize_t got = fi_cq_read(s.cq, &ent, 1);
 
 		if (got == -FI_EAVAIL) {
-			memset(&err, 0, sizeof err);
-			fi_cq_readerr(s.cq, &err, 0);
-			EXPECT(0, "owner: error completion %d", err.err);
+			int rc = OXT_READERR(s.cq, &ectx);
+
+			if (rc > 0)
+				EXPECT(0, "owner: error completion %d (%s)", rc, fi_strerror(rc));
 		} else if (got == 1 && ent.op_context == &rctx) {
 			done |= 4;
 		} else if (got == 1 && (ent.op_context == &sctx[0] || ent.op_context == &sctx[1])) {
@@ -724,11 +833,9 @@ int main(int argc, char **argv)
 	iters = b ? atoi(b) : 0;
 	env_opt_in = getenv("FI_OXMR_MR_PHYS_FALLBACK") && atoi(getenv("FI_OXMR_MR_PHYS_FALLBACK"));
 	probe = perf_ring(DATA_PAGES, NULL, &fd);
-	if (!probe) {
-		printf("# skipped: perf_event_open(SW_DUMMY) failed (%s); no PFN-mapped memory to test with\n",
-		       strerror(errno));
-		return 0;
-	}
+	if (!probe)
+		oxt_skip_all("perf_event_open(SW_DUMMY) failed (%s): no PFN-mapped memory to test with",
+			     strerror(errno));
 	munmap(probe, RING_LEN);
 	close(fd);
 
@@ -741,7 +848,9 @@ int main(int argc, char **argv)
 	if (pid == 0) {
 		close(sv[0]);
 		/* The owner reports its own checks only. */
-		oxt_groups_total = oxt_groups_failed = oxt_failed_total = 0;
+		oxt_reset_counts();
+		oxt_prog = "mr_phys[owner]";
+		OXT_GROUP("the owner's side: its device memory served, its sends and receive");
 		exit(owner(sv[1], iters > 0) || oxt_done());
 	}
 	close(sv[1]);

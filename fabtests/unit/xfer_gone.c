@@ -15,8 +15,8 @@
  *     copying from buffers Z no longer owns, and Y keeps working.
  *  4. A sender killed while it pushes a send from memory CMA cannot reach
  *     (memfd_secret; the receiver pulls it through the queue): the
- *     receive fails with FI_EIO within seconds. Skipped where
- *     memfd_secret is unavailable.
+ *     receive fails with FI_EIO within seconds. Skipped (with the
+ *     reason) where memfd_secret is unavailable.
  *  5. A peer that stops reading its queue holds up only the answers owed
  *     to it: S fills A's queue, then owes A an ACK (which must wait), and
  *     B's rendezvous send to S still completes.
@@ -197,7 +197,8 @@ static void killed_mid_pull(void)
 	OXT_GROUP("4. a sender killed while it pushes a send from secret memory: the receive fails with FI_EIO");
 	fd = (int)syscall(SYS_memfd_secret, 0);
 	if (fd < 0) {
-		printf("# skipped: memfd_secret unavailable (%s)\n", strerror(errno));
+		oxt_skip("memfd_secret(2) is unavailable (%s): no memory that process_vm_readv cannot reach",
+			 strerror(errno));
 		return;
 	}
 	close(fd);

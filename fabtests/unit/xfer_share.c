@@ -157,8 +157,7 @@ static pid_t spawn(struct oxt_side *s, int *sock, unsigned seed)
 	REQUIRE(pid >= 0, "fork");
 	if (pid == 0) {
 		/* The child reports its own checks, not the parent's group. */
-		oxt_group_name = NULL;
-		oxt_groups_total = oxt_groups_failed = oxt_failed_total = 0;
+		oxt_reset_counts();
 		oxt_prog = "xfer_share[sender]";
 		OXT_GROUP(seed ? "the sender's side" : "the sender's side of the inline limit");
 		close(sv[0]);
@@ -189,11 +188,12 @@ static void finish_sender(struct oxt_side *s, int sock, pid_t pid)
 /* The error completion of a receive whose sender was killed. */
 static void expect_peer_gone(struct fid_cq *cq)
 {
-	struct fi_cq_err_entry err = { 0 };
+	void *ctx;
+	int rc = OXT_READERR(cq, &ctx);
 
-	fi_cq_readerr(cq, &err, 0);
-	EXPECT(err.err == FI_EIO || err.err == FI_ECONNABORTED,
-	       "error completion: expected FI_EIO or FI_ECONNABORTED, got %s", fi_strerror(err.err));
+	if (rc > 0)
+		EXPECT(rc == FI_EIO || rc == FI_ECONNABORTED,
+		       "error completion: expected FI_EIO or FI_ECONNABORTED, got %s", fi_strerror(rc));
 }
 
 int main(int argc, char **argv)
@@ -201,7 +201,6 @@ int main(int argc, char **argv)
 	unsigned char *rbuf;
 	struct fi_context ctx;
 	struct fi_cq_tagged_entry ent;
-	struct fi_cq_err_entry err;
 	struct oxt_side s;
 	int sock, status;
 	char ok = 'p';
@@ -273,9 +272,11 @@ int main(int argc, char **argv)
 			if (n == 1) {
 				done = true;
 			} else if (n == -FI_EAVAIL) {
-				memset(&err, 0, sizeof err);
-				fi_cq_readerr(s.cq, &err, 0);
-				EXPECT(0, "error completion: %s", fi_strerror(err.err));
+				void *ectx;
+				int rc = OXT_READERR(s.cq, &ectx);
+
+				if (rc > 0)
+					EXPECT(0, "error completion: %s", fi_strerror(rc));
 				done = true;
 			}
 			if (done)
