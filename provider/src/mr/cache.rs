@@ -106,6 +106,7 @@ const REMOVE_GRACE: Duration = Duration::from_millis(50);
 /// Counters exported through the extension API.
 #[derive(Default)]
 pub struct CacheStats {
+    /// (Written only under the cache's state lock.)
     pub hits: AtomicU64,
     pub misses: AtomicU64,
     pub uncached: AtomicU64,
@@ -395,7 +396,10 @@ impl Cache {
                 let mut s = self.lock();
                 self.sync(&mut s);
                 if let Some(entry) = self.lookup(&mut s, a, l, access) {
-                    self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    // (Written only under `state`'s lock, held here: a
+                    // plain load and store, no locked add on the hit path.)
+                    let hits = self.stats.hits.load(Ordering::Relaxed);
+                    self.stats.hits.store(hits + 1, Ordering::Relaxed);
                     // (An entry in the index is watched and holds its
                     // memory as of the log this sync applied; it stays in
                     // the index while in use, detached if discarded, so
