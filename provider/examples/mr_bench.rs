@@ -79,37 +79,44 @@ fn buffer(len: usize) -> *mut u8 {
     }
 }
 
+/// One fi_mr_reg + fi_close of `buf`: the time each took.
+unsafe fn reg_close(d: &Dom, buf: *mut u8, len: usize, key: u64) -> (Duration, Duration) {
+    let access = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE | ffi::FI_SEND | ffi::FI_RECV) as u64;
+    let mut mr = null_mut();
+    let t = Instant::now();
+    // SAFETY: an open domain of ours and a live buffer of `len` bytes.
+    let r = unsafe {
+        ((*(*d.domain).mr).reg.unwrap())(
+            &mut (*d.domain).fid,
+            buf as *const c_void,
+            len,
+            access,
+            0,
+            key,
+            0,
+            &mut mr,
+            null_mut(),
+        )
+    };
+    let reg = t.elapsed();
+    assert_eq!(r, 0, "fi_mr_reg failed: {r}");
+    let t = Instant::now();
+    // SAFETY: the MR just registered.
+    unsafe { close(mr.cast()) };
+    (reg, t.elapsed())
+}
+
 /// Mean µs of (register, close) over `iters`, after one untimed round (so
 /// that a cache's first miss is not in the figure).
 unsafe fn reg_cost(d: &Dom, buf: *mut u8, len: usize, iters: u32) -> (f64, f64) {
-    let access = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE | ffi::FI_SEND | ffi::FI_RECV) as u64;
-    let mut reg = Duration::ZERO;
-    let mut dereg = Duration::ZERO;
-    for i in 0..=iters {
-        if i == 1 {
-            reg = Duration::ZERO;
-            dereg = Duration::ZERO;
-        }
-        let mut mr = null_mut();
-        let t = Instant::now();
-        let r = unsafe {
-            ((*(*d.domain).mr).reg.unwrap())(
-                &mut (*d.domain).fid,
-                buf as *const c_void,
-                len,
-                access,
-                0,
-                i as u64,
-                0,
-                &mut mr,
-                null_mut(),
-            )
-        };
-        reg += t.elapsed();
-        assert_eq!(r, 0, "fi_mr_reg failed: {r}");
-        let t = Instant::now();
-        unsafe { close(mr.cast()) };
-        dereg += t.elapsed();
+    // SAFETY: forwarded contract.
+    unsafe { reg_close(d, buf, len, 0) };
+    let (mut reg, mut dereg) = (Duration::ZERO, Duration::ZERO);
+    for i in 1..=iters {
+        // SAFETY: forwarded contract.
+        let (r, c) = unsafe { reg_close(d, buf, len, i as u64) };
+        reg += r;
+        dereg += c;
     }
     let us = |d: Duration| d.as_secs_f64() * 1e6 / iters as f64;
     (us(reg), us(dereg))
@@ -118,31 +125,13 @@ unsafe fn reg_cost(d: &Dom, buf: *mut u8, len: usize, iters: u32) -> (f64, f64) 
 /// Mean µs of (register, close) over `iters`, each of a buffer mapped (and
 /// touched) just before and unmapped after: the cache never has it.
 unsafe fn cold_cost(d: &Dom, len: usize, iters: u32) -> (f64, f64) {
-    let access = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE | ffi::FI_SEND | ffi::FI_RECV) as u64;
-    let mut reg = Duration::ZERO;
-    let mut dereg = Duration::ZERO;
+    let (mut reg, mut dereg) = (Duration::ZERO, Duration::ZERO);
     for i in 0..iters {
         let buf = buffer(len);
-        let mut mr = null_mut();
-        let t = Instant::now();
-        let r = unsafe {
-            ((*(*d.domain).mr).reg.unwrap())(
-                &mut (*d.domain).fid,
-                buf as *const c_void,
-                len,
-                access,
-                0,
-                i as u64,
-                0,
-                &mut mr,
-                null_mut(),
-            )
-        };
-        reg += t.elapsed();
-        assert_eq!(r, 0, "fi_mr_reg failed: {r}");
-        let t = Instant::now();
-        unsafe { close(mr.cast()) };
-        dereg += t.elapsed();
+        // SAFETY: an open domain and the buffer just mapped.
+        let (r, c) = unsafe { reg_close(d, buf, len, i as u64) };
+        reg += r;
+        dereg += c;
         // SAFETY: the mapping made by buffer() above, no longer registered.
         unsafe { libc::munmap(buf as *mut c_void, len) };
     }
