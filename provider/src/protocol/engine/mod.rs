@@ -44,7 +44,11 @@ use crate::wire::shm::jobs::{self, JobTable};
 use crate::wire::shm::region::{Region, CELL_DATA};
 use crate::wire::{Link, LinkState, OpenError, WireError};
 
+mod addressing;
+mod peers;
 mod shared;
+use addressing::AvCache;
+use peers::{Peers, TxPeer};
 use shared::{halves, runs_apart};
 
 /// Marks an operation posted by an fi_inject* call (no CQ entry). A bit
@@ -95,75 +99,6 @@ pub struct Bindings {
     /// FI_DIRECTED_RECV granted: receives honour their source address
     /// (otherwise fi_endpoint(3) says it is ignored).
     pub directed: bool,
-}
-
-struct TxPeer {
-    addr: SocketAddr,
-    link: Link,
-}
-
-impl TxPeer {
-    /// The peer's shared-memory queue (every link is one today; the
-    /// shared-memory offloads need it).
-    fn region(&self) -> &Region {
-        match &self.link {
-            Link::Shm(r) => r,
-        }
-    }
-}
-
-/// The peers whose queues we opened, the last one used first: a run of
-/// messages to one peer compares one address instead of hashing it.
-#[derive(Default)]
-struct Peers {
-    list: Vec<TxPeer>,
-    index: FastMap<SocketAddr, usize>,
-    last: usize,
-}
-
-impl Peers {
-    fn find(&mut self, to: &SocketAddr) -> Option<usize> {
-        if self.list.get(self.last).is_some_and(|p| p.addr == *to) {
-            return Some(self.last);
-        }
-        let i = *self.index.get(to)?;
-        self.last = i;
-        Some(i)
-    }
-
-    fn get(&mut self, to: &SocketAddr) -> Option<&TxPeer> {
-        self.find(to).map(|i| &self.list[i])
-    }
-
-    fn insert(&mut self, p: TxPeer) -> &TxPeer {
-        self.index.insert(p.addr, self.list.len());
-        self.list.push(p);
-        self.last = self.list.len() - 1;
-        &self.list[self.last]
-    }
-
-    fn remove(&mut self, to: &SocketAddr) {
-        if let Some(i) = self.index.remove(to) {
-            self.list.swap_remove(i);
-            if let Some(moved) = self.list.get(i) {
-                self.index.insert(moved.addr, i);
-            }
-        }
-    }
-}
-
-/// The AV entries and sender name this engine used last, so that a run of
-/// messages to or from one peer reads no AV lock and parses no name. The
-/// name -> address part is pure; the fi_addr parts hold while the AV's
-/// version is `version` (checked on every use, see `Av::version`).
-#[derive(Default)]
-struct AvCache {
-    version: u64,
-    /// The last fi_addr resolved, and its address.
-    to: Option<(u64, SocketAddr)>,
-    /// The last sender: its name bytes, address and fi_addr (None: not
-    /// looked up since the AV last changed, or not in it).
-    from: Option<([u8; 28], SocketAddr, Option<u64>)>,
 }
 
 struct Posted {
@@ -630,40 +565,13 @@ impl Engine {
     }
 
     /// Forget cached AV entries if the AV changed since they were read.
-    fn av_check(&mut self) {
-        let v = self.b.av.as_ref().map_or(0, |av| av.version());
-        if v != self.avc.version {
-            self.avc.version = v;
-            self.avc.to = None;
-            if let Some(f) = &mut self.avc.from {
-                f.2 = None;
-            }
-        }
-    }
-
     fn resolve(&mut self, fi_addr: u64) -> Result<SocketAddr> {
-        self.av_check();
-        if let Some((a, to)) = self.avc.to {
-            if a == fi_addr {
-                return Ok(to);
-            }
-        }
-        let av = self.b.av.as_ref().ok_or_else(|| fail!(ffi::FI_ENOAV, "no AV bound"))?;
-        let to = av.lookup(fi_addr)?;
-        self.avc.to = Some((fi_addr, to));
-        Ok(to)
+        self.avc.resolve(self.b.av.as_deref(), fi_addr)
     }
 
     /// The address a message's sender name encodes (None: malformed).
     fn sender(&mut self, name: &[u8; 28]) -> Option<SocketAddr> {
-        if let Some((n, from, _)) = &self.avc.from {
-            if n == name {
-                return Some(*from);
-            }
-        }
-        let from = addr::parse(name)?;
-        self.avc.from = Some((*name, from, None));
-        Some(from)
+        self.avc.sender(name)
     }
 
     fn peer(&mut self, to: SocketAddr) -> Result<&TxPeer> {
@@ -1017,19 +925,7 @@ impl Engine {
 
     /// The fi_addr of a sender (FI_SOURCE), FI_ADDR_NOTAVAIL if not in the AV.
     fn src_fi_addr(&mut self, from: &SocketAddr) -> u64 {
-        self.av_check();
-        if let Some((_, a, Some(fi))) = &self.avc.from {
-            if a == from {
-                return *fi;
-            }
-        }
-        let fi = self.b.av.as_ref().and_then(|av| av.reverse(from));
-        if let Some(f) = &mut self.avc.from {
-            if f.1 == *from {
-                f.2 = fi;
-            }
-        }
-        fi.unwrap_or(ffi::FI_ADDR_NOTAVAIL)
+        self.avc.src_fi_addr(self.b.av.as_deref(), from)
     }
 
     /// Put a matched message into a posted receive and complete both ends.
