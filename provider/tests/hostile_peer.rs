@@ -236,6 +236,15 @@ impl Peer {
         self.to.push(&[&hb[..n], body]).expect("room in the target's queue");
     }
 
+    /// A message that claims another sender (`name`) and process (`pid`).
+    fn send_as(&self, mut h: Hdr, body: &[u8], name: [u8; 28], pid: u32) {
+        h.pid = pid;
+        h.name = name;
+        let mut hb = [0u8; 96];
+        let n = h.encode(&mut hb);
+        self.to.push(&[&hb[..n], body]).expect("room in the target's queue");
+    }
+
     /// Raw bytes, not even a header.
     fn send_raw(&self, b: &[u8]) {
         self.to.push(&[b]).expect("room in the target's queue");
@@ -1413,4 +1422,107 @@ fn a_read_that_claims_remote_cq_data_raises_no_completion_at_the_target() {
     assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(1), 0));
     assert_eq!(&dst[..], &t.page()[..64], "the read itself was served");
     assert_eq!(t.poll(), None, "no completion at the target after the read either");
+}
+
+#[test]
+fn a_request_naming_another_process_than_its_queues_owner_is_dropped() {
+    // The link a request came on says who sent it: the sender's queue
+    // records its owner. A header that names another process (whose memory
+    // the copy would read or write) is refused, whatever else it says.
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let mut child = std::process::Command::new("sleep").arg("10").spawn().expect("a child process");
+    let other = child.id();
+    let h = Hdr {
+        op: READ,
+        msg_id: p.id(1),
+        len: 64,
+        iov_count: 1,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
+    p.send_as(h, &iovs(&[(0x10_0000, 64)]), p.name, other);
+    let h = Hdr {
+        op: WRITE,
+        msg_id: p.id(2),
+        len: 64,
+        iov_count: 1,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
+    p.send_as(h, &iovs(&[(0x10_0000, 64)]), p.name, other);
+    let silent = p.silent(&t);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(silent, "a request naming process {other}, which does not own the sender's queue, was served");
+    // The same read, naming the queue's owner, is served.
+    let mut dst = vec![0u8; 64];
+    let h = Hdr {
+        op: READ,
+        msg_id: p.id(3),
+        len: 64,
+        iov_count: 1,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
+    p.send(h, &iovs(&[(dst.as_mut_ptr() as usize, 64)]));
+    let (a, _) = p.answer(&t).expect("an answer to the honest read");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(3), 0));
+    assert_eq!(&dst[..], &t.page()[..64]);
+}
+
+#[test]
+fn a_read_that_names_the_target_itself_as_its_sender_is_dropped() {
+    // A same-user process writes into the endpoint's queue a READ naming
+    // the endpoint itself (its name and pid), the key of its registration,
+    // and a destination in its own unregistered memory: served, it would
+    // copy the registration there. It is none of the endpoint's pending
+    // operations, so it is dropped.
+    let t = unsafe { Target::open() };
+    let p = Peer::new(&t.name);
+    let mut own = [0u8; 28];
+    let e = addr::encode(&t.name);
+    own[..e.len()].copy_from_slice(&e);
+    let mut unregistered = vec![0u8; 256];
+    let h = Hdr {
+        op: READ,
+        // (With the target's own epoch, which its queue's header shows to
+        // anyone who can open it: the closed-endpoint check passes.)
+        msg_id: (p.to.epoch() as u64) << 32 | 5,
+        len: 256,
+        iov_count: 1,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
+    p.send_as(h, &iovs(&[(unregistered.as_mut_ptr() as usize, 256)]), own, std::process::id());
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
+    while std::time::Instant::now() < until {
+        let _ = t.poll();
+    }
+    assert!(
+        unregistered.iter().all(|&b| b == 0),
+        "the endpoint copied its registration into its own unregistered memory"
+    );
+    assert!(t.guards_intact());
+}
+
+#[test]
+fn an_endpoints_rma_to_itself_is_served() {
+    // The other side of the check above: a read and a write this endpoint
+    // posts to its own address are its pending operations, and served.
+    let t = unsafe { Target::open() };
+    let me = t.insert(&t.name);
+    let mut dst = vec![0u8; 512];
+    t.read(&mut dst, me, t.base, t.key, 0x71);
+    assert_eq!(t.completion(), Some(Ok(0x71)), "a read from itself completes");
+    assert_eq!(&dst[..], &t.page()[..512]);
+    let src: Vec<u8> = (0..512).map(|i| (i * 3 + 1) as u8).collect();
+    t.write(&src, me, t.base + 1024, t.key, 0x72);
+    assert_eq!(t.completion(), Some(Ok(0x72)), "a write to itself completes");
+    assert_eq!(&t.page()[1024..1536], &src[..]);
+    assert!(t.guards_intact());
 }

@@ -1377,6 +1377,9 @@ impl Engine {
             return;
         }
         let remote = clip(&remote, len);
+        if !self.request_is_its_senders(&h, &from, pid, &remote, read) {
+            return;
+        }
         // A write under the shared-copy size with more queued is not shared
         // with an idle initiator, as receives and reads are: a write's job
         // completes in the progress call that starts it, its owner waiting
@@ -1683,6 +1686,13 @@ impl Engine {
             // (Each is dropped alone, by rma_target.)
             return false;
         }
+        // (A run names one process, which must own its sender's queue, and
+        // writes from this endpoint to itself are checked one by one
+        // against its pending operations: `request_is_its_senders`, which
+        // rma_target applies to each when they are not batched.)
+        if first.name == self.name || self.peers.get(&peer).map(|p| p.region().owner()) != Some(first.pid) {
+            return false;
+        }
         // (More messages wait behind the first.)
         self.busy = true;
         // (Writes under the shared-copy size are batched even when the
@@ -1818,6 +1828,49 @@ impl Engine {
             let why = if state == LinkState::Closed { "closed its endpoint" } else { "is gone (its process exited)" };
             self.peer_gone(a, why);
         }
+    }
+
+    /// Whether an RMA request may be served as its header says: the process
+    /// it names (`pid`, whose memory the copy reads or writes) is the one
+    /// that owns the sender's queue (its name's file, whose owner the queue
+    /// records: the link the request came on, not the header, says who sent
+    /// it); and a request that names this very endpoint as its sender is one
+    /// of our own pending operations, with the buffers we posted it with.
+    /// Otherwise it is dropped with a log line (a forged frame: a same-user
+    /// process writing into our queue could name our pid and make us copy
+    /// a registration into our own unregistered memory).
+    fn request_is_its_senders(
+        &mut self,
+        h: &Hdr,
+        from: &SocketAddr,
+        pid: u32,
+        remote: &[(usize, usize)],
+        read: bool,
+    ) -> bool {
+        let what = if read { "read" } else { "write" };
+        let owner = self.peers.get(from).map(|p| p.region().owner());
+        if owner != Some(pid) {
+            tracing::warn!(
+                "dropping a remote {what} from {from} naming process {pid}: {from}'s queue belongs to {}; a forged or foreign message",
+                owner.map_or("no process we can see".to_string(), |o| format!("process {o}"))
+            );
+            return false;
+        }
+        if h.name != self.name {
+            return true;
+        }
+        let kind = if read { Kind::Read } else { Kind::Write };
+        let ours = self
+            .pending
+            .get(&h.msg_id)
+            .is_some_and(|p| p.kind == kind && clip(&p.iovs, remote.iter().map(|x| x.1).sum()) == remote);
+        if !ours {
+            tracing::warn!(
+                "dropping a remote {what} that names this endpoint as its sender but is none of its pending operations (msg_id {:#x}); a forged message",
+                h.msg_id
+            );
+        }
+        ours
     }
 
     /// Whether `a`'s endpoint has closed (or its queue is gone): checked
