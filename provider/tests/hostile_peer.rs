@@ -1526,3 +1526,23 @@ fn an_endpoints_rma_to_itself_is_served() {
     assert_eq!(&t.page()[1024..1536], &src[..]);
     assert!(t.guards_intact());
 }
+
+#[test]
+fn a_rendezvous_send_naming_another_process_fails_its_receive_and_copies_nothing() {
+    // An RTS makes the receiver read the sender's buffers: from the process
+    // that owns the sender's queue, never another one a header names.
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let mut child = std::process::Command::new("sleep").arg("10").spawn().expect("a child process");
+    let mut rbuf = vec![0u8; 64 << 10];
+    t.post_recv(&mut rbuf, 0x77);
+    let h = Hdr { op: RTS, msg_id: p.id(1), len: 64 << 10, iov_count: 1, ..Default::default() };
+    p.send_as(h, &iovs(&[(0x10_0000, 64 << 10)]), p.name, child.id());
+    let c = t.completion();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(c, Some(Err(ffi::FI_EINVAL as i32)), "the receive fails");
+    assert!(rbuf.iter().all(|&b| b == 0), "nothing was copied into the receive");
+    let (a, _) = p.answer(&t).expect("the sender is answered");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(1), ffi::FI_EINVAL as u32));
+}

@@ -943,6 +943,16 @@ impl Engine {
         if u.gone || self.closed_peer(&u.from, u.hdr.msg_id) {
             return self.sender_closed(p, u.hdr, u.from);
         }
+        // (We read the sender's buffers from the process that owns its
+        // queue, never from another one the header names.)
+        if !self.owns_its_queue(&u.from, u.pid) {
+            tracing::warn!(
+                "refusing a rendezvous send from {} naming process {}, which does not own its queue; a forged or foreign message",
+                u.from,
+                u.pid
+            );
+            return self.finish_recv(p, u.hdr, u.from, ffi::FI_EINVAL);
+        }
         let dest = clip(&p.iovs, n);
         // The sender offered a job in its region: take it when we would
         // share a lone transfer anyway (a busy receiver pipelines its own
@@ -1690,7 +1700,7 @@ impl Engine {
         // writes from this endpoint to itself are checked one by one
         // against its pending operations: `request_is_its_senders`, which
         // rma_target applies to each when they are not batched.)
-        if first.name == self.name || self.peers.get(&peer).map(|p| p.region().owner()) != Some(first.pid) {
+        if first.name == self.name || !self.owns_its_queue(&peer, first.pid) {
             return false;
         }
         // (More messages wait behind the first.)
@@ -1830,6 +1840,14 @@ impl Engine {
         }
     }
 
+    /// Whether process `pid` owns the queue of the endpoint named `from`
+    /// (the sender's link, opened by `closed_peer` before any copy): what
+    /// a header says of its sender is checked against what its queue file
+    /// records.
+    fn owns_its_queue(&mut self, from: &SocketAddr, pid: u32) -> bool {
+        self.peers.get(from).is_some_and(|p| p.region().owner() == pid)
+    }
+
     /// Whether an RMA request may be served as its header says: the process
     /// it names (`pid`, whose memory the copy reads or writes) is the one
     /// that owns the sender's queue (its name's file, whose owner the queue
@@ -1848,11 +1866,9 @@ impl Engine {
         read: bool,
     ) -> bool {
         let what = if read { "read" } else { "write" };
-        let owner = self.peers.get(from).map(|p| p.region().owner());
-        if owner != Some(pid) {
+        if !self.owns_its_queue(from, pid) {
             tracing::warn!(
-                "dropping a remote {what} from {from} naming process {pid}: {from}'s queue belongs to {}; a forged or foreign message",
-                owner.map_or("no process we can see".to_string(), |o| format!("process {o}"))
+                "dropping a remote {what} from {from} naming process {pid}, which does not own {from}'s queue; a forged or foreign message"
             );
             return false;
         }
