@@ -139,12 +139,36 @@ impl Link {
         }
     }
 
-    /// The peer's shared-memory queue, for the shared-memory offloads
-    /// (jobs, the idle word), which only that wire has.
-    pub fn shm(&self) -> Option<&shm::region::Region> {
+    /// The process that owns the peer's endpoint, as the wire itself
+    /// records it (shm: the owner in the peer's queue header), not as a
+    /// message header claims it.
+    pub fn owner(&self) -> u32 {
         match self {
-            Link::Shm(r) => Some(r),
+            Link::Shm(r) => r.owner(),
         }
+    }
+
+    /// The peer's table of shared copies (an offload only the shm wire has).
+    pub fn jobs(&self) -> shm::jobs::JobTable {
+        match self {
+            Link::Shm(r) => r.jobs(),
+        }
+    }
+}
+
+/// An endpoint's own queue, where its peers' frames arrive (shm: the
+/// queue file named after its address).
+pub struct Inbox(pub(crate) shm::region::Region);
+
+impl Inbox {
+    /// Make the inbox of the endpoint named `name`.
+    pub fn create(name: &SocketAddr) -> io::Result<Inbox> {
+        shm::region::Region::create(name).map(Inbox)
+    }
+
+    /// Where the inbox of `name` lives, for log lines.
+    pub fn place(name: &SocketAddr) -> String {
+        format!("the shared-memory queue /dev/shm{}", shm::region::path_for(name))
     }
 }
 

@@ -474,7 +474,7 @@ impl Engine {
         cfg: &Config,
         b: Bindings,
     ) -> Self {
-        let rx = inbox.0;
+        let crate::protocol::inbox::Inbox(crate::wire::Inbox(rx)) = inbox;
         let epoch = rx.epoch();
         Engine {
             job_table: rx.jobs(),
@@ -787,7 +787,7 @@ impl Engine {
         }
         if let Some((slot, gen)) = offer {
             // (The queue it went to, which the push has opened.)
-            let pid = self.peers.get(&to).map_or(0, |x| x.region().owner());
+            let pid = self.peers.get(&to).map_or(0, |x| x.link.owner());
             self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, pid, helped: 0 });
         }
         self.await_answer(hdr.msg_id, o.ctx, Kind::Send, tagged, len, credit, to, o.iovs);
@@ -959,7 +959,7 @@ impl Engine {
         // jobs instead, and the sender's slot goes back on our ACK).
         if u.hdr.flags & flag::SJOB != 0 && !self.busy && self.can_share(n, &dest, &u.from) {
             let (slot, gen) = (u.hdr.rma_addr as u32, u.hdr.rma_key as u32);
-            let t = self.peers.get(&u.from).map(|x| x.region().jobs());
+            let t = self.peers.get(&u.from).map(|x| x.link.jobs());
             let chunk = self.job_chunk(n, false, dest.first().map_or(0, |l| l.0));
             if let Some(t) = t.filter(|t| t.accept(slot, gen, n, chunk, &dest)) {
                 let remote = clip(&u.iovs, n);
@@ -1845,7 +1845,7 @@ impl Engine {
     /// a header says of its sender is checked against what its queue file
     /// records.
     fn owns_its_queue(&mut self, from: &SocketAddr, pid: u32) -> bool {
-        self.peers.get(from).is_some_and(|p| p.region().owner() == pid)
+        self.peers.get(from).is_some_and(|p| p.link.owner() == pid)
     }
 
     /// Whether an RMA request may be served as its header says: the process

@@ -5,23 +5,12 @@
 use std::net::SocketAddr;
 
 use crate::protocol::hash::FastMap;
-use crate::wire::shm::region::Region;
 use crate::wire::Link;
 
 /// A peer we send to: its address and our link to it.
 pub(super) struct TxPeer {
     pub(super) addr: SocketAddr,
     pub(super) link: Link,
-}
-
-impl TxPeer {
-    /// The peer's shared-memory queue (every link is one today; the
-    /// shared-memory offloads need it).
-    pub(super) fn region(&self) -> &Region {
-        match &self.link {
-            Link::Shm(r) => r,
-        }
-    }
 }
 
 /// The peers whose queues we opened, the last one used first: a run of

@@ -528,8 +528,7 @@ impl Engine {
         // (The endpoint the operation went to, not a later one at its
         // address: a closed endpoint's late CTS names a slot and
         // generation of its own table, which a new endpoint's may reuse.)
-        let Some(t) = self.peers.get(&from).filter(|x| x.link.epoch() == p.peer_epoch).map(|x| x.region().jobs())
-        else {
+        let Some(t) = self.peers.get(&from).filter(|x| x.link.epoch() == p.peer_epoch).map(|x| x.link.jobs()) else {
             return;
         };
         if p.iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
@@ -573,7 +572,7 @@ impl Engine {
         distinct.sort_unstable();
         distinct.dedup();
         let Some(peer) = self.peers.get(&from) else { return };
-        let (t, epoch) = (peer.region().jobs(), peer.link.epoch());
+        let (t, epoch) = (peer.link.jobs(), peer.link.epoch());
         let Some(v) = t.view(slot, gen) else { return };
         let mine: Option<Vec<&Pending>> = ids.iter().map(|id| self.pending.get(id)).collect();
         // (Each sent to the endpoint at `from` now: see `help`.)

@@ -375,6 +375,7 @@ impl Region {
         let c = CString::new(name.clone()).expect("no NUL in a formatted address");
         // SAFETY: shm_open with a valid C string.
         let fd = cvt(unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) })?;
+        // SAFETY: an all-zero `struct stat` is a valid value to fill.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fstat into a zeroed stat.
         let ok = cvt(unsafe { libc::fstat(fd, &mut st) });
