@@ -1,22 +1,29 @@
 //! The wires: how frames reach a peer's endpoint.
 //!
 //! The protocol engine drives every wire through one interface: a
-//! per-endpoint inbox (`protocol::inbox`, where frames arrive) and a
-//! per-peer [`Link`] (where frames to one peer go). A link is dispatched
-//! statically (an enum of wires, no dynamic dispatch on the data path) and
-//! answers a send with a typed [`WireError`], never an errno to match.
+//! per-endpoint [`Inbox`] (where frames arrive) and a per-peer [`Link`]
+//! (where frames to one peer go, and through which the peer's memory is
+//! copied). Both are dispatched statically (an enum of wires, no dynamic
+//! dispatch on the data path); a send answers a typed [`WireError`], never
+//! an errno to match, and a copy of the peer's memory either completes or
+//! answers [`Copied::Push`] (the engine's PULL -> DATA -> ACK path).
 //!
-//! - `shm`: the same-host wire (shared-memory queues, CMA, the shared-copy
-//!   offloads).
-//!
-//! Still shared-memory specific above this room (to be moved behind the
-//! interface as the TCP wire arrives): the engine reads its shm inbox, job
-//! table and copies (`protocol::engine::shared`) directly.
+//! - `shm`: the same-host wire (shared-memory queues, CMA copies, and the
+//!   shared copies offload, `shm::share`, which only shm links offer).
+//! - `loopback` (tests only): in-process queues whose copies always push.
 
+#[cfg(test)]
+pub mod loopback;
 pub mod shm;
 
 use std::io;
 use std::net::SocketAddr;
+
+pub use shm::share::{Copies, SharedCopy};
+
+/// The largest frame any wire carries (the shm queue's cell): the
+/// protocol sizes its inline payloads and batched answers by it.
+pub(crate) const MAX_FRAME: usize = shm::region::CELL_DATA;
 
 /// Why a frame was not sent.
 #[derive(Debug)]
@@ -63,15 +70,35 @@ pub enum LinkState {
     Dead,
 }
 
+/// What a copy of the peer's memory did.
+#[derive(Debug)]
+pub enum Copied {
+    /// This many bytes moved (all of them, unless the peer's buffers are
+    /// shorter than they said).
+    Done(usize),
+    /// This wire cannot reach the peer's memory (shm: memory CMA cannot
+    /// reach, such as device or secret memory; TCP: never): the side that
+    /// owns it must push it (PULL -> DATA, or DATA chunks for a read).
+    Push,
+    /// The copy failed otherwise (the peer's process gone, ptrace rules).
+    Failed(io::Error),
+}
+
 /// A link to one peer's endpoint.
 pub enum Link {
     /// The peer's shared-memory queue.
     Shm(shm::region::Region),
+    #[cfg(test)]
+    Loop(std::sync::Arc<loopback::Queue>),
 }
 
 impl Link {
     /// Open a link to the endpoint named `to`.
     pub fn open(to: &SocketAddr) -> Result<Link, OpenError> {
+        #[cfg(test)]
+        if let Some(q) = loopback::Queue::find(to) {
+            return Ok(Link::Loop(q));
+        }
         let region = shm::region::Region::open(to).map_err(|e| {
             match e.get_ref().and_then(|x| x.downcast_ref::<shm::region::VersionMismatch>()) {
                 Some(v) => OpenError::Version { theirs: v.theirs, ours: v.ours },
@@ -94,7 +121,33 @@ impl Link {
                 Some(libc::ECONNRESET) => WireError::Closed,
                 _ => WireError::Io(e),
             }),
+            #[cfg(test)]
+            Link::Loop(q) => q.send(parts),
         }
+    }
+
+    /// Copy the peer's `remote` buffers into our `local` ones.
+    pub fn read(&self, local: &[(usize, usize)], remote: &[(usize, usize)]) -> Copied {
+        match self {
+            Link::Shm(r) => copied(shm::cma::read_from(r.owner(), local, remote)),
+            #[cfg(test)]
+            Link::Loop(_) => Copied::Push,
+        }
+    }
+
+    /// Copy our `local` buffers into the peer's `remote` ones.
+    pub fn write(&self, local: &[(usize, usize)], remote: &[(usize, usize)]) -> Copied {
+        match self {
+            Link::Shm(r) => copied(shm::cma::write_to(r.owner(), local, remote)),
+            #[cfg(test)]
+            Link::Loop(_) => Copied::Push,
+        }
+    }
+
+    /// The most iovs a side of one `read`/`write` takes in one go (more
+    /// still work, in several calls).
+    pub fn max_iovs(&self) -> usize {
+        shm::cma::IOV_MAX
     }
 
     /// The epoch of the endpoint this link reached (a new endpoint at the
@@ -102,6 +155,8 @@ impl Link {
     pub fn epoch(&self) -> u32 {
         match self {
             Link::Shm(r) => r.epoch(),
+            #[cfg(test)]
+            Link::Loop(q) => q.epoch(),
         }
     }
 
@@ -111,6 +166,8 @@ impl Link {
     pub fn closed(&self) -> bool {
         match self {
             Link::Shm(r) => r.closed(),
+            #[cfg(test)]
+            Link::Loop(q) => q.closed(),
         }
     }
 
@@ -121,6 +178,10 @@ impl Link {
             Link::Shm(r) if r.closed() => LinkState::Closed,
             Link::Shm(r) if !r.reachable() => LinkState::Dead,
             Link::Shm(_) => LinkState::Open,
+            #[cfg(test)]
+            Link::Loop(q) if q.closed() => LinkState::Closed,
+            #[cfg(test)]
+            Link::Loop(_) => LinkState::Open,
         }
     }
 
@@ -129,46 +190,144 @@ impl Link {
     pub fn idle(&self) -> bool {
         match self {
             Link::Shm(r) => r.idle(),
+            #[cfg(test)]
+            Link::Loop(q) => q.idle(),
         }
     }
 
     /// The largest frame a send takes.
     pub fn max_frame(&self) -> usize {
-        match self {
-            Link::Shm(_) => shm::region::CELL_DATA,
-        }
+        MAX_FRAME
     }
 
     /// The process that owns the peer's endpoint, as the wire itself
     /// records it (shm: the owner in the peer's queue header), not as a
-    /// message header claims it.
+    /// message header claims it: the process every copy reads or writes.
     pub fn owner(&self) -> u32 {
         match self {
             Link::Shm(r) => r.owner(),
+            #[cfg(test)]
+            Link::Loop(_) => std::process::id(),
         }
     }
 
-    /// The peer's table of shared copies (an offload only the shm wire has).
-    pub fn jobs(&self) -> shm::jobs::JobTable {
+    /// Whether the wire offers shared copies with this peer (shm).
+    pub fn shares(&self) -> bool {
+        matches!(self, Link::Shm(_))
+    }
+
+    /// The peer's table of shared copies, where the wire offers them (shm).
+    pub fn jobs(&self) -> Option<shm::jobs::JobTable> {
         match self {
-            Link::Shm(r) => r.jobs(),
+            Link::Shm(r) => Some(r.jobs()),
+            #[cfg(test)]
+            Link::Loop(_) => None,
         }
+    }
+}
+
+fn copied(r: io::Result<usize>) -> Copied {
+    match r {
+        Ok(n) => Copied::Done(n),
+        // (Memory CMA cannot reach: device/PFN-mapped, secret.)
+        Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Copied::Push,
+        Err(e) => Copied::Failed(e),
     }
 }
 
 /// An endpoint's own queue, where its peers' frames arrive (shm: the
 /// queue file named after its address).
-pub struct Inbox(pub(crate) shm::region::Region);
+pub enum Inbox {
+    Shm(shm::region::Region),
+    #[cfg(test)]
+    Loop(loopback::Inbox),
+}
 
 impl Inbox {
     /// Make the inbox of the endpoint named `name`.
     pub fn create(name: &SocketAddr) -> io::Result<Inbox> {
-        shm::region::Region::create(name).map(Inbox)
+        shm::region::Region::create(name).map(Inbox::Shm)
     }
 
     /// Where the inbox of `name` lives, for log lines.
     pub fn place(name: &SocketAddr) -> String {
         format!("the shared-memory queue /dev/shm{}", shm::region::path_for(name))
+    }
+
+    /// The addresses of this host's endpoints on `port` (for the log line
+    /// of a send that found nobody at its address).
+    pub fn others_on_port(port: u16) -> Vec<String> {
+        shm::region::endpoints_on_port(port)
+    }
+
+    /// This endpoint's epoch (a new one at the same address has another).
+    pub fn epoch(&self) -> u32 {
+        match self {
+            Inbox::Shm(r) => r.epoch(),
+            #[cfg(test)]
+            Inbox::Loop(l) => l.epoch(),
+        }
+    }
+
+    /// Whether a frame waits (one load on shm: for the empty poll).
+    pub fn ready(&self) -> bool {
+        match self {
+            Inbox::Shm(r) => r.ready(),
+            #[cfg(test)]
+            Inbox::Loop(l) => l.ready(),
+        }
+    }
+
+    /// Hand one frame to `f(frame, more)`, `more` saying whether another
+    /// waits behind it; false when none waits. The frame is consumed even
+    /// if `f` panics.
+    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool)) -> bool {
+        match self {
+            Inbox::Shm(r) => r.pop(f),
+            #[cfg(test)]
+            Inbox::Loop(l) => l.pop(f),
+        }
+    }
+
+    /// (frames consumed, frames sent so far): everything sent before this
+    /// call has been consumed once the first reaches the second.
+    pub fn positions(&self) -> (u64, u64) {
+        match self {
+            Inbox::Shm(r) => r.positions(),
+            #[cfg(test)]
+            Inbox::Loop(l) => l.positions(),
+        }
+    }
+
+    /// Tell peers whether we have work of our own waiting (see
+    /// `Link::idle`).
+    pub fn set_idle(&self, idle: bool) {
+        match self {
+            Inbox::Shm(r) => r.set_idle(idle),
+            #[cfg(test)]
+            Inbox::Loop(l) => l.set_idle(idle),
+        }
+    }
+
+    /// The periodic repair of the queue (shm: skip a cell whose producer
+    /// died before publishing it).
+    pub fn unstick(&mut self) {
+        match self {
+            Inbox::Shm(r) => {
+                r.unstick();
+            }
+            #[cfg(test)]
+            Inbox::Loop(_) => {}
+        }
+    }
+
+    /// Our shared copies, where the wire offers them (shm).
+    pub fn copies(&self) -> Option<Copies> {
+        match self {
+            Inbox::Shm(r) => Some(Copies::new(r.jobs())),
+            #[cfg(test)]
+            Inbox::Loop(_) => None,
+        }
     }
 }
 

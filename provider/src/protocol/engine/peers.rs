@@ -1,16 +1,29 @@
-//! The peers an engine sends to: a link each, the last one used at hand,
-//! so that a run of messages to one peer compares one address instead of
-//! hashing it.
+//! Peers and their failure: the peers an engine sends to (a link each,
+//! the last one used at hand, so that a run of messages to one peer
+//! compares one address instead of hashing it), who a frame comes from
+//! (the link's record of its owner, not the header's word), and what
+//! happens when a peer's endpoint closes or its process dies.
 
-use std::net::SocketAddr;
+use super::*;
 
-use crate::protocol::hash::FastMap;
-use crate::wire::Link;
-
-/// A peer we send to: its address and our link to it.
+/// A peer we send to: its address, our link to it (which knows its epoch
+/// and its owner), and what we still owe it: the control frames that found
+/// its queue full, and our pushes of our own memory to it (streams), each
+/// in order. A peer that goes is one removal: what we owed it goes with
+/// it. (What it owes us, its answers to our pending operations and its
+/// pushes into our pulls, stays until our queue has been read past its
+/// last frames: `peer_gone`.)
 pub(super) struct TxPeer {
     pub(super) addr: SocketAddr,
     pub(super) link: Link,
+    pub(super) outbox: VecDeque<Vec<u8>>,
+    pub(super) streams: VecDeque<Stream>,
+}
+
+impl TxPeer {
+    pub(super) fn new(addr: SocketAddr, link: Link) -> TxPeer {
+        TxPeer { addr, link, outbox: VecDeque::new(), streams: VecDeque::new() }
+    }
 }
 
 /// The peers whose queues we opened, the last one used first: a run of
@@ -20,6 +33,9 @@ pub(super) struct Peers {
     pub(super) list: Vec<TxPeer>,
     index: FastMap<SocketAddr, usize>,
     last: usize,
+    /// Frames and streams queued over all peers (0: the progress loop
+    /// looks at no peer).
+    pub(super) owed: usize,
 }
 
 impl Peers {
@@ -43,12 +59,136 @@ impl Peers {
         &self.list[self.last]
     }
 
+    pub(super) fn get_mut(&mut self, to: &SocketAddr) -> Option<&mut TxPeer> {
+        self.find(to).map(|i| &mut self.list[i])
+    }
+
+    /// Queue a control frame for `to` (an open peer).
+    pub(super) fn queue_ctrl(&mut self, to: &SocketAddr, frame: Vec<u8>) {
+        if let Some(p) = self.get_mut(to) {
+            p.outbox.push_back(frame);
+            self.owed += 1;
+        }
+    }
+
+    /// Queue a stream for its peer (an open one).
+    pub(super) fn queue_stream(&mut self, st: Stream) {
+        if let Some(p) = self.get_mut(&st.to) {
+            p.streams.push_back(st);
+            self.owed += 1;
+        }
+    }
+
     pub(super) fn remove(&mut self, to: &SocketAddr) {
         if let Some(i) = self.index.remove(to) {
-            self.list.swap_remove(i);
+            let gone = self.list.swap_remove(i);
+            self.owed -= gone.outbox.len() + gone.streams.len();
             if let Some(moved) = self.list.get(i) {
                 self.index.insert(moved.addr, i);
             }
+        }
+    }
+}
+
+impl Engine {
+    /// Fail what gone peers left pending once our queue has been read past
+    /// everything they sent (see `peer_gone`).
+    pub(super) fn settle_gone(&mut self) {
+        // A send whose sender job the peer finished before it went away
+        // is complete: its answer is in our slot, not our queue.
+        if !self.offers.is_empty() {
+            self.poll_offers();
+        }
+        let Some(rx) = &self.rx else { return };
+        let (head, tail) = rx.positions();
+        let mut i = 0;
+        while i < self.gone.len() {
+            let until = *self.gone[i].until.get_or_insert(tail);
+            if head < until {
+                i += 1;
+                continue;
+            }
+            let g = self.gone.swap_remove(i);
+            for id in g.ids {
+                if let Some(p) = self.pending.remove(&id) {
+                    self.fail_tx(p, ffi::FI_ECONNABORTED);
+                }
+            }
+            for k in g.pulls {
+                if let Some(Pull { what: PullFor::Recv { p, hdr }, .. }) = self.pulls.remove(&k) {
+                    self.finish_open_job();
+                    self.complete_recv(p, hdr, k.0, ffi::FI_EIO);
+                }
+            }
+        }
+    }
+
+    /// Forget peers whose endpoint closed or whose process died.
+    pub(super) fn reap_dead_peers(&mut self) {
+        let dead: Vec<(SocketAddr, LinkState)> =
+            self.peers.list.iter().map(|p| (p.addr, p.link.state())).filter(|(_, s)| *s != LinkState::Open).collect();
+        for (a, state) in dead {
+            let why = if state == LinkState::Closed { "closed its endpoint" } else { "is gone (its process exited)" };
+            self.peer_gone(a, why);
+        }
+    }
+
+    /// Whether process `pid` owns the queue of the endpoint named `from`
+    /// (the sender's link, opened by `closed_peer` before any copy): what
+    /// a header says of its sender is checked against what its queue file
+    /// records.
+    pub(super) fn owns_its_queue(&mut self, from: &SocketAddr, pid: u32) -> bool {
+        self.peers.get(from).is_some_and(|p| p.link.owner() == pid)
+    }
+
+    /// Whether `a`'s endpoint has closed (or its queue is gone): checked
+    /// before copying into or out of its buffers. One load of its queue's
+    /// header when we know it (we are about to answer it anyway).
+    ///
+    /// `msg_id` (an operation id of the sender's, 0: none) names the
+    /// endpoint that sent the message: its high half is that endpoint's
+    /// epoch, so a message of a closed endpoint is told from one of a new
+    /// endpoint that opened under the same address since.
+    pub(super) fn closed_peer(&mut self, a: &SocketAddr, msg_id: u64) -> bool {
+        match self.peer(*a) {
+            Ok(p) if !p.link.closed() => msg_id != 0 && (msg_id >> 32) as u32 != p.link.epoch(),
+            Ok(_) => {
+                self.peer_gone(*a, "closed its endpoint");
+                true
+            }
+            // (No endpoint there any more.)
+            Err(_) => true,
+        }
+    }
+
+    /// A peer's endpoint is gone: closed (its process may live on, and may
+    /// open a new endpoint under the same address) or its process died.
+    /// Forget its queue, fail our operations with it (FI_ECONNABORTED),
+    /// drop what we still owed it (control messages, pushed chunks), fail
+    /// the receives it was pushing to us (FI_EIO), and mark its sends that
+    /// no receive has matched yet: their buffers are no longer its to
+    /// give. Nothing of this answers the peer, so no message meant for it
+    /// reaches a new endpoint at its address.
+    ///
+    /// What the peer sent before it went is in our queue (its pushes came
+    /// before its close or its death): its operations and pulls are failed
+    /// only once we have read our queue past them (`settle_gone`), so an
+    /// answer already on its way still completes what it answers.
+    pub(super) fn peer_gone(&mut self, a: SocketAddr, why: &str) {
+        tracing::warn!("peer {a} {why}; failing the operations with it");
+        self.peers.remove(&a);
+        let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
+        let pulls: Vec<(SocketAddr, u64)> = self.pulls.keys().filter(|k| k.0 == a).copied().collect();
+        if !ids.is_empty() || !pulls.is_empty() {
+            self.gone.push(Gone { ids, pulls, until: None });
+        }
+        for q in &mut self.unexpected {
+            for u in q.iter_mut().filter(|u| u.from == a && u.hdr.op == op::RTS) {
+                u.gone = true;
+            }
+        }
+        if let Some(k) = self.kept.as_mut().filter(|k| k.from == a) {
+            k.gone = true;
         }
     }
 }

@@ -130,17 +130,17 @@ impl Engine {
     pub(super) fn offer(&mut self, len: usize, iovs: &[(usize, usize)]) -> Option<(u32, u32)> {
         // (At most half the slots: an offer holds its slot until the
         // receive is posted, and our own receives and RMA need the rest.)
-        if !self.sender_jobs || self.share_min == 0 || len < self.share_min / 4 || self.offers.len() >= jobs::JOBS / 2 {
+        if !self.sender_jobs
+            || self.share_min == 0
+            || len < self.share_min / 4
+            || self.offers.len() >= Copies::SLOTS / 2
+        {
             return None;
         }
         if iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
             return None;
         }
-        let slot = self.free_slots.pop()?;
-        let gen = self.next_gen;
-        self.next_gen = self.next_gen.wrapping_add(1).max(1);
-        self.job_table.offer(slot, gen, len);
-        Some((slot, gen))
+        self.copies.as_mut()?.offer(len)
     }
 
     /// Our side of the jobs our pending sends offered: once a receiver
@@ -153,12 +153,13 @@ impl Engine {
         let mut i = 0;
         while i < self.offers.len() {
             let o = self.offers[i];
+            let Some(c) = self.copies.as_mut() else { return };
             let Some(p) = self.pending.get(&o.msg_id) else {
                 self.offers.swap_remove(i);
-                self.free_slots.push(o.slot);
+                c.give_back(o.slot);
                 continue;
             };
-            let t = &self.job_table;
+            let t = c.table();
             let mut done = false;
             if o.helped == 0 {
                 // (Then, until the receiver settles its chunks, only the
@@ -185,7 +186,9 @@ impl Engine {
             if done {
                 // Every chunk copied: the data is in the posted receive.
                 self.offers.swap_remove(i);
-                self.free_slots.push(o.slot);
+                if let Some(c) = self.copies.as_mut() {
+                    c.give_back(o.slot);
+                }
                 if let Some(p) = self.pending.remove(&o.msg_id) {
                     self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
                 }
@@ -208,13 +211,13 @@ impl Engine {
     pub(super) fn job_chunk(&self, n: usize, skew: bool, base: usize) -> usize {
         let half = n.div_ceil(2).clamp(16 << 10, 1 << 20);
         let chunk = if self.share_chunk != 0 {
-            return self.share_chunk.max(n.div_ceil(jobs::MAX_CHUNKS));
+            return self.share_chunk.max(n.div_ceil(Copies::MAX_CHUNKS));
         } else if skew && n <= 2 * half && n / 2 >= 16 << 10 {
             half + LONE_SKEW
         } else {
             half
         };
-        let chunk = chunk.max(n.div_ceil(jobs::MAX_CHUNKS));
+        let chunk = chunk.max(n.div_ceil(Copies::MAX_CHUNKS));
         if self.busy {
             // (A pipelined job: its owner copies one chunk and moves on,
             // and a first chunk grown to a page boundary is more of the
@@ -227,13 +230,15 @@ impl Engine {
     }
 
     /// Whether a copy of `n` bytes into/out of our `local` buffers is
-    /// shared with the peer: large enough, a free job slot, buffers a slot
-    /// can describe, and none of them device memory (which only its
-    /// owner's word copies may touch).
+    /// shared with the peer: large enough, a wire that offers shared
+    /// copies on both sides, a free job slot, buffers a slot can describe,
+    /// and none of them device memory (which only its owner's word copies
+    /// may touch).
     pub(super) fn can_share(&mut self, n: usize, local: &[(usize, usize)], peer: &SocketAddr) -> bool {
         n >= self.share_from(peer)
-            && !self.free_slots.is_empty()
-            && local.len() <= jobs::JOB_IOVS
+            && self.copies.as_ref().is_some_and(|c| c.has_free())
+            && self.peers.get(peer).is_some_and(|p| p.link.shares())
+            && local.len() <= Copies::MAX_IOVS
             && !local.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l))
     }
 
@@ -286,26 +291,12 @@ impl Engine {
             JobFor::Writes { run } => first_halves(run.iter().map(|w| w.0.len as usize)),
             _ => self.job_chunk(n, lone, local.first().map_or(0, |l| l.0)),
         };
-        let slot = self.free_slots.pop().expect("can_share saw a free slot");
-        let gen = self.next_gen;
-        self.next_gen = self.next_gen.wrapping_add(1).max(1);
-        // We read from the peer exactly when the peer writes into us.
-        let opened = self.job_table.open(slot, gen, n, chunk, we_read, &local);
-        let job = Job {
-            slot,
-            gen,
-            chunk,
-            total: n,
-            we_read,
-            pid,
-            peer,
-            local,
-            remote,
-            what,
-            settled_last: Cell::new(false),
-            held: Cell::new(None),
-            foreign: None,
+        let Some((copy, opened)) = self.copies.as_mut().and_then(|c| c.open(n, chunk, we_read, pid, local, remote))
+        else {
+            unreachable!("can_share saw a free slot")
         };
+        let (slot, gen) = (copy.slot, copy.gen);
+        let job = Job { copy, peer, what };
         if !opened {
             // (can_share checked what a slot holds; should it still not
             // take the job, copy alone rather than trust the slot.)
@@ -375,25 +366,8 @@ impl Engine {
     /// Copy every chunk of `j` nobody has claimed yet (`max`: at most that
     /// many).
     pub(super) fn work(&self, j: &Job, max: usize) {
-        let t = j.foreign.as_ref().unwrap_or(&self.job_table);
-        // (Never more than the job has: the claim word is shared memory,
-        // and a peer that kept rewriting it must not keep us here.)
-        let nchunks = j.total.div_ceil(j.chunk.max(1));
-        let max = max.min(nchunks);
-        let mut n = 0;
-        while n < max {
-            let Some(k) = j.held.take().or_else(|| t.claim(j.slot, j.gen, false)) else { break };
-            n += 1;
-            let ok = jobs::copy_chunk(j.pid, j.we_read, &j.local, &j.remote, j.total, j.chunk, k);
-            if t.settle(j.slot, ok) {
-                j.settled_last.set(true);
-            }
-            if !ok {
-                // Settle the rest unclaimed: the whole job is redone alone.
-                for _ in 0..t.close(j.slot, j.gen, nchunks) {
-                    t.settle(j.slot, false);
-                }
-            }
+        if let Some(c) = &self.copies {
+            c.work(&j.copy, max);
         }
     }
 
@@ -407,7 +381,7 @@ impl Engine {
         // Our settle was the job's last, every chunk copied (`work` saw
         // it): over, with nothing more to read from the slot, which the
         // peer's core may hold.
-        if j.settled_last.get() {
+        if j.copy.settled_last() {
             return self.complete_job(j, true);
         }
         let start = Instant::now();
@@ -428,29 +402,10 @@ impl Engine {
     }
 
     /// Whether a job is over: Some(true) all chunks copied, Some(false)
-    /// some chunk failed or (`alive_check`, which reads /proc) its copier
-    /// is gone, None still copying.
+    /// some chunk failed or (`alive_check`) its copier is gone, None still
+    /// copying.
     pub(super) fn job_state(&self, j: &Job, alive_check: bool) -> Option<bool> {
-        let t = j.foreign.as_ref().unwrap_or(&self.job_table);
-        let (settled, failed) = t.progress(j.slot);
-        // A sender job's slot is the sender's, reused only once the job is
-        // over, every chunk copied (a failed one waits for our ACK). Read
-        // after the counts: counts from a later job in the slot come after
-        // its generation, so with the generation still ours they are ours.
-        if j.foreign.is_some() && t.generation(j.slot) != j.gen {
-            return Some(true);
-        }
-        if settled as usize >= j.total.div_ceil(j.chunk) {
-            return Some(!failed);
-        }
-        // A helper killed mid-chunk never settles it. (One that settled
-        // the last chunk, completed its send and exited since the load
-        // above is not such a helper: look again once it is gone.)
-        if alive_check && !crate::wire::shm::region::pid_alive(j.pid) {
-            let (settled, failed) = t.progress(j.slot);
-            return Some(settled as usize >= j.total.div_ceil(j.chunk) && !failed);
-        }
-        None
+        self.copies.as_ref().map_or(Some(false), |c| c.state(&j.copy, alive_check))
     }
 
     /// Complete stalled jobs that are over (`alive_check`: also those whose
@@ -471,47 +426,50 @@ impl Engine {
     /// A job is over: free its slot (no chunk is in flight any more, or its
     /// copier is dead) and complete the transfer, or redo it alone.
     pub(super) fn complete_job(&mut self, j: Job, ok: bool) {
-        if j.foreign.is_none() {
-            self.free_slots.push(j.slot);
+        let Job { copy, peer, what } = j;
+        if let Some(c) = self.copies.as_mut() {
+            c.finish(&copy);
         }
-        match j.what {
-            JobFor::Recv { p, hdr } if ok && (j.foreign.is_some() || !j.settled_last.get()) => {
+        // (The helper settled the last chunk, or the job was a sender's.)
+        let helper_done = copy.foreign() || !copy.settled_last();
+        match what {
+            JobFor::Recv { p, hdr } if ok && helper_done => {
                 // The helper settled the last chunk and so completed its
                 // send itself, or the job was the sender's, which sees it
                 // done in its own slot: no ACK.
                 self.finish_open_job();
-                self.complete_recv(p, hdr, j.peer, 0);
+                self.complete_recv(p, hdr, peer, 0);
             }
-            JobFor::Recv { p, hdr } if ok => self.finish_recv(p, hdr, j.peer, 0),
-            JobFor::Recv { p, hdr } => self.recv_rts(p, hdr, j.peer, j.pid, &j.remote),
-            JobFor::Pair { first, second } if ok && (j.foreign.is_some() || !j.settled_last.get()) => {
+            JobFor::Recv { p, hdr } if ok => self.finish_recv(p, hdr, peer, 0),
+            JobFor::Recv { p, hdr } => self.recv_rts(p, hdr, peer, &copy.remote),
+            JobFor::Pair { first, second } if ok && helper_done => {
                 self.finish_open_job();
-                self.complete_recv(first.p, first.hdr, j.peer, 0);
-                self.complete_recv(second.p, second.hdr, j.peer, 0);
+                self.complete_recv(first.p, first.hdr, peer, 0);
+                self.complete_recv(second.p, second.hdr, peer, 0);
             }
             JobFor::Pair { first, second } if ok => {
-                self.finish_recv(first.p, first.hdr, j.peer, 0);
-                self.finish_recv(second.p, second.hdr, j.peer, 0);
+                self.finish_recv(first.p, first.hdr, peer, 0);
+                self.finish_recv(second.p, second.hdr, peer, 0);
             }
             JobFor::Pair { first, second } => {
-                self.recv_rts(first.p, first.hdr, j.peer, first.pid, &first.src);
-                self.recv_rts(second.p, second.hdr, j.peer, second.pid, &second.src);
+                self.recv_rts(first.p, first.hdr, peer, &first.src);
+                self.recv_rts(second.p, second.hdr, peer, &second.src);
             }
-            JobFor::Writes { run } if ok => self.writes_done(j.peer, &run),
+            JobFor::Writes { run } if ok => self.writes_done(peer, &run),
             JobFor::Writes { run } => {
                 for (h, region, l, r) in run {
-                    self.rma_copy(h, j.peer, j.pid, l, r, region);
+                    self.rma_copy(h, peer, l, r, region);
                 }
             }
-            JobFor::Rma { hdr, hold } if ok => self.rma_done(hdr, j.peer, 0, Some(&hold)),
+            JobFor::Rma { hdr, hold } if ok => self.rma_done(hdr, peer, 0, Some(&hold)),
             JobFor::Rma { hdr, hold } => {
                 // (Redone alone: unless the initiator closed meanwhile, whose
                 // buffers are no longer its to give.)
-                if self.closed_peer(&j.peer, hdr.msg_id) {
-                    tracing::debug!("an RMA from {} whose shared copy failed: its endpoint closed; dropped", j.peer);
+                if self.closed_peer(&peer, hdr.msg_id) {
+                    tracing::debug!("an RMA from {} whose shared copy failed: its endpoint closed; dropped", peer);
                     return;
                 }
-                self.rma_copy(hdr, j.peer, j.pid, j.local, j.remote, hold)
+                self.rma_copy(hdr, peer, copy.local, copy.remote, hold)
             }
         }
     }
@@ -528,7 +486,14 @@ impl Engine {
         // (The endpoint the operation went to, not a later one at its
         // address: a closed endpoint's late CTS names a slot and
         // generation of its own table, which a new endpoint's may reuse.)
-        let Some(t) = self.peers.get(&from).filter(|x| x.link.epoch() == p.peer_epoch).map(|x| x.link.jobs()) else {
+        // (The helper copies to or from the process its link records, not
+        // the one a header names.)
+        let Some((t, owner)) = self
+            .peers
+            .get(&from)
+            .filter(|x| x.link.epoch() == p.peer_epoch)
+            .and_then(|x| Some((x.link.jobs()?, x.link.owner())))
+        else {
             return;
         };
         if p.iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
@@ -546,7 +511,7 @@ impl Engine {
             return;
         }
         let send = p.kind == Kind::Send;
-        let done = t.help(slot, gen, h.pid, !v.helper_writes, &p.iovs, &v);
+        let done = t.help(slot, gen, owner, !v.helper_writes, &p.iovs, &v);
         // We settled the last chunk of a send's job, every chunk copied:
         // the data is in the receiver's posted buffer and ours is no
         // longer read, so the send is complete (delivery complete too);
@@ -572,7 +537,7 @@ impl Engine {
         distinct.sort_unstable();
         distinct.dedup();
         let Some(peer) = self.peers.get(&from) else { return };
-        let (t, epoch) = (peer.link.jobs(), peer.link.epoch());
+        let (Some(t), epoch, owner) = (peer.link.jobs(), peer.link.epoch(), peer.link.owner()) else { return };
         let Some(v) = t.view(slot, gen) else { return };
         let mine: Option<Vec<&Pending>> = ids.iter().map(|id| self.pending.get(id)).collect();
         // (Each sent to the endpoint at `from` now: see `help`.)
@@ -595,7 +560,7 @@ impl Engine {
         }
         let parts: Vec<Vec<(usize, usize)>> = mine.iter().map(|p| clip(&p.iovs, p.len)).collect();
         let local = halves(&parts.iter().map(|x| &x[..]).collect::<Vec<_>>());
-        if t.help(slot, gen, h.pid, false, &local, &v) && kind == Some(Kind::Send) {
+        if t.help(slot, gen, owner, false, &local, &v) && kind == Some(Kind::Send) {
             for id in ids {
                 if let Some(p) = self.pending.remove(&id) {
                     self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);

@@ -13,3 +13,4 @@
 pub mod cma;
 pub mod jobs;
 pub mod region;
+pub mod share;

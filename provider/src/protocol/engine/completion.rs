@@ -1,0 +1,113 @@
+//! Completions: CQ entries, error entries and counters for the operations
+//! that finish, and the receiver's answer to a sender that waits for it.
+
+use super::*;
+
+impl Engine {
+    pub(super) fn complete_tx(
+        &self,
+        ctx: usize,
+        kind: Kind,
+        tagged: bool,
+        len: usize,
+        credit: Option<Credit>,
+        report: bool,
+    ) {
+        let (cflags, slot) = kind.flags_and_counter(tagged);
+        if report {
+            self.count(slot, true);
+        }
+        if let Some(c) = credit {
+            c.complete(CqEntry {
+                op_context: ctx,
+                flags: cflags,
+                len,
+                src: ffi::FI_ADDR_NOTAVAIL,
+                ..Default::default()
+            });
+        }
+    }
+
+    pub(super) fn fail_tx(&self, p: Pending, code: u32) {
+        let (cflags, slot) = p.kind.flags_and_counter(p.tagged);
+        if p.report {
+            self.count(slot, false);
+        }
+        // An operation that fails reports its error to the bound CQ even
+        // when it asked for no completion (FI_SELECTIVE_COMPLETION without
+        // FI_COMPLETION, or an inject call, whose op_context is NULL):
+        // fi_cq(3), "error completions are generated for all operations".
+        // (Error entries take no credit: `push_error` is never refused.)
+        drop(p.credit);
+        if let Some(cq) = &self.b.tx_cq {
+            cq.push_error(CqError {
+                op_context: p.ctx,
+                flags: cflags,
+                len: p.len,
+                err: code as i32,
+                prov_errno: code as i32,
+                src: ffi::FI_ADDR_NOTAVAIL,
+                ..Default::default()
+            });
+        }
+    }
+
+    /// Complete a receive whose data is in place (or failed with `status`),
+    /// and answer the sender if it waits for us.
+    pub(super) fn finish_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
+        self.finish_open_job();
+        self.complete_recv(p, hdr, from, status);
+        if hdr.op == op::RTS || hdr.flags & flag::NEED_ACK != 0 {
+            self.push_ctrl(from, Hdr { op: op::ACK, msg_id: hdr.msg_id, status, ..Default::default() });
+        }
+    }
+
+    /// The receive completion (or error) of `finish_recv`, without the
+    /// answer to the sender.
+    pub(super) fn complete_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
+        let room = total(&p.iovs);
+        let len = hdr.len as usize;
+        let n = len.min(room);
+        let tagged = hdr.flags & flag::TAGGED != 0;
+        let mut cflags = ffi::FI_RECV as u64 | if tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
+        if hdr.flags & flag::CQ_DATA != 0 {
+            cflags |= ffi::FI_REMOTE_CQ_DATA as u64;
+        }
+        let src = self.src_fi_addr(&from);
+        let buf = p.iovs.first().map_or(0, |x| x.0);
+        if status == 0 && len <= room {
+            self.count(C_RECV, true);
+            if let Some(c) = p.credit {
+                c.complete(CqEntry {
+                    op_context: p.ctx,
+                    flags: cflags,
+                    len: n,
+                    buf,
+                    data: hdr.data,
+                    tag: hdr.tag,
+                    src,
+                });
+            }
+        } else {
+            let err = if status != 0 { status } else { ffi::FI_ETRUNC };
+            self.count(C_RECV, false);
+            // (An error completion whether or not one was asked for: see
+            // `fail_tx`.)
+            drop(p.credit);
+            if let Some(cq) = &self.b.rx_cq {
+                cq.push_error(CqError {
+                    op_context: p.ctx,
+                    flags: cflags,
+                    len: n,
+                    buf,
+                    data: hdr.data,
+                    tag: hdr.tag,
+                    olen: len - n,
+                    err: err as i32,
+                    prov_errno: err as i32,
+                    src,
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Dispatch: every frame read from the inbox, handled by kind, and the
+//! order in which they are handled (control frames at once, copies kept
+//! and served one per progress call, RMA held behind a stalled job).
+
+use super::*;
+
+impl Engine {
+    pub(super) fn on_message(&mut self, msg: &[u8]) {
+        let Some((h, hlen)) = Hdr::decode(msg) else {
+            match Hdr::version_of(msg) {
+                Some(v) if msg.len() >= crate::protocol::HDR_BASE && v != crate::protocol::PROTO_VERSION => {
+                    tracing::warn!(
+                        "dropping a message of protocol version {v}; this oxmr speaks version {}: run one oxmr build on both sides",
+                        crate::protocol::PROTO_VERSION
+                    )
+                }
+                _ => tracing::warn!("dropping a malformed message of {} bytes", msg.len()),
+            }
+            return;
+        };
+        let body = &msg[hlen..];
+        tracing::debug!("message op {} len {} tag {:#x} msg_id {} from pid {}", h.op, h.len, h.tag, h.msg_id, h.pid);
+        let pid = h.pid;
+        let Some(from) = self.sender(&h.name) else {
+            tracing::warn!("dropping a message without a valid sender name");
+            return;
+        };
+        if !matches!(h.op, op::EAGER | op::RTS | op::ACK | op::ACKS | op::CTS | op::PULL | op::DATA) {
+            // RMA and the rest take effect after an open receive's job
+            // (sends and receives order themselves in finish_recv).
+            self.finish_open_job();
+        }
+        match h.op {
+            op::EAGER | op::RTS => {
+                let tagged = h.flags & flag::TAGGED != 0;
+                let q = tagged as usize;
+                if h.op == op::EAGER {
+                    // The common case: a receive is waiting; copy straight
+                    // from the queue's copy into it.
+                    if let Some(i) = self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
+                        let p = self.posted[q].remove(i).expect("position is in range");
+                        let n = (h.len as usize).min(total(&p.iovs)).min(body.len());
+                        // SAFETY: the application's posted receive buffers.
+                        unsafe { crate::mr::local::scatter(&p.iovs, &body[..n]) };
+                        self.finish_recv(p, h, from, 0);
+                        return;
+                    }
+                }
+                let (data, iovs) = if h.op == op::EAGER {
+                    (body[..(h.len as usize).min(body.len())].to_vec(), Vec::new())
+                } else {
+                    match decode_iovs(body, h.iov_count as usize).filter(|v| total(v) >= h.len as usize) {
+                        Some(v) => (Vec::new(), v),
+                        None => {
+                            tracing::warn!(
+                                "refused a send of {} bytes from {from}: its message does not describe that many bytes of buffers (a malformed or foreign message)",
+                                h.len
+                            );
+                            self.push_ctrl(
+                                from,
+                                Hdr { op: op::ACK, msg_id: h.msg_id, status: ffi::FI_EINVAL, ..Default::default() },
+                            );
+                            return;
+                        }
+                    }
+                };
+                let u = Unexpected { hdr: h, from, pid, data, iovs, gone: false };
+                match self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
+                    Some(i) => {
+                        let p = self.posted[q].remove(i).expect("position is in range");
+                        self.deliver(p, u);
+                    }
+                    None => self.unexpected[q].push_back(u),
+                }
+            }
+            op::ACK => {
+                // (Only our operations with that peer.)
+                if self.pending.get(&h.msg_id).is_none_or(|p| p.peer != from) {
+                    return;
+                }
+                if let Some(p) = self.pending.remove(&h.msg_id) {
+                    if h.status == 0 {
+                        self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
+                    } else {
+                        if p.kind != Kind::Send {
+                            tracing::info!(
+                                "remote access to {} refused by the target: {}",
+                                p.peer,
+                                crate::error::errno_name(h.status)
+                            );
+                        }
+                        self.fail_tx(p, h.status);
+                    }
+                }
+            }
+            op::ACKS => {
+                for id in body.chunks_exact(8).take(h.iov_count as usize) {
+                    let id = u64::from_le_bytes(id.try_into().unwrap_or_default());
+                    // (Only our operations with that peer.)
+                    if self.pending.get(&id).is_none_or(|p| p.peer != from) {
+                        continue;
+                    }
+                    if let Some(p) = self.pending.remove(&id) {
+                        self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
+                    }
+                }
+            }
+            op::WRITE | op::WRITE_INLINE | op::READ => self.rma_target(h, from, pid, body),
+            op::PULL => self.on_pull(h, from),
+            op::CTS => self.help(h, from, body),
+            op::DATA => self.on_data(h, from, body),
+            other => tracing::warn!("dropping a message of unknown kind {other} from {from}"),
+        }
+    }
+
+    /// Handle a message now, or keep it for `serve_deferred`.
+    ///
+    /// A copy the peer asked for (rendezvous send, RMA) takes microseconds
+    /// to milliseconds, and the queue is FIFO: handled in arrival order, a
+    /// burst of the peer's requests would hold back the ACKs behind them,
+    /// so our own operations would complete (and the application post its
+    /// next ones, the work the peer is idle without) only after all of the
+    /// peer's copies are done, and two processes writing to each other
+    /// would take turns instead of copying at once. So control messages
+    /// (ACK, CTS, PULL, DATA: they complete or serve our own operations)
+    /// are handled at once, and a copy is kept unless it is the last
+    /// message waiting, along with every data message after it (so data
+    /// messages from a peer still take effect in the order sent).
+    pub(super) fn take_message(&mut self, msg: &[u8], more: bool) {
+        // (The kind is the header's first byte; on_message checks the rest.)
+        let op = msg.first().copied();
+        if self.rma_held(msg) {
+            self.deferred.push_back(msg.to_vec());
+            return;
+        }
+        let control = matches!(op, Some(op::ACK | op::ACKS | op::CTS | op::PULL | op::DATA));
+        // (Not READ: two-way reads copy into the buffer the peer's copy
+        // reads from, and overlap less served in order; docs/architecture.md.)
+        let copy = matches!(op, Some(op::RTS | op::WRITE))
+            && Hdr::decode(msg).is_some_and(|(h, _)| self.share_min == 0 || (h.len as usize) < self.share_min);
+        if control || (self.deferred.is_empty() && !(copy && more)) {
+            return self.on_message(msg);
+        }
+        self.deferred.push_back(msg.to_vec());
+    }
+
+    /// Whether `msg` is an RMA request that waits: one of its sender's
+    /// RMA jobs with us is stalled (its helper holds a chunk, `finish_job`),
+    /// and a later request must not take effect before that chunk does (a
+    /// write over the same bytes would be overwritten by the older chunk, a
+    /// read would see a write posted after it). (Nothing is parsed unless
+    /// some job is stalled.)
+    pub(super) fn rma_held(&self, msg: &[u8]) -> bool {
+        !self.stalled.is_empty()
+            && matches!(msg.first(), Some(&(op::WRITE | op::WRITE_INLINE | op::READ)))
+            && self.sent_by_stalled(msg)
+    }
+
+    /// Whether `msg` comes from a peer (endpoint) one of whose RMA jobs
+    /// with us is stalled.
+    pub(super) fn sent_by_stalled(&self, msg: &[u8]) -> bool {
+        let rma = |j: &Job| matches!(j.what, JobFor::Rma { .. } | JobFor::Writes { .. });
+        Hdr::decode(msg)
+            .and_then(|(h, _)| addr::parse(&h.name))
+            .is_some_and(|from| self.stalled.iter().any(|j| j.peer == from && rma(j)))
+    }
+
+    /// Handle kept messages, up to and including one copy (or one batch of
+    /// writes, `write_batch`), so a progress call returns to the
+    /// application after at most one peer's copy.
+    pub(super) fn serve_deferred(&mut self) {
+        loop {
+            let m = if self.deferred.front().is_some_and(|m| self.rma_held(m)) {
+                // (Everything of that peer's behind it waits too: a peer's
+                // data messages take effect in the order sent. Other
+                // peers' go past them.)
+                let Some(m) = self.take_unheld() else { break };
+                m
+            } else {
+                if self.write_batch() {
+                    break;
+                }
+                let Some(m) = self.deferred.pop_front() else { break };
+                m
+            };
+            let copy = matches!(m.first(), Some(&(op::RTS | op::WRITE | op::READ)));
+            self.busy = !self.deferred.is_empty();
+            let delivered = self.delivered;
+            self.on_message(&m);
+            // (A receive kept for pairing has not copied yet: go on to its
+            // partner; one that copied another on its way counts.)
+            if copy && (self.kept.is_none() || self.delivered != delivered) {
+                break;
+            }
+        }
+    }
+
+    /// The first kept message from a peer none of whose RMA jobs with us
+    /// is stalled (see `rma_held`): what may be served while a stalled
+    /// peer's messages wait, every one of them, in order. (Messages from
+    /// different peers have no order between them.)
+    pub(super) fn take_unheld(&mut self) -> Option<Vec<u8>> {
+        let i = self.deferred.iter().position(|m| Hdr::decode(m).is_some() && !self.sent_by_stalled(m))?;
+        self.deferred.remove(i)
+    }
+}

@@ -1,0 +1,182 @@
+//! Frames to peers: the link to each (opened on first use, with a log
+//! line that says why and what to do when nobody is there), sends that
+//! answer -FI_EAGAIN when the peer's queue is full, and control frames
+//! (answers) that must not be lost, queued per peer until they fit.
+
+use super::*;
+
+/// Why a send to `to` found no endpoint there (`e`: opening its region),
+/// and what to do about it.
+fn unreachable_why(to: &SocketAddr, e: &std::io::Error) -> String {
+    let local = to.ip().is_loopback()
+        || crate::info::addr::local_ifaces(None).iter().any(|i| i.ip == to.ip())
+        || crate::info::addr::route_source(to).is_some_and(|ip| ip == to.ip());
+    if !local {
+        return format!(
+            "no oxmr endpoint at {to}: it is not an address of this host, and cross-host transfers need the TCP wire, which is not implemented yet"
+        );
+    }
+    let mut others = Inbox::others_on_port(to.port());
+    others.retain(|a| a != &to.to_string());
+    if others.is_empty() {
+        format!("no oxmr endpoint at {to} on this host ({e}): is the peer running, and its endpoint still open?")
+    } else {
+        format!(
+            "no oxmr endpoint at {to} on this host ({e}), but {} listens on that port: an endpoint is reached only at the address it was opened on; send there, or open the peer's endpoint on {} (fabtests: -s {})",
+            others.join(", "),
+            to.ip(),
+            to.ip()
+        )
+    }
+}
+
+impl Engine {
+    pub(super) fn peer(&mut self, to: SocketAddr) -> Result<&TxPeer> {
+        if let Some(i) = self.peers.find(&to) {
+            return Ok(&self.peers.list[i]);
+        }
+        let link = Link::open(&to).map_err(|e| match e {
+            OpenError::Unreachable(e) => fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e)),
+            OpenError::Version { theirs, ours } => fail!(
+                ffi::FI_EHOSTUNREACH,
+                "the endpoint at {to} speaks shm wire version {theirs}, this oxmr speaks version {ours}: run one oxmr build on both sides"
+            ),
+            OpenError::Dead { owner } => fail!(
+                ffi::FI_EHOSTUNREACH,
+                "the endpoint at {to} is gone: its process {owner} exited without closing it"
+            ),
+        })?;
+        Ok(self.peers.insert(TxPeer::new(to, link)))
+    }
+
+    /// Push a message to `to`; -FI_EAGAIN when its queue is full.
+    pub(super) fn push(&mut self, to: SocketAddr, hdr: Hdr, body: &[&[u8]]) -> Result<()> {
+        self.push_once(to, hdr, body, true)
+    }
+
+    /// `push`; `retry`: once more if the peer's endpoint turns out closed.
+    pub(super) fn push_once(&mut self, to: SocketAddr, mut hdr: Hdr, body: &[&[u8]], retry: bool) -> Result<()> {
+        hdr.pid = self.pid;
+        hdr.name = self.name;
+        let p = self.peer(to)?;
+        let mut hb = [0u8; HDR_MAX];
+        let hlen = hdr.encode(&mut hb);
+        let h = &hb[..hlen];
+        let r = match body {
+            [] => p.link.send(&[h]),
+            [b] => p.link.send(&[h, b]),
+            _ => {
+                let mut parts: Vec<&[u8]> = vec![h];
+                parts.extend_from_slice(body);
+                p.link.send(&parts)
+            }
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err(WireError::Full) => Err(Error::quiet(ffi::FI_EAGAIN)),
+            Err(WireError::Closed) => {
+                // The endpoint we knew there closed; another may have
+                // opened under the same address since.
+                self.peer_gone(to, "closed its endpoint");
+                if retry {
+                    return self.push_once(to, hdr, body, false);
+                }
+                Err(fail!(ffi::FI_ECONNABORTED, "{to} closed its endpoint"))
+            }
+            Err(WireError::Io(e)) => Err(fail!(ffi::FI_EIO, "push to {to}: {e}")),
+        }
+    }
+
+    /// Queue a push of our own memory to its peer (opened if need be, as
+    /// any frame to it is).
+    pub(super) fn queue_stream(&mut self, st: Stream) {
+        if self.peer(st.to).is_ok() {
+            self.peers.queue_stream(st);
+        }
+    }
+
+    /// A control message that must not be lost (ACK): queued if full.
+    pub(super) fn push_ctrl(&mut self, to: SocketAddr, hdr: Hdr) {
+        self.push_ctrl_body(to, hdr, &[]);
+    }
+
+    /// `push_ctrl` with a body after the header. Messages to one peer stay
+    /// in order; a peer whose queue is full holds up only its own.
+    pub(super) fn push_ctrl_body(&mut self, to: SocketAddr, hdr: Hdr, body: &[u8]) {
+        let mut h = hdr;
+        h.pid = self.pid;
+        h.name = self.name;
+        let p = match self.peer(to) {
+            Ok(p) => p,
+            Err(_) => return,
+        };
+        let mut hb = [0u8; HDR_MAX];
+        let hlen = h.encode(&mut hb);
+        if p.outbox.is_empty() {
+            match p.link.send(&[&hb[..hlen], body]) {
+                Ok(()) => return,
+                Err(WireError::Closed) => {
+                    // What it answers was the closed endpoint's.
+                    return self.peer_gone(to, "closed its endpoint");
+                }
+                Err(_) => {}
+            }
+        }
+        let mut m = hb[..hlen].to_vec();
+        m.extend_from_slice(body);
+        self.peers.queue_ctrl(&to, m);
+    }
+
+    /// Retry the control messages that found a full queue, in order per
+    /// peer. (A dead peer's go with it, `peer_gone`, from the liveness
+    /// check.)
+    pub(super) fn flush_outbox(&mut self) {
+        if self.peers.owed == 0 {
+            return;
+        }
+        let mut closed: Vec<SocketAddr> = Vec::new();
+        let mut sent = 0;
+        for p in self.peers.list.iter_mut().filter(|p| !p.outbox.is_empty()) {
+            while let Some(bytes) = p.outbox.front() {
+                match p.link.send(&[bytes]) {
+                    Ok(()) => {}
+                    Err(WireError::Full) => break,
+                    Err(WireError::Closed) => {
+                        closed.push(p.addr);
+                        break;
+                    }
+                    Err(WireError::Io(e)) => tracing::warn!("dropping a control message to {}: {e}", p.addr),
+                }
+                p.outbox.pop_front();
+                sent += 1;
+            }
+        }
+        self.peers.owed -= sent;
+        for a in closed {
+            if self.peers.find(&a).is_some() {
+                self.peer_gone(a, "closed its endpoint");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_send_to_nobody_says_why_and_what_to_do() {
+        let e = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let there: SocketAddr = "127.0.0.1:40123".parse().unwrap();
+        let elsewhere: SocketAddr = "127.0.0.2:40123".parse().unwrap();
+        let why = unreachable_why(&elsewhere, &e);
+        assert!(why.contains("is the peer running"), "{why}");
+        let _own = Inbox::create(&there).unwrap();
+        let why = unreachable_why(&elsewhere, &e);
+        assert!(why.contains("but 127.0.0.1:40123 listens on that port"), "{why}");
+        assert!(why.contains("-s 127.0.0.2"), "{why}");
+        let far: SocketAddr = "198.51.100.7:40123".parse().unwrap();
+        let why = unreachable_why(&far, &e);
+        assert!(why.contains("not an address of this host"), "{why}");
+    }
+}

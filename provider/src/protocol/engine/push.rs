@@ -1,0 +1,126 @@
+//! The push path (PULL -> DATA -> ACK): transfers whose owner pushes its
+//! own bytes because the other side cannot reach them (device memory on
+//! shm; every large transfer on a wire without remote copies).
+
+use super::*;
+
+impl Engine {
+    /// The owner's side of a pull: push our own bytes of operation `msg_id`.
+    pub(super) fn on_pull(&mut self, h: Hdr, from: SocketAddr) {
+        let Some(p) = self.pending.get(&h.msg_id).filter(|p| p.peer == from) else {
+            tracing::warn!("pull from {from} for an operation {} that is not one of ours with it", h.msg_id);
+            return;
+        };
+        // A read's buffers are its destination: the target writes them and
+        // never reads them back (it pushes a read's data; docs/wire.md).
+        if p.kind == Kind::Read {
+            tracing::warn!("pull from {from} for our read {}: a read's buffer is only written; ignored", h.msg_id);
+            return;
+        }
+        let src = clip(&p.iovs, h.len as usize);
+        self.queue_stream(Stream {
+            to: from,
+            msg_id: h.msg_id,
+            total: total(&src),
+            src,
+            off: 0,
+            after: None,
+            _hold: None,
+        });
+    }
+
+    /// A chunk of a pushed transfer.
+    pub(super) fn on_data(&mut self, h: Hdr, from: SocketAddr, body: &[u8]) {
+        let off = h.rma_addr as usize;
+        let chunk = &body[..(h.len as usize).min(body.len())];
+        if let Some(pull) = self.pulls.get_mut(&(from, h.msg_id)) {
+            if let PullFor::Write { hdr, _hold } = &pull.what {
+                if !self.mr.phys_live(_hold) {
+                    let hdr = *hdr;
+                    self.pulls.remove(&(from, h.msg_id));
+                    return self.rma_done(hdr, from, ffi::FI_EKEYREJECTED, None);
+                }
+            }
+            let dest = region_slice(&pull.dest, off, chunk.len());
+            // SAFETY: `dest` lies in a posted receive buffer or in a
+            // registration checked for this access and held by the pull.
+            unsafe { crate::mr::local::scatter(&dest, chunk) };
+            pull.got += chunk.len();
+            if pull.got >= pull.total {
+                let pull = self.pulls.remove(&(from, h.msg_id)).expect("present above");
+                match pull.what {
+                    PullFor::Recv { p, hdr } => self.finish_recv(p, hdr, from, 0),
+                    PullFor::Write { hdr, _hold } => self.rma_done(hdr, from, 0, Some(&_hold)),
+                }
+            }
+        } else if let Some(p) = self.pending.get(&h.msg_id).filter(|p| p.kind == Kind::Read && p.peer == from) {
+            // Our RMA read, pushed by its target (only a read's buffers are
+            // ever written by DATA, and only by the peer it went to).
+            let dest = region_slice(&p.iovs, off, chunk.len());
+            // SAFETY: the destination buffers of our pending read.
+            unsafe { crate::mr::local::scatter(&dest, chunk) };
+        } else {
+            tracing::warn!("data from {from} for unknown transfer {}", h.msg_id);
+        }
+    }
+
+    /// Push what we can of our outgoing streams (a peer whose queue is full
+    /// holds up only the streams to it).
+    pub(super) fn run_streams(&mut self) {
+        if self.peers.owed == 0 {
+            return;
+        }
+        let to: Vec<SocketAddr> = self.peers.list.iter().filter(|p| !p.streams.is_empty()).map(|p| p.addr).collect();
+        for a in to {
+            // (One pass over the streams there now; a peer that goes on the
+            // way takes the rest of its streams with it.)
+            let mut n = self.peers.get(&a).map_or(0, |p| p.streams.len());
+            while n > 0 {
+                n -= 1;
+                let Some(mut st) = self.peers.get_mut(&a).and_then(|p| p.streams.pop_front()) else { break };
+                self.peers.owed -= 1;
+                if !self.run_stream(&mut st) {
+                    if let Some(p) = self.peers.get_mut(&a) {
+                        p.streams.push_front(st);
+                        self.peers.owed += 1;
+                    }
+                    break;
+                }
+                if let Some(h) = st.after.take() {
+                    self.push_ctrl(st.to, h);
+                }
+            }
+        }
+    }
+
+    /// Push the rest of one stream; false when its peer's queue is full.
+    fn run_stream(&mut self, st: &mut Stream) -> bool {
+        if st._hold.as_ref().is_some_and(|r| !self.mr.phys_live(r)) {
+            // A device registration revoked mid-read: no more of it.
+            st.off = st.total;
+            if let Some(a) = st.after.as_mut() {
+                a.status = ffi::FI_EKEYREJECTED;
+            }
+        }
+        while st.off < st.total {
+            let n = (st.total - st.off).min(EAGER_MAX);
+            let mut data = Vec::with_capacity(n);
+            // SAFETY: our own buffers of a pending operation (valid until
+            // it completes) or a registration held by the stream.
+            unsafe { crate::mr::local::gather(&region_slice(&st.src, st.off, n), &mut data) };
+            let hdr =
+                Hdr { op: op::DATA, msg_id: st.msg_id, rma_addr: st.off as u64, len: n as u64, ..Default::default() };
+            // (No retry at a new endpoint under its address: it is not the
+            // one this was for.)
+            match self.push_once(st.to, hdr, &[&data], false) {
+                Ok(()) => st.off += n,
+                Err(e) if e.code() == ffi::FI_EAGAIN => return false,
+                Err(_) => {
+                    st.off = st.total;
+                    st.after = None;
+                }
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,438 @@
+//! The engine over the in-process loopback wire (`wire::loopback`): two
+//! (or three) endpoints in this test's process, driven by hand, with real
+//! registrations, completion queues and address tables. The loopback
+//! wire's copies always answer "push", so every rendezvous send and RMA
+//! here goes RTS/READ/WRITE -> PULL -> DATA -> ACK, the path TCP will
+//! use. What the tests cover: matching (tags, ignore bits, directed
+//! receives, unexpected messages), truncation, rendezvous through the
+//! push path, RMA writes and reads, every refusal of the RMA target
+//! (wrong key, out of bounds, wrong rights, closed key, a registration
+//! not enabled under FI_MR_ENDPOINT, batched writes), forged frames,
+//! cancel, and a peer that goes away with operations pending.
+
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use super::*;
+use crate::mr::account::{Account, CapSource};
+use crate::mr::pin::{PinMode, Pinner};
+use crate::mr::registry::Ranges;
+use crate::mr::{CacheConfig, Request};
+use crate::protocol::av::AddrTable;
+use crate::wire::loopback;
+
+/// A fresh address for each endpoint (loopback inboxes of one process
+/// must not share one; tests run in parallel).
+fn fresh_addr() -> SocketAddr {
+    static NEXT: AtomicU16 = AtomicU16::new(20000);
+    let port = NEXT.fetch_add(1, Ordering::Relaxed);
+    SocketAddr::from(([127, 77, 0, 1], port))
+}
+
+/// One endpoint: its engine and what it is bound to.
+struct Side {
+    eng: Engine,
+    addr: SocketAddr,
+    cq: Arc<CqCore>,
+    av: Arc<AddrTable>,
+    mr: Arc<MrDomain>,
+}
+
+fn side_with(mr_mode: u32, cfg: &Config) -> Side {
+    let addr = fresh_addr();
+    let pinner = Pinner::new(PinMode::None, Account::new(None, CapSource::Variable));
+    let cc = CacheConfig { enable: false, ..CacheConfig::default() };
+    let mr = Arc::new(MrDomain::new(mr_mode as i32, pinner, cc));
+    let attr = ffi::fi_cq_attr { format: ffi::FI_CQ_FORMAT_TAGGED, ..Default::default() };
+    let cq = Arc::new(CqCore::new(&attr).expect("a CQ"));
+    let av = Arc::new(AddrTable::new(8, false));
+    let b = Bindings {
+        tx_cq: Some(cq.clone()),
+        rx_cq: Some(cq.clone()),
+        tx_selective: false,
+        rx_selective: false,
+        cntrs: Default::default(),
+        av: Some(av.clone()),
+        tx_op_flags: 0,
+        rx_op_flags: 0,
+        directed: true,
+    };
+    let inbox = crate::protocol::inbox::Inbox(Inbox::Loop(loopback::Inbox::create(&addr).expect("a loopback inbox")));
+    let eng = Engine::new(inbox, addr, mr.clone(), cfg, b);
+    Side { eng, addr, cq, av, mr }
+}
+
+fn side() -> Side {
+    side_with(ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY, &Config::default())
+}
+
+/// Two endpoints, each with the other in its AV (fi_addr 0).
+fn pair() -> (Side, Side) {
+    let (a, b) = (side(), side());
+    a.av.insert(&[Some(b.addr)]);
+    b.av.insert(&[Some(a.addr)]);
+    (a, b)
+}
+
+/// Progress both sides until `done` or a bound (no timing: a count).
+fn run(a: &mut Side, b: &mut Side, mut done: impl FnMut(&mut Side, &mut Side) -> bool) {
+    for _ in 0..10_000 {
+        if done(a, b) {
+            return;
+        }
+        a.eng.progress();
+        b.eng.progress();
+    }
+    panic!("the two endpoints did not get there in 10000 progress rounds");
+}
+
+/// What a CQ read gives: a success or an error entry.
+#[derive(Debug)]
+enum Got {
+    Ok(CqEntry),
+    Err(CqError),
+}
+
+fn read(s: &Side) -> Option<Got> {
+    let mut e = None;
+    match s.cq.pop(1, |_, x| e = Some(*x)) {
+        Ok(_) => e.map(Got::Ok),
+        Err(x) if x.code() == ffi::FI_EAVAIL => s.cq.readerr().ok().map(Got::Err),
+        Err(_) => None,
+    }
+}
+
+/// Progress both sides until `s` (0: `a`, 1: `b`) has a completion.
+fn next(a: &mut Side, b: &mut Side, which: usize) -> Got {
+    let mut got = None;
+    run(a, b, |a, b| {
+        got = read(if which == 0 { a } else { b });
+        got.is_some()
+    });
+    got.expect("run returned with one")
+}
+
+fn ok(g: Got) -> CqEntry {
+    match g {
+        Got::Ok(e) => e,
+        Got::Err(e) => panic!("expected a completion, got error {} ({:?})", crate::error::errno_name(e.err as u32), e),
+    }
+}
+
+fn err(g: Got) -> CqError {
+    match g {
+        Got::Err(e) => e,
+        Got::Ok(e) => panic!("expected an error completion, got {e:?}"),
+    }
+}
+
+/// The iov of a buffer the engine only reads.
+fn iov(b: &[u8]) -> Iovs {
+    Iovs::one(b.as_ptr() as usize, b.len())
+}
+
+/// The iov of a buffer the engine writes into (through its address).
+fn iov_mut(b: &mut [u8]) -> Iovs {
+    Iovs::one(b.as_mut_ptr() as usize, b.len())
+}
+
+fn send(s: &mut Side, ctx: usize, b: &[u8], tag: Option<u64>) {
+    let o = TxOp { ctx, iovs: iov(b), dest: 0, tag, data: None, flags: None };
+    s.eng.send(o).expect("send posted");
+}
+
+fn recv(s: &mut Side, ctx: usize, b: &mut [u8], src: u64, tag: Option<(u64, u64)>) {
+    s.eng.recv(ctx, iov_mut(b), src, tag, None).expect("receive posted");
+}
+
+/// Register `b` on `s` for `access`; its key.
+fn register(s: &Side, b: &[u8], access: u64) -> (Arc<crate::mr::registry::Region>, u64) {
+    let req = Request {
+        iovs: Ranges::One((b.as_ptr() as usize, b.len())),
+        access,
+        iface: ffi::FI_HMEM_SYSTEM,
+        ..Default::default()
+    };
+    let r = s.mr.register(req).expect("registered");
+    let key = r.key;
+    (r, key)
+}
+
+fn rma(s: &mut Side, ctx: usize, b: &mut [u8], addr: usize, key: u64, read: bool) {
+    let o = RmaOp { ctx, iovs: iov_mut(b), dest: 0, addr: addr as u64, key, data: None, flags: None, read };
+    s.eng.rma(o).expect("RMA posted");
+}
+
+const RW: u64 = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
+const RO: u64 = ffi::FI_REMOTE_READ as u64;
+
+#[test]
+fn tagged_receives_match_by_tag_ignore_bits_and_source() {
+    let (mut a, mut b) = pair();
+    let mut c = side();
+    c.av.insert(&[Some(b.addr)]);
+    b.av.insert(&[Some(c.addr)]); // fi_addr 1 at b
+                                  // b: one receive for tag 0x10 from c only, one for 0x2? from anyone.
+    let (mut from_c, mut any) = ([0u8; 8], [0u8; 8]);
+    recv(&mut b, 1, &mut from_c, 1, Some((0x10, 0)));
+    recv(&mut b, 2, &mut any, ffi::FI_ADDR_UNSPEC, Some((0x20, 0xf)));
+    // a sends tag 0x10 first: not from c, so it goes to neither; then 0x2a.
+    send(&mut a, 11, b"from-a10", Some(0x10));
+    send(&mut a, 12, b"from-a2a", Some(0x2a));
+    assert_eq!(ok(next(&mut a, &mut b, 1)).op_context, 2);
+    assert_eq!(&any, b"from-a2a");
+    send(&mut c, 21, b"from-c10", Some(0x10));
+    let mut got = None;
+    for _ in 0..1000 {
+        a.eng.progress();
+        c.eng.progress();
+        b.eng.progress();
+        got = read(&b);
+        if got.is_some() {
+            break;
+        }
+    }
+    let e = ok(got.expect("c's send completes b's directed receive"));
+    assert_eq!((e.op_context, e.tag, e.src), (1, 0x10, 1));
+    assert_eq!(&from_c, b"from-c10");
+    // a's 0x10 is still unexpected: a later receive from anyone takes it.
+    let mut late = [0u8; 8];
+    recv(&mut b, 3, &mut late, ffi::FI_ADDR_UNSPEC, Some((0x10, 0)));
+    let e = ok(read(&b).expect("matched at post time"));
+    assert_eq!((e.op_context, e.src), (3, 0));
+    assert_eq!(&late, b"from-a10");
+}
+
+#[test]
+fn a_rendezvous_send_goes_through_pull_and_data_and_completes_both_sides() {
+    let (mut a, mut b) = pair();
+    let n = 3 * EAGER_MAX + 123;
+    let src: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+    let mut dst = vec![0u8; n];
+    recv(&mut b, 1, &mut dst, 0, None);
+    send(&mut a, 2, &src, None);
+    let e = ok(next(&mut a, &mut b, 1));
+    assert_eq!((e.op_context, e.len), (1, n));
+    assert!(dst == src, "the receive holds the sender's bytes");
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 2, "the send completes on the ACK");
+}
+
+#[test]
+fn truncated_receives_report_etrunc_with_the_overflow_inline_and_rendezvous() {
+    let (mut a, mut b) = pair();
+    for n in [100usize, 2 * EAGER_MAX] {
+        let src = vec![7u8; n];
+        let mut dst = [0u8; 64 + 8];
+        recv(&mut b, 1, &mut dst[..64], 0, None);
+        send(&mut a, 2, &src, None);
+        let e = err(next(&mut a, &mut b, 1));
+        assert_eq!(e.err as u32, ffi::FI_ETRUNC, "{n} bytes into 64");
+        assert_eq!((e.len, e.olen), (64, n - 64));
+        assert!(dst[..64].iter().all(|&x| x == 7), "the part that fits is delivered");
+        assert!(dst[64..].iter().all(|&x| x == 0), "nothing past the posted buffer");
+        // (The sender's completion: a truncated send is still sent.)
+        let _ = next(&mut a, &mut b, 0);
+    }
+}
+
+#[test]
+fn rma_writes_and_reads_land_in_the_registration() {
+    let (mut a, mut b) = pair();
+    let mut target = vec![0u8; 4 * EAGER_MAX];
+    let base = target.as_mut_ptr() as usize;
+    let (_r, key) = register(&b, &target, RW);
+    // Inline write, large write (pulled), large read (pushed by the target).
+    let mut small = [9u8; 100];
+    rma(&mut a, 1, &mut small, base, key, false);
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 1);
+    let mut big: Vec<u8> = (0..2 * EAGER_MAX).map(|i| (i % 253) as u8).collect();
+    rma(&mut a, 2, &mut big, base + EAGER_MAX, key, false);
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 2);
+    assert_eq!(&target[..100], &small[..]);
+    assert!(target[EAGER_MAX..3 * EAGER_MAX] == big[..]);
+    let mut back = vec![0u8; 2 * EAGER_MAX];
+    rma(&mut a, 3, &mut back, base + EAGER_MAX, key, true);
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 3);
+    assert!(back == big, "the read brings the written bytes back");
+}
+
+/// An RMA that the target must refuse: the initiator's error, and the
+/// target's memory unchanged.
+/// One access an initiator asks for.
+#[derive(Clone, Copy)]
+struct Ask {
+    addr: usize,
+    key: u64,
+    read: bool,
+    len: usize,
+}
+
+fn refused(a: &mut Side, b: &mut Side, target: &[u8], ask: Ask, code: u32) {
+    let Ask { addr, key, read, len } = ask;
+    let before = target.to_vec();
+    let mut buf = vec![0x5au8; len];
+    rma(a, 7, &mut buf, addr, key, read);
+    let e = err(next(a, b, 0));
+    assert_eq!(
+        (e.op_context, e.err as u32),
+        (7, code),
+        "{} of {len} at {addr:#x} key {key:#x}: {}",
+        if read { "read" } else { "write" },
+        crate::error::errno_name(e.err as u32)
+    );
+    assert!(target == before, "a refused access changed the target's memory");
+    if read {
+        assert!(buf.iter().all(|&x| x == 0x5a), "a refused read wrote into the initiator's buffer");
+    }
+}
+
+#[test]
+fn the_rma_target_refuses_wrong_keys_bounds_rights_and_closed_keys() {
+    let (mut a, mut b) = pair();
+    let mut target = vec![1u8; 2 * EAGER_MAX];
+    let base = target.as_mut_ptr() as usize;
+    let (r, key) = register(&b, &target, RW);
+    let (ro, ro_key) = register(&b, &target[..EAGER_MAX], RO);
+    for len in [64, 2 * EAGER_MAX] {
+        // Wrong key.
+        refused(&mut a, &mut b, &target, Ask { addr: base, key: key ^ 0x5555, read: false, len }, ffi::FI_EKEYREJECTED);
+        refused(&mut a, &mut b, &target, Ask { addr: base, key: key ^ 0x5555, read: true, len }, ffi::FI_EKEYREJECTED);
+        // Out of bounds: one byte past the end, and before the start.
+        let end = base + target.len();
+        refused(&mut a, &mut b, &target, Ask { addr: end - len + 1, key, read: false, len }, ffi::FI_EINVAL);
+        refused(&mut a, &mut b, &target, Ask { addr: base - 1, key, read: true, len }, ffi::FI_EINVAL);
+        // Wrong rights: a write into a read-only registration.
+        if len <= EAGER_MAX {
+            refused(&mut a, &mut b, &target, Ask { addr: base, key: ro_key, read: false, len }, ffi::FI_EACCES);
+        }
+    }
+    // A closed key.
+    b.mr.deregister(&ro);
+    refused(&mut a, &mut b, &target, Ask { addr: base, key: ro_key, read: true, len: 64 }, ffi::FI_EKEYREJECTED);
+    b.mr.deregister(&r);
+    refused(&mut a, &mut b, &target, Ask { addr: base, key, read: false, len: 2 * EAGER_MAX }, ffi::FI_EKEYREJECTED);
+}
+
+#[test]
+fn a_registration_not_enabled_under_fi_mr_endpoint_is_refused() {
+    let mode = ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY | ffi::FI_MR_ENDPOINT;
+    let (mut a, mut b) = (side(), side_with(mode, &Config::default()));
+    a.av.insert(&[Some(b.addr)]);
+    b.av.insert(&[Some(a.addr)]);
+    let mut target = vec![3u8; 256];
+    let base = target.as_mut_ptr() as usize;
+    let (r, key) = register(&b, &target, RW);
+    refused(&mut a, &mut b, &target, Ask { addr: base, key, read: false, len: 64 }, ffi::FI_EKEYREJECTED);
+    refused(&mut a, &mut b, &target, Ask { addr: base, key, read: true, len: 64 }, ffi::FI_EKEYREJECTED);
+    // (fi_mr_enable, as objects::mr does it: then it serves.)
+    r.enabled.store(true, std::sync::atomic::Ordering::Release);
+    rma(&mut a, 8, &mut [4u8; 64], base, key, false);
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 8);
+    assert!(target[..64].iter().all(|&x| x == 4));
+}
+
+#[test]
+fn batched_writes_are_each_checked_for_key_and_rights() {
+    // Writes queued before the target runs are served as a run
+    // (`write_batch`), which must refuse exactly what a lone write would.
+    let (mut a, mut b) = pair();
+    let mut target = vec![0u8; 8 * EAGER_MAX];
+    let base = target.as_mut_ptr() as usize;
+    let (_ro, ro_key) = register(&b, &target, RO);
+    let (_rw, rw_key) = register(&b, &target[..4 * EAGER_MAX], RW);
+    let n = EAGER_MAX + 1;
+    let mut bufs: Vec<Vec<u8>> = (0..4).map(|i| vec![0x10 + i as u8; n]).collect();
+    // Three writes under a read-only key, then two allowed ones, all in
+    // b's queue before b runs.
+    for (i, buf) in bufs.iter_mut().enumerate().take(3) {
+        rma(&mut a, 100 + i, buf, base + i * n, ro_key, false);
+    }
+    rma(&mut a, 200, &mut bufs[3], base, rw_key, false);
+    rma(&mut a, 201, &mut bufs[3], base + n, rw_key, false);
+    let mut seen = Vec::new();
+    run(&mut a, &mut b, |a, _| {
+        while let Some(g) = read(a) {
+            seen.push(g);
+        }
+        seen.len() == 5
+    });
+    for g in seen {
+        match g {
+            Got::Err(e) => {
+                assert!((100..103).contains(&e.op_context), "{e:?}");
+                assert_eq!(e.err as u32, ffi::FI_EACCES);
+            }
+            Got::Ok(e) => assert!(e.op_context == 200 || e.op_context == 201, "{e:?}"),
+        }
+    }
+    assert!(target[..2 * n].iter().all(|&x| x == 0x13), "the allowed writes landed");
+    assert!(target[2 * n..].iter().all(|&x| x == 0), "the refused writes changed nothing");
+}
+
+#[test]
+fn a_forged_request_naming_another_process_is_dropped() {
+    let (a, mut b) = pair();
+    let target = vec![0u8; 256];
+    let (_r, key) = register(&b, &target, RW);
+    let mut dst = vec![0u8; 256];
+    // A READ request "from a" (its name, its epoch), naming `pid` as the
+    // process to write into; only b runs, and a's inbox shows what b sent.
+    let mut forged = |pid: u32| {
+        let mut h = Hdr {
+            op: op::READ,
+            len: 64,
+            rma_addr: target.as_ptr() as u64,
+            rma_key: key,
+            msg_id: (a.eng.next_id >> 32) << 32 | 5,
+            iov_count: 1,
+            ..Default::default()
+        };
+        h.pid = pid;
+        h.name = a.eng.name;
+        let mut hb = [0u8; HDR_MAX];
+        let hl = h.encode(&mut hb);
+        let link = Link::open(&b.addr).expect("b's inbox");
+        link.send(&[&hb[..hl], &encode_iovs(&[(dst.as_mut_ptr() as usize, 64)])]).expect("queued");
+    };
+    let to_a = loopback::Queue::find(&a.addr).expect("a's inbox");
+    // Naming process 1: the link a's frames come on records this process
+    // as a's owner, so b serves nothing and answers nothing.
+    forged(1);
+    for _ in 0..100 {
+        b.eng.progress();
+    }
+    assert_eq!(to_a.waiting(), 0, "b answered a forged request");
+    // (The control: the same request naming a's real process is served:
+    // DATA and an ACK go to a.)
+    forged(std::process::id());
+    for _ in 0..100 {
+        b.eng.progress();
+    }
+    assert!(to_a.waiting() >= 2, "the same request, not forged, was not served");
+}
+
+#[test]
+fn cancel_gives_ecanceled_and_a_peer_that_closes_fails_what_it_owed() {
+    let (mut a, b) = pair();
+    let mut buf = [0u8; 16];
+    recv(&mut a, 42, &mut buf, ffi::FI_ADDR_UNSPEC, None);
+    a.eng.cancel(42).expect("found");
+    let e = err(read(&a).expect("the cancel's entry"));
+    assert_eq!((e.op_context, e.err as u32), (42, ffi::FI_ECANCELED));
+    assert_eq!(a.eng.cancel(42).map_err(|e| e.code()).err(), Some(ffi::FI_ENOENT));
+    // A large send to b, then b goes away before answering.
+    let big = vec![1u8; 3 * EAGER_MAX];
+    send(&mut a, 43, &big, None);
+    drop(b);
+    let mut got = None;
+    for _ in 0..100_000 {
+        a.eng.progress();
+        got = read(&a);
+        if got.is_some() {
+            break;
+        }
+        // (The liveness sweep looks every LIVENESS_EVERY.)
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    let e = err(got.expect("the send fails once its peer is gone"));
+    assert_eq!((e.op_context, e.err as u32), (43, ffi::FI_ECONNABORTED));
+}
