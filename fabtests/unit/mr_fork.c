@@ -24,6 +24,13 @@
  *
  * PFNs come from /proc/self/pagemap, which shows them to root only
  * (CAP_SYS_ADMIN); otherwise they read as 0 and the PFN checks are skipped.
+ *
+ * Then the registration is used after the fork, as a peer would use it: a
+ * second child, a process of its own with its own endpoint, writes 'D'
+ * over the first 64 KiB through RMA and reads the last 4 KiB back; the
+ * parent's endpoint (in the registration's domain) serves both. The write
+ * must land in the parent's buffer (what the parent reads), the read must
+ * return the parent's bytes ('C'), not the first child's.
  */
 #include "oxt.h"
 
@@ -34,6 +41,8 @@
 #include <rdma/fi_ext_oxmr.h>
 
 #define LEN (1UL << 20)
+#define K64 (64UL << 10)
+#define TAIL 4096UL
 
 /* The PFN behind `addr` (0: not present, or hidden from this user). */
 static uint64_t pfn_of(const void *addr)
@@ -62,6 +71,39 @@ static long first_not(const char *buf, size_t len, char c)
 		if (buf[i] != c)
 			return (long)i;
 	return -1;
+}
+
+/*
+ * The second child: an RMA initiator in a process of its own. Writes 'D'
+ * over [addr, addr + 64 KiB) of the parent's registration `key` and reads
+ * its last 4 KiB back. Exit status: 0 all done; 10 the write was not
+ * posted, 11 it completed in error (or not at all), 12/13 the same for the
+ * read, 14 the read did not bring 'C'.
+ */
+static int rma_child(const char *parent_name, uint64_t key, uint64_t addr)
+{
+	static char src[K64], back[TAIL];
+	struct oxt_ep x;
+	fi_addr_t peer = FI_ADDR_NOTAVAIL;
+	void *ctx = NULL;
+	int w = 0, r = 0;
+
+	alarm(20);
+	oxt_ep_open(&x, 0, FI_WAIT_NONE);
+	REQUIRE_RC(fi_av_insert(x.av, parent_name, 1, &peer, 0, NULL), 1);
+	memset(src, 'D', sizeof src);
+	if (fi_write(x.ep, src, K64, NULL, peer, addr, key, &w) != 0)
+		return 10;
+	if (oxt_next_completion(x.cq, 10000, &ctx) != 0 || ctx != &w)
+		return 11;
+	if (fi_read(x.ep, back, TAIL, NULL, peer, addr + LEN - TAIL, key, &r) != 0)
+		return 12;
+	if (oxt_next_completion(x.cq, 10000, &ctx) != 0 || ctx != &r)
+		return 13;
+	if (first_not(back, TAIL, 'C') >= 0)
+		return 14;
+	oxt_ep_close(&x);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -191,6 +233,61 @@ int main(int argc, char **argv)
 	EXPECT_RC(ops->query(mr, &q), 0);
 	EXPECT_EQ(q.class_, cls);
 	EXPECT_EQ(q.bytes_pinned, LEN);
+
+	OXT_GROUP("after the fork, another process's RMA: its write of 'D' lands in the parent's registration, its read returns the parent's 'C'");
+	{
+		struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
+		struct fi_av_attr aa = { .type = FI_AV_TABLE };
+		struct fi_cq_tagged_entry ent;
+		struct fid_ep *ep = NULL;
+		struct fid_cq *cq = NULL;
+		struct fid_av *av = NULL;
+		char name[64] = { 0 };
+		size_t nlen = sizeof name;
+		uint64_t key = fi_mr_key(mr);
+		double until;
+		bool exited = false;
+
+		REQUIRE_RC(fi_cq_open(domain, &ca, &cq, NULL), 0);
+		REQUIRE_RC(fi_av_open(domain, &aa, &av, NULL), 0);
+		REQUIRE_RC(fi_endpoint(domain, info, &ep, NULL), 0);
+		REQUIRE_RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+		REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+		REQUIRE_RC(fi_enable(ep), 0);
+		REQUIRE_RC(fi_getname(&ep->fid, name, &nlen), 0);
+		pid = fork();
+		REQUIRE(pid >= 0, "fork: %s", strerror(errno));
+		if (pid == 0)
+			_exit(rma_child(name, key, (uint64_t)(uintptr_t)buf));
+		/* (Reading our CQ runs our endpoint's progress: the target's
+		 * side of both accesses.) */
+		until = oxt_now_ms() + 20000;
+		while (!exited && oxt_now_ms() < until) {
+			(void)fi_cq_read(cq, &ent, 1);
+			exited = waitpid(pid, &status, WNOHANG) == pid;
+		}
+		if (!exited) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+		}
+		EXPECT(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		       "the initiator: %s, status %#x (exit 10/11: the write not posted / not completed, 12/13: the read, 14: the read did not bring 'C')",
+		       exited ? "exited" : "still running after 20 s", status);
+		{
+			long at = first_not(buf, K64, 'D');
+			long rest = first_not(buf + K64, LEN - K64, 'C');
+
+			EXPECT(at < 0, "byte %ld of the written 64 KiB is '%c', expected 'D'", at,
+			       at < 0 ? 'D' : buf[at]);
+			EXPECT(rest < 0, "byte %ld past the write is '%c', expected 'C'",
+			       rest < 0 ? 0 : rest + (long)K64, rest < 0 ? 'C' : buf[K64 + rest]);
+		}
+		if (pfns && !mlock_mode)
+			EXPECT_EQ(pfn_of(buf), pfn0);
+		EXPECT_RC(fi_close(&ep->fid), 0);
+		EXPECT_RC(fi_close(&av->fid), 0);
+		EXPECT_RC(fi_close(&cq->fid), 0);
+	}
 
 	OXT_GROUP("close the registration, domain and fabric");
 	EXPECT_RC(fi_close(&mr->fid), 0);

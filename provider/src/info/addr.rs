@@ -1,7 +1,7 @@
 //! Endpoint addresses: `FI_SOCKADDR_IN` / `FI_SOCKADDR_IN6` in C byte form,
 //! and the local interfaces getinfo offers.
 //!
-//! An endpoint's name is the address of its TCP listener (DESIGN.md). The
+//! An endpoint's name is the address of its TCP listener (docs/wire.md). The
 //! byte layouts are Linux's `struct sockaddr_in` (16 bytes) and
 //! `struct sockaddr_in6` (28 bytes); parsing them needs no unsafe code.
 

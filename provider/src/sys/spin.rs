@@ -6,10 +6,8 @@
 //! buffer to drain: after a message is written into a peer's queue (a
 //! cache line the peer's core holds), that unlock stalls until the line
 //! arrives. This lock releases with a plain release store, so a lock and
-//! unlock cost one locked instruction instead of two. Measured: the CQ and
-//! engine unlocks were a fifth of `bench/round.c`'s profile; with this
-//! lock, `fi_rdm_pingpong` at 8 B went from 0.53-0.58 to 0.43-0.50 us in
-//! alternating runs.
+//! unlock cost one locked instruction instead of two (what that bought is in
+//! docs/benchmarks.md, "Spin lock").
 //!
 //! Waiters spin briefly, then yield, then sleep in short naps: nothing here
 //! is held for long except an engine copying a large transfer (at most a
