@@ -41,16 +41,20 @@ for name in $(python3 ci/mutations.py --list); do
 	}
 	(cd "$tree" && git diff --stat | tail -1)
 	log="$work/$name.rust.log"
-	(cd "$tree" && timeout 900 cargo test --workspace -- --test-threads=1 >"$log" 2>&1)
-	rust=$(grep -E '^test .* \.\.\. FAILED$' "$log" | sed 's/^test \(.*\) \.\.\. FAILED$/\1/' | tr '\n' ' ')
-	if grep -q '^error\(\[E[0-9]*\]\)\?:' "$log"; then
-		rust="(does not build: $(grep -m1 '^error' "$log"))"
+	# (--no-fail-fast: every test binary runs, not just those before the
+	# first failing one.)
+	(cd "$tree" && timeout 900 cargo test --workspace --no-fail-fast -- --test-threads=1 >"$log" 2>&1)
+	rust=$(grep -E '^test .* \.\.\. FAILED$' "$log" | sed 's/^test \(.*\) \.\.\. FAILED$/\1/' | sort -u | tr '\n' ' ')
+	if grep -qE '^error\[E[0-9]+\]|could not compile' "$log"; then
+		rust="(does not build: $(grep -m1 -E '^error\[E[0-9]+\]|could not compile' "$log"))"
 	fi
 	clog="$work/$name.c.log"
 	(cd "$tree" && cargo build --release -p oxmr >"$clog" 2>&1 &&
 		mkdir -p "$work/build" && install -m 0755 "$CARGO_TARGET_DIR/release/liboxmr.so" "$work/build/liboxmr-fi.so" &&
 		timeout 900 bash fabtests/run.sh "$work/build" >>"$clog" 2>&1)
-	c=$(grep -E '^FAIL ' "$clog" | sed 's/^FAIL //' | tr '\n' ' ')
+	# (The programs that failed, and their failed groups: "prog: N".)
+	c=$( (grep -E '^FAIL [^-]' "$clog" | awk '{print $2}'
+		grep -E '^FAIL - ' "$clog" | sed -E 's/^FAIL - ([^:]+: [0-9]+)\..*/group \1/') | sort -u | tr '\n' ';')
 	echo "rust: ${rust:-nothing failed}"
 	echo "C:    ${c:-nothing failed}"
 	if [ -z "$rust" ] || [ -z "$c" ]; then
