@@ -154,6 +154,7 @@ fn lookup_bench() {
             cached: None,
             refreshed: AtomicBool::new(false),
             revoked: std::sync::OnceLock::new(),
+            denied: std::sync::OnceLock::new(),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,

@@ -394,18 +394,23 @@ pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {
 
 // ---- FI_RMA ----
 
-#[allow(clippy::too_many_arguments)]
-fn rma(
-    ctx: *mut c_void,
-    v: Result<Iovs>,
+/// The remote side of an RMA call: the peer, and the address and key it
+/// registered.
+struct Remote {
     dest: u64,
     addr: u64,
     key: u64,
+}
+
+fn rma(
+    ctx: *mut c_void,
+    v: Result<Iovs>,
+    r: Remote,
     data: Option<u64>,
     flags: Option<u64>,
     read: bool,
 ) -> Result<RmaOp> {
-    Ok(RmaOp { ctx: ctx as usize, iovs: v?, dest, addr, key, data, flags, read })
+    Ok(RmaOp { ctx: ctx as usize, iovs: v?, dest: r.dest, addr: r.addr, key: r.key, data, flags, read })
 }
 
 unsafe fn rma_msg(msg: *const ffi::fi_msg_rma, flags: u64, read: bool) -> Result<RmaOp> {
@@ -449,7 +454,7 @@ unsafe extern "C" fn rma_read(
     ctx: *mut c_void,
 ) -> isize {
     // SAFETY: C contract of fi_read.
-    unsafe { rma_common("fi_read", ep, rma(ctx, one(buf, len), src, addr, key, None, None, true)) }
+    unsafe { rma_common("fi_read", ep, rma(ctx, one(buf, len), Remote { dest: src, addr, key }, None, None, true)) }
 }
 
 unsafe extern "C" fn rma_readv(
@@ -463,7 +468,7 @@ unsafe extern "C" fn rma_readv(
     ctx: *mut c_void,
 ) -> isize {
     // SAFETY: C contract of fi_readv.
-    unsafe { rma_common("fi_readv", ep, rma(ctx, iovs(iov, count), src, addr, key, None, None, true)) }
+    unsafe { rma_common("fi_readv", ep, rma(ctx, iovs(iov, count), Remote { dest: src, addr, key }, None, None, true)) }
 }
 
 unsafe extern "C" fn rma_readmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize {
@@ -482,7 +487,7 @@ unsafe extern "C" fn rma_write(
     ctx: *mut c_void,
 ) -> isize {
     // SAFETY: C contract of fi_write.
-    unsafe { rma_common("fi_write", ep, rma(ctx, one(buf, len), dest, addr, key, None, None, false)) }
+    unsafe { rma_common("fi_write", ep, rma(ctx, one(buf, len), Remote { dest, addr, key }, None, None, false)) }
 }
 
 unsafe extern "C" fn rma_writev(
@@ -496,7 +501,7 @@ unsafe extern "C" fn rma_writev(
     ctx: *mut c_void,
 ) -> isize {
     // SAFETY: C contract of fi_writev.
-    unsafe { rma_common("fi_writev", ep, rma(ctx, iovs(iov, count), dest, addr, key, None, None, false)) }
+    unsafe { rma_common("fi_writev", ep, rma(ctx, iovs(iov, count), Remote { dest, addr, key }, None, None, false)) }
 }
 
 unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize {
@@ -517,7 +522,7 @@ unsafe extern "C" fn rma_inject(
         rma_common(
             "fi_inject_write",
             ep,
-            rma(std::ptr::null_mut(), one(buf, len), dest, addr, key, None, Some(INJECT), false),
+            rma(std::ptr::null_mut(), one(buf, len), Remote { dest, addr, key }, None, Some(INJECT), false),
         )
     }
 }
@@ -534,7 +539,9 @@ unsafe extern "C" fn rma_writedata(
     ctx: *mut c_void,
 ) -> isize {
     // SAFETY: C contract of fi_writedata.
-    unsafe { rma_common("fi_writedata", ep, rma(ctx, one(buf, len), dest, addr, key, Some(data), None, false)) }
+    unsafe {
+        rma_common("fi_writedata", ep, rma(ctx, one(buf, len), Remote { dest, addr, key }, Some(data), None, false))
+    }
 }
 
 unsafe extern "C" fn rma_injectdata(
@@ -551,7 +558,7 @@ unsafe extern "C" fn rma_injectdata(
         rma_common(
             "fi_inject_writedata",
             ep,
-            rma(std::ptr::null_mut(), one(buf, len), dest, addr, key, Some(data), Some(INJECT), false),
+            rma(std::ptr::null_mut(), one(buf, len), Remote { dest, addr, key }, Some(data), Some(INJECT), false),
         )
     }
 }

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use oxmr_ffi as ffi;
 
 use super::pin::{Pin, Pinner};
+use super::protwatch::{Change, Drained, ProtWatch};
 use super::registry::Region;
 use super::uffd::{Cause, Invalidation, Monitor};
 use crate::error::Result;
@@ -58,6 +59,9 @@ pub struct Entry {
     /// Set for good when its memory was unmapped or moved: the
     /// registrations using it are revoked (`Registry::check` reads this).
     pub revoked: AtomicBool,
+    /// The remote accesses (FI_REMOTE_* bits) its memory's protection no
+    /// longer allows (mprotect while in use; `Registry::check` reads it).
+    pub denied: AtomicU64,
 }
 
 impl Entry {
@@ -115,6 +119,8 @@ pub struct CacheStats {
     pub inv_remove: AtomicU64,
     pub inv_remap: AtomicU64,
     pub inv_overflow: AtomicU64,
+    /// Entries taken out of service by a protection change (mprotect).
+    pub inv_protect: AtomicU64,
 }
 
 /// A domain's cache.
@@ -140,6 +146,9 @@ pub struct Cache {
     /// memory revokes them: (start, end, region). Every registration whose
     /// ranges the monitor watches is here, cached or not.
     live: Mutex<Vec<Live>>,
+    /// mprotect, as perf records it (None: not allowed here; then a hit
+    /// validates its range as a miss does, reading /proc/self/maps).
+    prot: Option<ProtWatch>,
 }
 
 /// A tracked open registration (see `Cache::live`): one range of it, and
@@ -152,6 +161,10 @@ struct Live {
     end: u64,
     key: u64,
     revoked: Arc<AtomicBool>,
+    /// The registration's `denied` bits (see `Region::denied`).
+    denied: Arc<AtomicU64>,
+    /// All of the registration's ranges, to read their protection anew.
+    ranges: Arc<[(usize, usize)]>,
 }
 
 impl Live {
@@ -201,6 +214,44 @@ fn revoke_live(revoked: &AtomicBool, key: u64, at: u64, why: &str) {
     }
 }
 
+/// Read the protection of `ranges` now and store the remote accesses it
+/// no longer allows into `denied` (FI_REMOTE_READ: not readable;
+/// FI_REMOTE_WRITE: not writable; both where unmapped). Off the data path:
+/// only after a recorded change touches the ranges.
+fn set_denied(denied: &AtomicU64, ranges: &[(usize, usize)]) {
+    let (r, w) = (ffi::FI_REMOTE_READ as u64, ffi::FI_REMOTE_WRITE as u64);
+    let mut bits = 0;
+    for &(a, l) in ranges.iter().filter(|x| x.1 > 0) {
+        match super::maps::mappings_in(a, l) {
+            Ok(m) => {
+                if super::maps::first_gap(&m, a, l).is_some() {
+                    bits |= r | w;
+                }
+                for x in &m {
+                    if !x.read {
+                        bits |= r;
+                    }
+                    if !x.write {
+                        bits |= w;
+                    }
+                }
+            }
+            Err(_) => bits |= r | w,
+        }
+    }
+    if denied.swap(bits, Ordering::AcqRel) != bits && bits != 0 {
+        tracing::warn!(
+            "registered memory at {:#x} had its protection changed (mprotect) while registered: remote {} now refused with FI_EACCES",
+            ranges.first().map_or(0, |x| x.0),
+            match (bits & r != 0, bits & w != 0) {
+                (true, true) => "reads and writes",
+                (true, false) => "reads",
+                _ => "writes",
+            }
+        );
+    }
+}
+
 fn overlaps(a: usize, alen: usize, i: &Invalidation) -> bool {
     (a as u64) < i.end && i.start < (a + alen) as u64
 }
@@ -208,7 +259,27 @@ fn overlaps(a: usize, alen: usize, i: &Invalidation) -> bool {
 impl Cache {
     /// A cache, if the process monitor is available.
     pub fn new(max_bytes: u64, max_count: usize, record_pfn: bool) -> Option<Arc<Self>> {
+        Self::new_watching(max_bytes, max_count, record_pfn, true)
+    }
+
+    /// `new`; `watch_prot` false: as where perf is not allowed (tests).
+    fn new_watching(max_bytes: u64, max_count: usize, record_pfn: bool, watch_prot: bool) -> Option<Arc<Self>> {
         let monitor = Monitor::get()?;
+        let prot = match ProtWatch::open().and_then(|w| {
+            if watch_prot {
+                Ok(w)
+            } else {
+                Err(std::io::Error::other("off for this test"))
+            }
+        }) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::info!(
+                    "mprotect cannot be watched here (perf: {e}); cache hits check their range in /proc/self/maps, as misses do (kernel.perf_event_paranoid <= 2 makes hits free of system calls)"
+                );
+                None
+            }
+        };
         let seq_events = monitor.events();
         let seq = monitor.head();
         Some(Arc::new(Cache {
@@ -230,6 +301,7 @@ impl Cache {
             process: crate::sys::process_token(),
             seen: AtomicU64::new(seq_events),
             live: Mutex::new(Vec::new()),
+            prot,
         }))
     }
 
@@ -257,8 +329,18 @@ impl Cache {
         }
     }
 
-    /// Apply the monitor's log to the index (invalidating what it names).
+    /// Apply the monitor's log to the index (invalidating what it names),
+    /// and the protection changes perf recorded.
     fn sync(&self, s: &mut State) {
+        self.sync_uffd(s);
+        // (After the unmaps: the new mapping at an unmapped range is
+        // recorded too, and must find the old entry gone, not detach it.)
+        if self.prot.as_ref().is_some_and(|w| w.pending()) {
+            self.sync_prot(s);
+        }
+    }
+
+    fn sync_uffd(&self, s: &mut State) {
         if self.monitor.up_to_date(s.seq) {
             return;
         }
@@ -271,6 +353,48 @@ impl Cache {
             s.seq = next;
             if n < buf.len() {
                 return;
+            }
+        }
+    }
+
+    /// Apply recorded protection changes: an entry they touch serves no new
+    /// registration (the next one is a miss, which checks the memory as it
+    /// is now, so a hit never grants what a miss would refuse), and the
+    /// open registrations they touch learn which remote accesses their
+    /// memory allows now (`denied`). New mappings are recorded too; they
+    /// touch no entry.
+    fn sync_prot(&self, s: &mut State) {
+        let Some(w) = &self.prot else { return };
+        let changes = match w.drain() {
+            Drained::Changes(v) => v,
+            Drained::Lost => {
+                // (Changes were lost: every entry and registration is
+                // looked at anew.)
+                vec![Change { start: 0, end: u64::MAX, prot: 0 }]
+            }
+        };
+        let mut live_touched = false;
+        for c in &changes {
+            let inv = Invalidation { start: c.start, end: c.end, cause: Cause::Protect };
+            let lo = (c.start as usize).saturating_sub(s.longest);
+            let mut any = false;
+            for (_, v) in s.index.range((lo, 0)..).take_while(|(k, _)| (k.0 as u64) < c.end) {
+                if overlaps(v.entry.start, v.entry.len.max(1), &inv) {
+                    any = true;
+                    if v.users > 0 {
+                        set_denied(&v.entry.denied, &[(v.entry.start, v.entry.len)]);
+                    }
+                }
+            }
+            if any {
+                self.invalidate(s, &inv);
+            }
+            live_touched = true;
+        }
+        if live_touched {
+            let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            for x in live.iter().filter(|x| changes.iter().any(|c| x.start < c.end && c.start < x.end)) {
+                set_denied(&x.denied, &x.ranges);
             }
         }
     }
@@ -288,6 +412,7 @@ impl Cache {
             Cause::Remove => &self.stats.inv_remove,
             Cause::Remap => &self.stats.inv_remap,
             Cause::Overflow => &self.stats.inv_overflow,
+            Cause::Protect => &self.stats.inv_protect,
         };
         if matches!(inv.cause, Cause::Unmap | Cause::Remap) {
             self.revoke_live_in(inv);
@@ -406,7 +531,16 @@ impl Cache {
                     // every later unmap or remap of it revokes it, and
                     // with it this registration: a hit needs no tracking
                     // of its own.)
-                    return Ok((Pin::Cached(CacheRef { cache: self.clone(), entry }), None));
+                    let pin = Pin::Cached(CacheRef { cache: self.clone(), entry });
+                    if self.prot.is_none() {
+                        // Nothing tells us of mprotect here: the range is
+                        // checked as a miss checks it, so a hit never grants
+                        // what a miss would refuse. (The pin, given back on
+                        // a refusal, takes the lock: released first.)
+                        drop(s);
+                        super::pin::validate(&[(a, l)], access)?;
+                    }
+                    return Ok((pin, None));
                 }
             }
             // Note the log position, then subscribe, then pin: any change
@@ -461,7 +595,16 @@ impl Cache {
             let id = s.next_id;
             s.next_id += 1;
             let pfns = if self.record_pfn { super::pagemap_pfns(a, l) } else { Vec::new() };
-            let entry = Arc::new(Entry { id, start: a, len: l, access, pin, pfns, revoked: AtomicBool::new(false) });
+            let entry = Arc::new(Entry {
+                id,
+                start: a,
+                len: l,
+                access,
+                pin,
+                pfns,
+                revoked: AtomicBool::new(false),
+                denied: AtomicU64::new(0),
+            });
             s.index.insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick, detached: false });
             s.bytes += l as u64;
             s.longest = s.longest.max(l);
@@ -517,7 +660,8 @@ impl Cache {
     /// when not: see `Monitor::quiet_since`).
     pub fn refresh(&self) {
         let seen = self.seen.load(Ordering::Acquire);
-        if self.monitor.quiet_since(seen) || crate::sys::process_token() != self.process {
+        let prot = self.prot.as_ref().is_some_and(|w| w.pending());
+        if (self.monitor.quiet_since(seen) && !prot) || crate::sys::process_token() != self.process {
             return;
         }
         let now = self.monitor.events();
@@ -549,8 +693,17 @@ impl Cache {
                 live.retain(Live::open);
             }
             let flag = r.revoked.get_or_init(|| Arc::new(AtomicBool::new(false)));
+            let denied = r.denied.get_or_init(|| Arc::new(AtomicU64::new(0)));
+            let ranges: Arc<[(usize, usize)]> = r.iovs.iter().copied().collect();
             for &(a, l) in r.iovs.iter().filter(|x| x.1 > 0) {
-                live.push(Live { start: a as u64, end: (a + l) as u64, key: r.key, revoked: flag.clone() });
+                live.push(Live {
+                    start: a as u64,
+                    end: (a + l) as u64,
+                    key: r.key,
+                    revoked: flag.clone(),
+                    denied: denied.clone(),
+                    ranges: ranges.clone(),
+                });
             }
         }
         let moved = r.iovs.iter().filter(|x| x.1 > 0).any(|&(a, l)| self.touched_by_move(since, a, l));
@@ -674,6 +827,82 @@ mod tests {
         drop(r3);
         // SAFETY: our mapping.
         unsafe { libc::munmap(a as *mut _, len) };
+    }
+
+    fn reg_for(d: &MrDomain, a: usize, l: usize, access: u64) -> Result<Arc<crate::mr::registry::Region>> {
+        let req = Request { iovs: Ranges::One((a, l)), access, iface: ffi::FI_HMEM_SYSTEM, ..Default::default() };
+        d.register(req)
+    }
+
+    fn protect(a: usize, len: usize, prot: i32) {
+        // SAFETY: our own mapping.
+        assert_eq!(unsafe { libc::mprotect(a as *mut libc::c_void, len, prot) }, 0);
+    }
+
+    /// A cached read-write pin, then mprotect: the next registrations get
+    /// what a miss gets (FI_EACCES for write on PROT_READ, for anything
+    /// on PROT_NONE), with mprotect watched (perf) and without (the hit
+    /// checks its range as a miss does).
+    fn hit_after_mprotect_answers_as_a_miss(watch: bool) {
+        let pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
+        let mr_mode = (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32;
+        let mut d = MrDomain::new(mr_mode, pinner, CacheConfig { enable: false, ..CacheConfig::default() });
+        d.cache = Cache::new_watching(1 << 30, 4096, false, watch);
+        let c = d.cache.clone().expect("userfaultfd works here");
+        assert_eq!(c.prot.is_some(), watch, "perf_event_open works here (root, or perf_event_paranoid <= 2)");
+        let (rw, r, w) = (
+            (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64,
+            ffi::FI_REMOTE_READ as u64,
+            ffi::FI_REMOTE_WRITE as u64,
+        );
+        let len = 64 << 10;
+        let a = map(0, len, 1);
+        let r1 = reg_for(&d, a, len, rw).unwrap();
+        d.deregister(&r1);
+        drop(r1);
+        // (Still a hit while nothing changed.)
+        let r2 = reg_for(&d, a, len, rw).unwrap();
+        assert_eq!(c.stats.hits.load(Ordering::Relaxed), 1);
+        d.deregister(&r2);
+        drop(r2);
+        protect(a, len, libc::PROT_READ);
+        let e = reg_for(&d, a, len, w).map(|_| ()).map_err(|e| e.code());
+        assert_eq!(e, Err(ffi::FI_EACCES), "FI_REMOTE_WRITE on memory made PROT_READ after it was cached");
+        reg_for(&d, a, len, r).expect("FI_REMOTE_READ of PROT_READ memory registers");
+        protect(a, len, libc::PROT_NONE);
+        let e = reg_for(&d, a, len, r).map(|_| ()).map_err(|e| e.code());
+        assert_eq!(e, Err(ffi::FI_EACCES), "FI_REMOTE_READ on memory made PROT_NONE");
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a as *mut libc::c_void, len) };
+    }
+
+    #[test]
+    fn a_hit_after_mprotect_answers_as_a_miss_with_the_watch() {
+        hit_after_mprotect_answers_as_a_miss(true);
+    }
+
+    #[test]
+    fn a_hit_after_mprotect_answers_as_a_miss_without_the_watch() {
+        hit_after_mprotect_answers_as_a_miss(false);
+    }
+
+    #[test]
+    fn an_open_registration_made_read_only_refuses_remote_writes() {
+        let d = domain();
+        let len = 64 << 10;
+        let a = map(0, len, 1);
+        let r = reg(&d, a, len);
+        assert!(writable(&d, &r).is_ok());
+        protect(a, len, libc::PROT_READ);
+        d.refresh();
+        assert_eq!(writable(&d, &r), Err(crate::mr::registry::AccessError::Protected));
+        assert!(d.registry.check(r.key, r.iova, 8, ffi::FI_REMOTE_READ as u64).is_ok(), "reads still allowed");
+        protect(a, len, libc::PROT_READ | libc::PROT_WRITE);
+        d.refresh();
+        assert!(writable(&d, &r).is_ok(), "writable again: writes allowed again");
+        d.deregister(&r);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a as *mut libc::c_void, len) };
     }
 
     fn writable(

@@ -7,7 +7,10 @@
 //! - `maps`: the kernel's view of the mappings, to validate a range and to
 //!   say why memory cannot be pinned;
 //! - `local`: copies of this process's own memory (device-aware), for
-//!   every wire.
+//!   every wire;
+//! - `cache`, `uffd`, `protwatch`: the lazy-deregistration cache and what
+//!   keeps it honest (userfaultfd for unmaps, remaps and discards; perf's
+//!   mmap records for mprotect).
 //!
 //! Registration order (all-or-nothing): decode and check the request, pin
 //! (which validates the range), then publish the key. Close removes the key
@@ -21,6 +24,7 @@ pub mod maps;
 pub mod mlock;
 pub mod phys;
 pub mod pin;
+pub mod protwatch;
 pub mod registry;
 pub mod uffd;
 pub mod uring;
@@ -285,6 +289,7 @@ impl MrDomain {
             },
             refreshed: AtomicBool::new(false),
             revoked: std::sync::OnceLock::new(),
+            denied: std::sync::OnceLock::new(),
             pin: std::sync::Mutex::new(pin),
             pfn0,
             phys,

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use oxmr_ffi as ffi;
@@ -92,6 +92,12 @@ pub struct Region {
     /// which makes this flag and shares it), until fi_mr_refresh. Unset
     /// (a cache hit, an unwatched range): not revoked this way.
     pub revoked: OnceLock<Arc<AtomicBool>>,
+    /// Remote accesses (FI_REMOTE_READ / FI_REMOTE_WRITE bits) its memory's
+    /// protection no longer allows: mprotect after registration, as the
+    /// cache's watch saw it (for a tracked registration; a cache hit's
+    /// entry holds its own). Refused at the target, never attempted: a
+    /// write into memory the owner made read-only must not fault it.
+    pub denied: OnceLock<Arc<AtomicU64>>,
     /// Replaced by fi_mr_refresh (FI_MR_MMU_NOTIFY).
     pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
@@ -126,6 +132,9 @@ pub enum AccessError {
     OutOfBounds,
     /// The region was not registered for this access.
     Denied,
+    /// Its memory's protection no longer allows this access (mprotect after
+    /// registration).
+    Protected,
 }
 
 impl AccessError {
@@ -134,7 +143,7 @@ impl AccessError {
         match self {
             AccessError::UnknownKey | AccessError::NotEnabled | AccessError::Revoked => ffi::FI_EKEYREJECTED,
             AccessError::Overflow | AccessError::OutOfBounds => ffi::FI_EINVAL,
-            AccessError::Denied => ffi::FI_EACCES,
+            AccessError::Denied | AccessError::Protected => ffi::FI_EACCES,
         }
     }
 }
@@ -311,6 +320,11 @@ impl Registry {
         if access & !region.access != 0 {
             return Err(AccessError::Denied);
         }
+        let denied = region.cached.as_ref().map_or(0, |e| e.denied.load(Ordering::Acquire))
+            | region.denied.get().map_or(0, |d| d.load(Ordering::Acquire));
+        if access & denied != 0 {
+            return Err(AccessError::Protected);
+        }
         let offset = (addr - region.iova) as usize;
         Ok(Granted { region, offset })
     }
@@ -331,6 +345,7 @@ pub(crate) mod tests {
             cached: None,
             refreshed: AtomicBool::new(false),
             revoked: OnceLock::new(),
+            denied: OnceLock::new(),
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,

@@ -86,6 +86,8 @@ pub enum Cause {
     Remap,
     /// The cache fell behind the log: everything is suspect.
     Overflow,
+    /// Its protection changed (mprotect; from `protwatch`, not userfaultfd).
+    Protect,
 }
 
 /// One invalidation: [start, end) and why.

@@ -19,7 +19,7 @@ pub mod shm;
 use std::io;
 use std::net::SocketAddr;
 
-pub use shm::share::{Copies, SharedCopy};
+pub use shm::share::{Copies, SharedCopy, Span};
 
 /// The largest frame any wire carries (the shm queue's cell): the
 /// protocol sizes its inline payloads and batched answers by it.

@@ -39,8 +39,9 @@ impl Engine {
             let t = self.peers.get(&u.from).map(|x| x.link.jobs());
             let chunk = self.job_chunk(n, false, dest.first().map_or(0, |l| l.0));
             let remote = clip(&u.iovs, n);
-            let taken =
-                t.flatten().and_then(|t| SharedCopy::accept(t, slot, gen, n, chunk, u.pid, dest.clone(), remote));
+            let taken = t.flatten().and_then(|t| {
+                SharedCopy::accept(t, slot, gen, chunk, Span { total: n, pid: u.pid, local: dest.clone(), remote })
+            });
             if let Some(copy) = taken {
                 let job = Job { copy, peer: u.from, what: JobFor::Recv { p, hdr: u.hdr } };
                 self.work(&job, usize::MAX);
@@ -69,7 +70,13 @@ impl Engine {
         let n = total(&r.dest);
         if self.can_share(n, &r.dest, &r.from) {
             let Paired { p, hdr, pid, from, dest, src, .. } = *r;
-            return self.share(n, true, dest, src, pid, from, hdr.msg_id, JobFor::Recv { p, hdr });
+            return self.share(
+                Span { total: n, pid, local: dest, remote: src },
+                true,
+                from,
+                hdr.msg_id,
+                JobFor::Recv { p, hdr },
+            );
         }
         self.recv_rts(r.p, r.hdr, r.from, &r.src);
     }

@@ -38,7 +38,7 @@ use crate::info::addr;
 use crate::mr::MrDomain;
 use crate::queues::cntr::Counter;
 use crate::queues::cq::{CqCore, CqEntry, CqError, Credit};
-use crate::wire::{Copied, Copies, Inbox, Link, LinkState, OpenError, SharedCopy, WireError, MAX_FRAME};
+use crate::wire::{Copied, Copies, Inbox, Link, LinkState, OpenError, SharedCopy, Span, WireError, MAX_FRAME};
 
 mod addressing;
 mod completion;
@@ -144,6 +144,16 @@ impl Kind {
             Kind::Read => ((ffi::FI_RMA | ffi::FI_READ) as u64, C_READ),
         }
     }
+}
+
+/// What a transmit operation's completion reports: its context, kind,
+/// whether it was tagged, and its length.
+#[derive(Clone, Copy)]
+struct TxDone {
+    ctx: usize,
+    kind: Kind,
+    tagged: bool,
+    len: usize,
 }
 
 struct Pending {

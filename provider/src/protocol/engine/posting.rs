@@ -6,19 +6,9 @@ use super::*;
 impl Engine {
     /// An operation just pushed to `to` waits for its answer, with the
     /// epoch of the endpoint it went to (see `Pending::peer_epoch`).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn await_answer(
-        &mut self,
-        msg_id: u64,
-        ctx: usize,
-        kind: Kind,
-        tagged: bool,
-        len: usize,
-        credit: Option<Credit>,
-        to: SocketAddr,
-        iovs: Iovs,
-    ) {
+    pub(super) fn await_answer(&mut self, msg_id: u64, op: TxDone, credit: Option<Credit>, to: SocketAddr, iovs: Iovs) {
         let peer_epoch = self.peers.get(&to).map_or(0, |x| x.link.epoch());
+        let TxDone { ctx, kind, tagged, len } = op;
         let p = Pending { ctx, kind, tagged, len, credit, peer: to, report: true, iovs, peer_epoch };
         self.pending.insert(msg_id, p);
     }
@@ -62,7 +52,13 @@ impl Engine {
             }
             self.push(to, hdr, &[body])?;
             if hdr.msg_id != 0 {
-                self.await_answer(hdr.msg_id, o.ctx, Kind::Send, tagged, len, credit, to, Iovs::default());
+                self.await_answer(
+                    hdr.msg_id,
+                    TxDone { ctx: o.ctx, kind: Kind::Send, tagged, len },
+                    credit,
+                    to,
+                    Iovs::default(),
+                );
             } else {
                 // Injects have no CQ entry (no credit) but count (fi_cntr(3)).
                 self.complete_tx(o.ctx, Kind::Send, tagged, len, credit, true);
@@ -92,7 +88,7 @@ impl Engine {
             let pid = self.peers.get(&to).map_or(0, |x| x.link.owner());
             self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, pid, helped: 0 });
         }
-        self.await_answer(hdr.msg_id, o.ctx, Kind::Send, tagged, len, credit, to, o.iovs);
+        self.await_answer(hdr.msg_id, TxDone { ctx: o.ctx, kind: Kind::Send, tagged, len }, credit, to, o.iovs);
         Ok(())
     }
 
@@ -128,7 +124,7 @@ impl Engine {
             hdr.iov_count = o.iovs.len() as u16;
             self.push(to, hdr, &[&encode_iovs(&o.iovs)])?;
         }
-        self.await_answer(hdr.msg_id, o.ctx, kind, false, len, credit, to, o.iovs);
+        self.await_answer(hdr.msg_id, TxDone { ctx: o.ctx, kind, tagged: false, len }, credit, to, o.iovs);
         Ok(())
     }
 

@@ -76,7 +76,7 @@ impl Engine {
         let batched = !read && self.busy && len < self.share_min;
         if h.msg_id != 0 && !batched && self.can_share(len, &local, &from) {
             let what = JobFor::Rma { hdr: h, hold: g.region };
-            return self.share(len, !read, local, remote, pid, from, h.msg_id, what);
+            return self.share(Span { total: len, pid, local, remote }, !read, from, h.msg_id, what);
         }
         self.rma_copy(h, from, local, remote, g.region);
     }
@@ -266,7 +266,13 @@ impl Engine {
                 let remote = halves(&run.iter().map(|w| &w.3[..]).collect::<Vec<_>>());
                 let msg_id = run[0].0.msg_id;
                 tracing::debug!("sharing a run of {} writes ({bytes} B) from {peer} with it", run.len());
-                self.share(bytes, true, local, remote, first.pid, peer, msg_id, JobFor::Writes { run });
+                self.share(
+                    Span { total: bytes, pid: first.pid, local, remote },
+                    true,
+                    peer,
+                    msg_id,
+                    JobFor::Writes { run },
+                );
                 return true;
             }
         }

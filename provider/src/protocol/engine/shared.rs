@@ -95,16 +95,8 @@ impl Engine {
                         "pairing the receives of sends {msg_id} and {} from {from}, {n} B each",
                         r.hdr.msg_id
                     );
-                    return self.share(
-                        2 * n,
-                        true,
-                        local,
-                        remote,
-                        pid,
-                        from,
-                        msg_id,
-                        JobFor::Pair { first: k, second: r },
-                    );
+                    let span = Span { total: 2 * n, pid, local, remote };
+                    return self.share(span, true, from, msg_id, JobFor::Pair { first: k, second: r });
                 }
                 self.deliver_kept(k);
                 self.deliver_rts(r);
@@ -260,21 +252,11 @@ impl Engine {
         }
     }
 
-    /// Start a shared copy of `n` bytes between our `local` buffers and the
-    /// peer's `remote` ones, ask the peer (operation `msg_id`) to help, and
-    /// copy our share now.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn share(
-        &mut self,
-        n: usize,
-        we_read: bool,
-        local: Vec<(usize, usize)>,
-        remote: Vec<(usize, usize)>,
-        pid: u32,
-        peer: SocketAddr,
-        msg_id: u64,
-        what: JobFor,
-    ) {
+    /// Start a shared copy of `span` with `peer` (`we_read`: from its
+    /// buffers into ours), ask it (operation `msg_id`) to help, and copy
+    /// our share now.
+    pub(super) fn share(&mut self, span: Span, we_read: bool, peer: SocketAddr, msg_id: u64, what: JobFor) {
+        let n = span.total;
         // A receive with more queued is pipelined (see below).
         let pipelined = self.busy && matches!(what, JobFor::Recv { .. } | JobFor::Pair { .. });
         // A lone receive's owner copies 4 KiB more (`job_chunk`); a
@@ -289,11 +271,11 @@ impl Engine {
                 first_halves([first.hdr.len, second.hdr.len].map(|l| l as usize).into_iter())
             }
             JobFor::Writes { run } => first_halves(run.iter().map(|w| w.0.len as usize)),
-            _ => self.job_chunk(n, lone, local.first().map_or(0, |l| l.0)),
+            _ => self.job_chunk(n, lone, span.local.first().map_or(0, |l| l.0)),
         };
-        let Some((copy, opened)) = self.copies.as_mut().and_then(|c| c.open(n, chunk, we_read, pid, local, remote))
-        else {
-            unreachable!("can_share saw a free slot")
+        let (copy, opened) = match self.copies.as_mut() {
+            Some(c) => c.open(span, chunk, we_read),
+            None => (SharedCopy::alone(span, we_read), false),
         };
         let (slot, gen) = (copy.slot, copy.gen);
         let job = Job { copy, peer, what };

@@ -8,7 +8,8 @@
 //! push path, RMA writes and reads, every refusal of the RMA target
 //! (wrong key, out of bounds, wrong rights, closed key, a registration
 //! not enabled under FI_MR_ENDPOINT, batched writes), forged frames,
-//! cancel, and a peer that goes away with operations pending.
+//! cancel, a peer that goes away with operations pending, and remote
+//! writes into memory its owner made read-only after registering it.
 
 use std::sync::atomic::{AtomicU16, Ordering};
 
@@ -38,9 +39,16 @@ struct Side {
 }
 
 fn side_with(mr_mode: u32, cfg: &Config) -> Side {
+    side_pinned(mr_mode, cfg, false)
+}
+
+/// `cached`: registrations pinned (io_uring) through the cache, which
+/// watches the memory (userfaultfd, perf), as in a domain by default.
+fn side_pinned(mr_mode: u32, cfg: &Config, cached: bool) -> Side {
     let addr = fresh_addr();
-    let pinner = Pinner::new(PinMode::None, Account::new(None, CapSource::Variable));
-    let cc = CacheConfig { enable: false, ..CacheConfig::default() };
+    let mode = if cached { PinMode::Uring } else { PinMode::None };
+    let pinner = Pinner::new(mode, Account::new(None, CapSource::Variable));
+    let cc = CacheConfig { enable: cached, ..CacheConfig::default() };
     let mr = Arc::new(MrDomain::new(mr_mode as i32, pinner, cc));
     let attr = ffi::fi_cq_attr { format: ffi::FI_CQ_FORMAT_TAGGED, ..Default::default() };
     let cq = Arc::new(CqCore::new(&attr).expect("a CQ"));
@@ -435,4 +443,45 @@ fn cancel_gives_ecanceled_and_a_peer_that_closes_fails_what_it_owed() {
     }
     let e = err(got.expect("the send fails once its peer is gone"));
     assert_eq!((e.op_context, e.err as u32), (43, ffi::FI_ECONNABORTED));
+}
+
+#[test]
+fn remote_writes_into_memory_made_read_only_are_refused_and_the_owner_lives() {
+    // (A page-aligned mapping of the target's own, registered read-write
+    // through the cache, then mprotect(PROT_READ): the loopback wire makes
+    // every large write a pushed one, copied by the target itself, and
+    // inline writes are copied by it too: without the check, both would
+    // fault this process.)
+    let mode = ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY;
+    let (mut a, mut b) = (side(), side_pinned(mode, &Config::default(), true));
+    a.av.insert(&[Some(b.addr)]);
+    b.av.insert(&[Some(a.addr)]);
+    let len = 4 * EAGER_MAX;
+    // SAFETY: a fresh anonymous mapping, ours.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    } as usize;
+    assert_ne!(base, libc::MAP_FAILED as usize);
+    // SAFETY: the mapping just made, `len` bytes.
+    let target = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
+    let (_r, key) = register(&b, target, RW);
+    rma(&mut a, 1, &mut [7u8; 64], base, key, false);
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 1, "writable: served");
+    // SAFETY: our own mapping.
+    assert_eq!(unsafe { libc::mprotect(base as *mut libc::c_void, len, libc::PROT_READ) }, 0);
+    for n in [64, 2 * EAGER_MAX] {
+        refused(&mut a, &mut b, target, Ask { addr: base, key, read: false, len: n }, ffi::FI_EACCES);
+    }
+    rma(&mut a, 2, &mut [0u8; 64], base, key, true);
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 2, "reads of read-only memory: served");
+    assert!(target[..64].iter().all(|&x| x == 7));
+    // SAFETY: our own mapping.
+    unsafe { libc::munmap(base as *mut libc::c_void, len) };
 }

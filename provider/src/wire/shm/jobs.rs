@@ -95,7 +95,6 @@ pub fn chunk_range(total: usize, chunk: usize, k: u32) -> (usize, usize) {
 /// Copy chunk `k` of a `total`-byte job cut in `chunk`-byte pieces between
 /// our buffers `local` and the other process's `remote` (pid `pid`):
 /// reading from it (`read`) or writing into it. True when every byte moved.
-#[allow(clippy::too_many_arguments)]
 pub fn copy_chunk(
     pid: u32,
     read: bool,

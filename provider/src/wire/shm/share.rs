@@ -13,6 +13,9 @@ use std::cell::Cell;
 use super::jobs::{self, JobTable};
 use super::region::pid_alive;
 
+/// `SharedCopy::slot` of a copy that has none.
+const NO_SLOT: u32 = u32::MAX;
+
 /// The job slots of an endpoint's own queue file: the table, the slots
 /// free now and the next generation.
 pub struct Copies {
@@ -47,22 +50,22 @@ pub struct SharedCopy {
     foreign: Option<JobTable>,
 }
 
+/// What a copy moves: `total` bytes between our `local` buffers and the
+/// `remote` ones of process `pid`.
+pub struct Span {
+    pub total: usize,
+    pub pid: u32,
+    pub local: Vec<(usize, usize)>,
+    pub remote: Vec<(usize, usize)>,
+}
+
 impl SharedCopy {
     /// Accept the job `gen` a sender offered in slot `slot` of its table
-    /// `t`, for its send of `total` bytes into our `local` buffers from its
-    /// `remote` ones (process `pid`); chunk 0 is ours at once. None when
-    /// the slot no longer offers that job or cannot describe our buffers.
-    #[allow(clippy::too_many_arguments)]
-    pub fn accept(
-        t: JobTable,
-        slot: u32,
-        gen: u32,
-        total: usize,
-        chunk: usize,
-        pid: u32,
-        local: Vec<(usize, usize)>,
-        remote: Vec<(usize, usize)>,
-    ) -> Option<SharedCopy> {
+    /// `t`, for its send of `span` into our buffers, cut in `chunk`s; chunk
+    /// 0 is ours at once. None when the slot no longer offers that job or
+    /// cannot describe our buffers.
+    pub fn accept(t: JobTable, slot: u32, gen: u32, chunk: usize, span: Span) -> Option<SharedCopy> {
+        let Span { total, pid, local, remote } = span;
         if !t.accept(slot, gen, total, chunk, &local) {
             return None;
         }
@@ -79,6 +82,26 @@ impl SharedCopy {
             held: Cell::new(Some(0)),
             foreign: Some(t),
         })
+    }
+
+    /// A copy that has no slot (none was free, or the wire offers none):
+    /// `finish` frees nothing, and `state` says it failed, so that its
+    /// owner copies it alone.
+    pub fn alone(span: Span, we_read: bool) -> SharedCopy {
+        let Span { total, pid, local, remote } = span;
+        SharedCopy {
+            slot: NO_SLOT,
+            gen: 0,
+            chunk: total.max(1),
+            total,
+            we_read,
+            pid,
+            local,
+            remote,
+            settled_last: Cell::new(false),
+            held: Cell::new(None),
+            foreign: None,
+        }
     }
 
     /// Whether our settle was the last, every chunk copied (see the field).
@@ -134,20 +157,13 @@ impl Copies {
         self.free.push(slot);
     }
 
-    /// Publish a job of `n` bytes in `chunk`s in a free slot (the caller
-    /// checked `has_free`). The bool is false when the slot could not
-    /// take the job (then copy alone, and `finish` it all the same).
-    #[allow(clippy::too_many_arguments)]
-    pub fn open(
-        &mut self,
-        n: usize,
-        chunk: usize,
-        we_read: bool,
-        pid: u32,
-        local: Vec<(usize, usize)>,
-        remote: Vec<(usize, usize)>,
-    ) -> Option<(SharedCopy, bool)> {
-        let (slot, gen) = self.take_slot()?;
+    /// Publish a job of `span` in `chunk`s in a free slot, `we_read` saying
+    /// which way our side copies. The bool is false when no slot was free
+    /// or the slot could not take the job: then copy alone, and `finish`
+    /// it all the same.
+    pub fn open(&mut self, span: Span, chunk: usize, we_read: bool) -> (SharedCopy, bool) {
+        let Some((slot, gen)) = self.take_slot() else { return (SharedCopy::alone(span, we_read), false) };
+        let Span { total: n, pid, local, remote } = span;
         // We read from the peer exactly when the peer writes into us.
         let opened = self.table.open(slot, gen, n, chunk, we_read, &local);
         let c = SharedCopy {
@@ -163,13 +179,13 @@ impl Copies {
             held: Cell::new(None),
             foreign: None,
         };
-        Some((c, opened))
+        (c, opened)
     }
 
     /// A copy is over (no chunk in flight any more, or its copier dead):
     /// its slot, when ours, is free again.
     pub fn finish(&mut self, c: &SharedCopy) {
-        if c.foreign.is_none() {
+        if c.foreign.is_none() && c.slot != NO_SLOT {
             self.free.push(c.slot);
         }
     }
@@ -181,6 +197,9 @@ impl Copies {
     /// Copy every chunk of `c` nobody has claimed yet (`max`: at most that
     /// many).
     pub fn work(&self, c: &SharedCopy, max: usize) {
+        if c.slot == NO_SLOT {
+            return;
+        }
         let t = self.table_of(c);
         // (Never more than the job has: the claim word is shared memory,
         // and a peer that kept rewriting it must not keep us here.)
@@ -207,6 +226,9 @@ impl Copies {
     /// some chunk failed or (`alive_check`, which reads /proc) its copier
     /// is gone, None still copying.
     pub fn state(&self, c: &SharedCopy, alive_check: bool) -> Option<bool> {
+        if c.slot == NO_SLOT {
+            return Some(false);
+        }
         let t = self.table_of(c);
         let (settled, failed) = t.progress(c.slot);
         // A sender job's slot is the sender's, reused only once the job is
