@@ -36,6 +36,18 @@ pub struct Config {
     pub sender_jobs: bool,
     /// FI_OXMR_SHM_PAIR_RECV.
     pub pair_recv: bool,
+    /// FI_OXMR_WIRE.
+    pub wire: Wire,
+}
+
+/// Which wire carries an endpoint's frames (FI_OXMR_WIRE).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    /// Shared memory (same host only).
+    Shm,
+    /// TCP to every peer, same host included (experimental: both sides
+    /// set it; fi_getinfo does not offer FI_REMOTE_COMM yet).
+    Tcp,
 }
 
 /// Default of FI_OXMR_SHM_SHARE_MIN.
@@ -57,6 +69,7 @@ impl Default for Config {
             write_batch: WRITE_BATCH,
             sender_jobs: true,
             pair_recv: true,
+            wire: Wire::Shm,
         }
     }
 }

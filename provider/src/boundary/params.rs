@@ -95,6 +95,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         help: c"Two queued rendezvous receives of equal size (under shm_share_min) from one peer are copied as one shared job: each process copies the same half of both messages with one call (docs/wire.md) (default: 1)",
     },
     ParamDef {
+        name: c"wire",
+        kind: ffi::FI_PARAM_STRING,
+        help: c"Which wire carries RDM endpoints' data: shm (shared memory, same host) or tcp (TCP to every peer, same host included; experimental, set it on both sides) (default: shm)",
+    },
+    ParamDef {
         name: c"shm_write_batch",
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"A run of one peer's queued RMA writes (each checked as alone) is copied with one process_vm_readv of up to this many bytes; 0 copies each write alone (default: 262144)",
@@ -174,6 +179,14 @@ pub fn define_and_load() {
     let write_batch = get_size(c"shm_write_batch").unwrap_or(WRITE_BATCH);
     let sender_jobs = get_bool(c"shm_sender_jobs").unwrap_or(true);
     let pair_recv = get_bool(c"shm_pair_recv").unwrap_or(true);
+    let wire = match get_str(c"wire").as_deref().map(str::trim) {
+        None | Some("") | Some("shm") => crate::config::Wire::Shm,
+        Some("tcp") => crate::config::Wire::Tcp,
+        Some(other) => {
+            tracing::warn!("FI_OXMR_WIRE={other} is not shm or tcp; using shm");
+            crate::config::Wire::Shm
+        }
+    };
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -186,5 +199,6 @@ pub fn define_and_load() {
         write_batch,
         sender_jobs,
         pair_recv,
+        wire,
     });
 }

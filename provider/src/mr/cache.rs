@@ -923,6 +923,38 @@ mod tests {
         assert_eq!(unsafe { libc::madvise(a as *mut _, len, libc::MADV_DONTNEED) }, 0);
     }
 
+    /// A miss subscribes, pins, then looks in the log from its
+    /// subscription for an event on its range (`touched_since`): an unmap
+    /// in between means the pin may hold the old pages, and it is dropped
+    /// and pinned again. The window is microseconds wide, so the test
+    /// drives the recheck itself: the subscription's position, an unmap
+    /// and a new mapping of the range, then the question a miss asks.
+    #[test]
+    fn the_recheck_after_pinning_sees_an_unmap_since_the_subscription() {
+        let d = domain();
+        let c = d.cache.clone().expect("userfaultfd works here");
+        let len = 64 << 10;
+        let a = map(0, len, 1);
+        let since = c.monitor.head();
+        c.monitor.watch(a, len).expect("watched");
+        assert!(!c.touched_since(since, a, len), "nothing happened yet");
+        let other = map(0, len, 2);
+        assert!(!c.touched_since(since, a, len), "an event elsewhere is not one on the range");
+        remap(a, len, 3);
+        assert!(c.touched_since(since, a, len), "the unmap of the range since the subscription");
+        assert!(!c.touched_since(c.monitor.head(), a, len), "nothing after the unmap");
+        // And through a registration: the pin that follows holds the new pages.
+        let r = reg(&d, a, len);
+        // SAFETY: `a` is mapped, `len` bytes.
+        assert_eq!(unsafe { *(a as *const u8) }, 3);
+        assert_eq!(r.pfn0, pagemap_pfn(a), "the registration holds the page mapped now");
+        d.deregister(&r);
+        for x in [a, other] {
+            // SAFETY: our mappings.
+            unsafe { libc::munmap(x as *mut libc::c_void, len) };
+        }
+    }
+
     #[test]
     fn a_discard_then_an_unmap_revokes_an_open_cached_registration() {
         use crate::mr::registry::AccessError;

@@ -333,10 +333,15 @@ impl Ep {
         if eng.is_some() {
             return Ok(());
         }
-        let Some(region) = self.rx_region.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(mut region) = self.rx_region.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return Ok(());
         };
         let s = self.state();
+        if self.domain.fabric.config.wire == crate::config::Wire::Tcp {
+            if let Some(l) = &s.listener {
+                region.take_tcp(l, "fi_enable")?;
+            }
+        }
         let b = Bindings {
             tx_cq: s.tx_cq.as_ref().map(|c| c.core.clone()),
             rx_cq: s.rx_cq.as_ref().map(|c| c.core.clone()),

@@ -14,6 +14,15 @@ use crate::fail;
 pub struct Inbox(pub(crate) crate::wire::Inbox);
 
 impl Inbox {
+    /// Take frames over TCP too, at the endpoint's listener (FI_OXMR_WIRE
+    /// =tcp); `call` as for `create`.
+    pub fn take_tcp(&mut self, listener: &std::net::TcpListener, call: &str) -> Result<()> {
+        listener
+            .try_clone()
+            .and_then(|l| self.0.take_tcp(l))
+            .map_err(|e| fail!(ffi::FI_EIO, "{call}: cannot take TCP connections at the endpoint's listener: {e}"))
+    }
+
     /// The inbox of the endpoint named `name`; `call` names the libfabric
     /// call for the log line when it cannot be made.
     pub fn create(name: &SocketAddr, call: &str) -> Result<Inbox> {

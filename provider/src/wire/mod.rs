@@ -10,14 +10,19 @@
 //!
 //! - `shm`: the same-host wire (shared-memory queues, CMA copies, and the
 //!   shared copies offload, `shm::share`, which only shm links offer).
+//! - `tcp`: TCP to any peer (experimental: FI_OXMR_WIRE=tcp); copies
+//!   always push.
 //! - `loopback` (tests only): in-process queues whose copies always push.
 
 #[cfg(test)]
 pub mod loopback;
 pub mod shm;
+pub mod tcp;
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
+
+pub use crate::config::Wire;
 
 pub use shm::share::{Copies, SharedCopy, Span};
 
@@ -84,20 +89,42 @@ pub enum Copied {
     Failed(io::Error),
 }
 
+/// How an endpoint reaches its peers: the wire, and who it says it is.
+#[derive(Clone, Copy, Debug)]
+pub struct Dial {
+    pub wire: Wire,
+    pub hello: tcp::Hello,
+}
+
+impl Dial {
+    /// The dial of the endpoint named `name` (its epoch and process).
+    pub fn new(wire: Wire, name: &SocketAddr, epoch: u32) -> Dial {
+        let mut n = [0u8; 28];
+        let e = crate::info::addr::encode(name);
+        n[..e.len()].copy_from_slice(&e);
+        Dial { wire, hello: tcp::Hello { version: tcp::VERSION, name: n, epoch, pid: std::process::id() } }
+    }
+}
+
 /// A link to one peer's endpoint.
 pub enum Link {
     /// The peer's shared-memory queue.
     Shm(shm::region::Region),
+    /// Our connection to the peer's listener.
+    Tcp(tcp::Link),
     #[cfg(test)]
     Loop(std::sync::Arc<loopback::Queue>),
 }
 
 impl Link {
-    /// Open a link to the endpoint named `to`.
-    pub fn open(to: &SocketAddr) -> Result<Link, OpenError> {
+    /// Open a link to the endpoint named `to`, over the wire `dial` says.
+    pub fn open(to: &SocketAddr, dial: &Dial) -> Result<Link, OpenError> {
         #[cfg(test)]
         if let Some(q) = loopback::Queue::find(to) {
             return Ok(Link::Loop(q));
+        }
+        if dial.wire == Wire::Tcp {
+            return tcp::Link::open(to, &dial.hello).map(Link::Tcp);
         }
         let region = shm::region::Region::open(to).map_err(|e| {
             match e.get_ref().and_then(|x| x.downcast_ref::<shm::region::VersionMismatch>()) {
@@ -121,6 +148,7 @@ impl Link {
                 Some(libc::ECONNRESET) => WireError::Closed,
                 _ => WireError::Io(e),
             }),
+            Link::Tcp(t) => t.send(parts),
             #[cfg(test)]
             Link::Loop(q) => q.send(parts),
         }
@@ -130,6 +158,7 @@ impl Link {
     pub fn read(&self, local: &[(usize, usize)], remote: &[(usize, usize)]) -> Copied {
         match self {
             Link::Shm(r) => copied(shm::cma::read_from(r.owner(), local, remote)),
+            Link::Tcp(_) => Copied::Push,
             #[cfg(test)]
             Link::Loop(_) => Copied::Push,
         }
@@ -139,6 +168,7 @@ impl Link {
     pub fn write(&self, local: &[(usize, usize)], remote: &[(usize, usize)]) -> Copied {
         match self {
             Link::Shm(r) => copied(shm::cma::write_to(r.owner(), local, remote)),
+            Link::Tcp(_) => Copied::Push,
             #[cfg(test)]
             Link::Loop(_) => Copied::Push,
         }
@@ -155,6 +185,7 @@ impl Link {
     pub fn epoch(&self) -> u32 {
         match self {
             Link::Shm(r) => r.epoch(),
+            Link::Tcp(t) => t.epoch(),
             #[cfg(test)]
             Link::Loop(q) => q.epoch(),
         }
@@ -166,6 +197,7 @@ impl Link {
     pub fn closed(&self) -> bool {
         match self {
             Link::Shm(r) => r.closed(),
+            Link::Tcp(t) => t.closed(),
             #[cfg(test)]
             Link::Loop(q) => q.closed(),
         }
@@ -178,6 +210,7 @@ impl Link {
             Link::Shm(r) if r.closed() => LinkState::Closed,
             Link::Shm(r) if !r.reachable() => LinkState::Dead,
             Link::Shm(_) => LinkState::Open,
+            Link::Tcp(t) => t.state(),
             #[cfg(test)]
             Link::Loop(q) if q.closed() => LinkState::Closed,
             #[cfg(test)]
@@ -190,6 +223,7 @@ impl Link {
     pub fn idle(&self) -> bool {
         match self {
             Link::Shm(r) => r.idle(),
+            Link::Tcp(_) => false,
             #[cfg(test)]
             Link::Loop(q) => q.idle(),
         }
@@ -206,6 +240,7 @@ impl Link {
     pub fn owner(&self) -> u32 {
         match self {
             Link::Shm(r) => r.owner(),
+            Link::Tcp(t) => t.owner(),
             #[cfg(test)]
             Link::Loop(_) => std::process::id(),
         }
@@ -216,12 +251,37 @@ impl Link {
         matches!(self, Link::Shm(_))
     }
 
+    /// Whether a frame naming process `pid` as its sender may be taken as
+    /// this peer's: on shm, `pid` must own the peer's queue (what its queue
+    /// file records); on TCP every frame was checked against its
+    /// connection's hello already (`Inbox::pop`'s `via`), and no copy ever
+    /// uses a pid.
+    pub fn vouches(&self, pid: u32) -> bool {
+        match self {
+            Link::Tcp(_) => true,
+            l => l.owner() == pid,
+        }
+    }
+
     /// The peer's table of shared copies, where the wire offers them (shm).
     pub fn jobs(&self) -> Option<shm::jobs::JobTable> {
         match self {
             Link::Shm(r) => Some(r.jobs()),
-            #[cfg(test)]
-            Link::Loop(_) => None,
+            _ => None,
+        }
+    }
+
+    /// Whether the link queues frames behind a full socket, which
+    /// `flush` writes later (TCP).
+    pub fn buffers(&self) -> bool {
+        matches!(self, Link::Tcp(_))
+    }
+
+    /// Write what the link queued; whether something still waits.
+    pub fn flush(&self) -> bool {
+        match self {
+            Link::Tcp(t) => t.flush(),
+            _ => false,
         }
     }
 }
@@ -235,18 +295,57 @@ fn copied(r: io::Result<usize>) -> Copied {
     }
 }
 
-/// An endpoint's own queue, where its peers' frames arrive (shm: the
-/// queue file named after its address).
-pub enum Inbox {
-    Shm(shm::region::Region),
+/// An endpoint's inbox, where its peers' frames arrive: its shared-memory
+/// queue (the file named after its address) and, when it takes TCP, its
+/// listener's connections.
+pub struct Inbox {
+    shm: Option<shm::region::Region>,
+    tcp: Option<tcp::Inbox>,
     #[cfg(test)]
-    Loop(loopback::Inbox),
+    lo: Option<loopback::Inbox>,
+    name: SocketAddr,
+    epoch: u32,
 }
 
 impl Inbox {
     /// Make the inbox of the endpoint named `name`.
     pub fn create(name: &SocketAddr) -> io::Result<Inbox> {
-        shm::region::Region::create(name).map(Inbox::Shm)
+        let r = shm::region::Region::create(name)?;
+        let epoch = r.epoch();
+        Ok(Inbox {
+            shm: Some(r),
+            tcp: None,
+            #[cfg(test)]
+            lo: None,
+            name: *name,
+            epoch,
+        })
+    }
+
+    /// An inbox of the loopback wire alone (tests).
+    #[cfg(test)]
+    pub fn loopback(name: &SocketAddr) -> io::Result<Inbox> {
+        let l = loopback::Inbox::create(name)?;
+        let epoch = l.epoch();
+        Ok(Inbox { shm: None, tcp: None, lo: Some(l), name: *name, epoch })
+    }
+
+    /// An inbox of the TCP wire alone, at `listener` (tests).
+    #[cfg(test)]
+    pub fn tcp_only(listener: TcpListener) -> io::Result<Inbox> {
+        let name = listener.local_addr()?;
+        let epoch = crate::sys::random_u32().max(1);
+        let mut i = Inbox { shm: None, tcp: None, lo: None, name, epoch };
+        i.take_tcp(listener)?;
+        Ok(i)
+    }
+
+    /// Take frames over TCP too, from the connections `listener` (bound at
+    /// the endpoint's name) accepts.
+    pub fn take_tcp(&mut self, listener: TcpListener) -> io::Result<()> {
+        let hello = Dial::new(Wire::Tcp, &self.name, self.epoch).hello;
+        self.tcp = Some(tcp::Inbox::new(listener, hello)?);
+        Ok(())
     }
 
     /// Where the inbox of `name` lives, for log lines.
@@ -262,72 +361,76 @@ impl Inbox {
 
     /// This endpoint's epoch (a new one at the same address has another).
     pub fn epoch(&self) -> u32 {
-        match self {
-            Inbox::Shm(r) => r.epoch(),
-            #[cfg(test)]
-            Inbox::Loop(l) => l.epoch(),
+        self.epoch
+    }
+
+    /// Whether a frame waits (one load on shm; TCP reads its sockets).
+    pub fn ready(&mut self) -> bool {
+        #[cfg(test)]
+        if let Some(l) = &self.lo {
+            return l.ready();
+        }
+        self.shm.as_ref().is_some_and(|r| r.ready()) || self.tcp.as_mut().is_some_and(|t| t.ready())
+    }
+
+    /// Hand one frame to `f(frame, more, via)`, `more` saying whether
+    /// another waits behind it, `via` the sender its connection's hello
+    /// named (TCP; None on a wire whose frames carry no such proof); false
+    /// when none waits. The frame is consumed even if `f` panics.
+    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool, Option<SocketAddr>)) -> bool {
+        #[cfg(test)]
+        if let Some(l) = &mut self.lo {
+            return l.pop(|m, more| f(m, more, None));
+        }
+        if let Some(r) = self.shm.as_mut().filter(|r| r.ready()) {
+            return r.pop(|m, more| f(m, more, None));
+        }
+        match &mut self.tcp {
+            Some(t) => t.pop(|m, more, from| f(m, more, Some(from))),
+            None => false,
         }
     }
 
-    /// Whether a frame waits (one load on shm: for the empty poll).
-    pub fn ready(&self) -> bool {
-        match self {
-            Inbox::Shm(r) => r.ready(),
-            #[cfg(test)]
-            Inbox::Loop(l) => l.ready(),
-        }
-    }
-
-    /// Hand one frame to `f(frame, more)`, `more` saying whether another
-    /// waits behind it; false when none waits. The frame is consumed even
-    /// if `f` panics.
-    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool)) -> bool {
-        match self {
-            Inbox::Shm(r) => r.pop(f),
-            #[cfg(test)]
-            Inbox::Loop(l) => l.pop(f),
-        }
-    }
-
-    /// (frames consumed, frames sent so far): everything sent before this
-    /// call has been consumed once the first reaches the second.
+    /// (frames consumed, frames sent so far, over the wires): everything
+    /// sent before this call has been consumed once the first reaches the
+    /// second.
     pub fn positions(&self) -> (u64, u64) {
-        match self {
-            Inbox::Shm(r) => r.positions(),
-            #[cfg(test)]
-            Inbox::Loop(l) => l.positions(),
+        let mut p = self.shm.as_ref().map_or((0, 0), |r| r.positions());
+        if let Some(t) = &self.tcp {
+            let (a, b) = t.positions();
+            p = (p.0 + a, p.1 + b);
         }
+        #[cfg(test)]
+        if let Some(l) = &self.lo {
+            let (a, b) = l.positions();
+            p = (p.0 + a, p.1 + b);
+        }
+        p
     }
 
     /// Tell peers whether we have work of our own waiting (see
     /// `Link::idle`).
     pub fn set_idle(&self, idle: bool) {
-        match self {
-            Inbox::Shm(r) => r.set_idle(idle),
-            #[cfg(test)]
-            Inbox::Loop(l) => l.set_idle(idle),
+        if let Some(r) = &self.shm {
+            r.set_idle(idle);
+        }
+        #[cfg(test)]
+        if let Some(l) = &self.lo {
+            l.set_idle(idle);
         }
     }
 
     /// The periodic repair of the queue (shm: skip a cell whose producer
     /// died before publishing it).
     pub fn unstick(&mut self) {
-        match self {
-            Inbox::Shm(r) => {
-                r.unstick();
-            }
-            #[cfg(test)]
-            Inbox::Loop(_) => {}
+        if let Some(r) = &mut self.shm {
+            r.unstick();
         }
     }
 
     /// Our shared copies, where the wire offers them (shm).
     pub fn copies(&self) -> Option<Copies> {
-        match self {
-            Inbox::Shm(r) => Some(Copies::new(r.jobs())),
-            #[cfg(test)]
-            Inbox::Loop(_) => None,
-        }
+        self.shm.as_ref().map(|r| Copies::new(r.jobs()))
     }
 }
 
@@ -339,13 +442,14 @@ mod tests {
     fn a_peer_of_another_wire_version_is_refused_naming_both() {
         let addr: SocketAddr = "127.0.0.1:7".parse().unwrap();
         let own = shm::region::Region::create(&addr).unwrap();
-        let ours = match Link::open(&addr) {
+        let dial = Dial::new(Wire::Shm, &"127.0.0.1:8".parse().unwrap(), 1);
+        let ours = match Link::open(&addr, &dial) {
             Ok(l) => {
                 assert!(l.epoch() != 0 && !l.closed(), "same version: open");
                 drop(l);
                 // (The version this build speaks, read back from a refusal.)
                 own.set_version_for_test(99);
-                match Link::open(&addr) {
+                match Link::open(&addr, &dial) {
                     Err(OpenError::Version { theirs, ours }) => {
                         assert_eq!(theirs, 99);
                         ours

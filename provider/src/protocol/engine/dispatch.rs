@@ -113,6 +113,24 @@ impl Engine {
         }
     }
 
+    /// Whether a frame's header names the sender its connection proved
+    /// (`via`: the name in the TCP hello; None on a wire whose frames are
+    /// checked against the sender's queue owner instead, `owns_its_queue`).
+    /// A frame claiming another sender is dropped here, before it can be
+    /// kept, batched or answered.
+    pub(super) fn sent_by(&mut self, msg: &[u8], via: Option<SocketAddr>) -> bool {
+        let Some(v) = via else { return true };
+        let claimed = Hdr::decode(msg).and_then(|(h, _)| self.sender(&h.name));
+        if claimed == Some(v) {
+            return true;
+        }
+        tracing::warn!(
+            "dropping a frame from {v} that names {} as its sender; a forged or broken frame",
+            claimed.map_or("nobody valid".to_string(), |c| c.to_string())
+        );
+        false
+    }
+
     /// Handle a message now, or keep it for `serve_deferred`.
     ///
     /// A copy the peer asked for (rendezvous send, RMA) takes microseconds

@@ -35,11 +35,12 @@ impl Engine {
         if let Some(i) = self.peers.find(&to) {
             return Ok(&self.peers.list[i]);
         }
-        let link = Link::open(&to).map_err(|e| match e {
+        let wire = if self.dial.wire == Wire::Tcp { "TCP" } else { "shm" };
+        let link = Link::open(&to, &self.dial).map_err(|e| match e {
             OpenError::Unreachable(e) => fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e)),
             OpenError::Version { theirs, ours } => fail!(
                 ffi::FI_EHOSTUNREACH,
-                "the endpoint at {to} speaks shm wire version {theirs}, this oxmr speaks version {ours}: run one oxmr build on both sides"
+                "the endpoint at {to} speaks {wire} wire version {theirs}, this oxmr speaks version {ours}: run one oxmr build on both sides"
             ),
             OpenError::Dead { owner } => fail!(
                 ffi::FI_EHOSTUNREACH,
@@ -125,6 +126,13 @@ impl Engine {
         let mut m = hb[..hlen].to_vec();
         m.extend_from_slice(body);
         self.peers.queue_ctrl(&to, m);
+    }
+
+    /// Write what buffering links (TCP) queued behind a full socket.
+    pub(super) fn flush_links(&mut self) {
+        for p in &self.peers.list {
+            p.link.flush();
+        }
     }
 
     /// Retry the control messages that found a full queue, in order per

@@ -38,7 +38,9 @@ use crate::info::addr;
 use crate::mr::MrDomain;
 use crate::queues::cntr::Counter;
 use crate::queues::cq::{CqCore, CqEntry, CqError, Credit};
-use crate::wire::{Copied, Copies, Inbox, Link, LinkState, OpenError, SharedCopy, Span, WireError, MAX_FRAME};
+use crate::wire::{
+    Copied, Copies, Dial, Inbox, Link, LinkState, OpenError, SharedCopy, Span, Wire, WireError, MAX_FRAME,
+};
 
 mod addressing;
 mod completion;
@@ -305,6 +307,8 @@ pub struct Engine {
     rx: Option<Inbox>,
     name: [u8; 28],
     pid: u32,
+    /// How we reach peers (the wire, and our hello on TCP).
+    dial: Dial,
     /// The domain's registrations, which every remote access is checked
     /// against.
     mr: Arc<MrDomain>,
@@ -445,6 +449,7 @@ impl Engine {
         let crate::protocol::inbox::Inbox(rx) = inbox;
         let epoch = rx.epoch();
         Engine {
+            dial: Dial::new(cfg.wire, &name, epoch),
             copies: rx.copies(),
             offers: Vec::new(),
             sender_jobs: cfg.sender_jobs,

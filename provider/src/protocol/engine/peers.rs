@@ -36,6 +36,8 @@ pub(super) struct Peers {
     /// Frames and streams queued over all peers (0: the progress loop
     /// looks at no peer).
     pub(super) owed: usize,
+    /// Links that queue behind a full socket (TCP), which progress flushes.
+    pub(super) buffering: usize,
 }
 
 impl Peers {
@@ -53,6 +55,7 @@ impl Peers {
     }
 
     pub(super) fn insert(&mut self, p: TxPeer) -> &TxPeer {
+        self.buffering += p.link.buffers() as usize;
         self.index.insert(p.addr, self.list.len());
         self.list.push(p);
         self.last = self.list.len() - 1;
@@ -82,6 +85,7 @@ impl Peers {
     pub(super) fn remove(&mut self, to: &SocketAddr) {
         if let Some(i) = self.index.remove(to) {
             let gone = self.list.swap_remove(i);
+            self.buffering -= gone.link.buffers() as usize;
             self.owed -= gone.outbox.len() + gone.streams.len();
             if let Some(moved) = self.list.get(i) {
                 self.index.insert(moved.addr, i);
@@ -138,7 +142,7 @@ impl Engine {
     /// a header says of its sender is checked against what its queue file
     /// records.
     pub(super) fn owns_its_queue(&mut self, from: &SocketAddr, pid: u32) -> bool {
-        self.peers.get(from).is_some_and(|p| p.link.owner() == pid)
+        self.peers.get(from).is_some_and(|p| p.link.vouches(pid))
     }
 
     /// Whether `a`'s endpoint has closed (or its queue is gone): checked
@@ -151,7 +155,8 @@ impl Engine {
     /// endpoint that opened under the same address since.
     pub(super) fn closed_peer(&mut self, a: &SocketAddr, msg_id: u64) -> bool {
         match self.peer(*a) {
-            Ok(p) if !p.link.closed() => msg_id != 0 && (msg_id >> 32) as u32 != p.link.epoch(),
+            // (Epoch 0: not known yet, TCP before the peer's hello arrived.)
+            Ok(p) if !p.link.closed() => msg_id != 0 && p.link.epoch() != 0 && (msg_id >> 32) as u32 != p.link.epoch(),
             Ok(_) => {
                 self.peer_gone(*a, "closed its endpoint");
                 true

@@ -25,7 +25,10 @@ impl Engine {
         // producer touches until it is released): no copy out of the queue.
         // (Checked in place first: moving the region out and back costs an
         // empty poll more than the check.)
-        let ready = self.rx.as_ref().is_some_and(|r| r.ready());
+        if self.peers.buffering > 0 {
+            self.flush_links();
+        }
+        let ready = self.rx.as_mut().is_some_and(|r| r.ready());
         if let Some(mut rx) = self.rx.take_if(|_| ready) {
             // (A panic while handling a message, caught at the C boundary,
             // must not leave the endpoint without its queue: dropping the
@@ -34,9 +37,11 @@ impl Engine {
                 let mut n = 0;
                 while n < 64
                     && self.deferred.len() < DEFER_MAX
-                    && rx.pop(|msg, more| {
+                    && rx.pop(|msg, more, via| {
                         self.busy = more || !self.deferred.is_empty();
-                        self.take_message(msg, more)
+                        if self.sent_by(msg, via) {
+                            self.take_message(msg, more)
+                        }
                     })
                 {
                     n += 1;
@@ -58,7 +63,7 @@ impl Engine {
             // Nothing to overlap it with, or open for long enough: a stream
             // of messages that start no copy must not hold its completion
             // back for good.
-            if (self.deferred.is_empty() && !self.rx.as_ref().is_some_and(|r| r.ready()))
+            if (self.deferred.is_empty() && !self.rx.as_mut().is_some_and(|r| r.ready()))
                 || self.open_calls > SERVE_EVERY
             {
                 self.finish_open_job();

@@ -29,6 +29,23 @@ fn fresh_addr() -> SocketAddr {
     SocketAddr::from(([127, 77, 0, 1], port))
 }
 
+/// The wire the tests' endpoints use (each test thread sets its own).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Loop,
+    Tcp,
+}
+
+thread_local! {
+    static VIA: std::cell::Cell<Via> = const { std::cell::Cell::new(Via::Loop) };
+}
+
+/// Run `test` with endpoints on wire `v`.
+fn with_wire(v: Via, test: fn()) {
+    VIA.with(|c| c.set(v));
+    test();
+}
+
 /// One endpoint: its engine and what it is bound to.
 struct Side {
     eng: Engine,
@@ -45,7 +62,17 @@ fn side_with(mr_mode: u32, cfg: &Config) -> Side {
 /// `cached`: registrations pinned (io_uring) through the cache, which
 /// watches the memory (userfaultfd, perf), as in a domain by default.
 fn side_pinned(mr_mode: u32, cfg: &Config, cached: bool) -> Side {
-    let addr = fresh_addr();
+    let via = VIA.with(|c| c.get());
+    let (addr, rx, cfg) = if via == Via::Tcp {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a TCP listener");
+        let addr = l.local_addr().expect("its address");
+        let cfg = Config { wire: crate::config::Wire::Tcp, ..cfg.clone() };
+        (addr, Inbox::tcp_only(l).expect("a TCP inbox"), cfg)
+    } else {
+        let addr = fresh_addr();
+        (addr, Inbox::loopback(&addr).expect("a loopback inbox"), cfg.clone())
+    };
+    let cfg = &cfg;
     let mode = if cached { PinMode::Uring } else { PinMode::None };
     let pinner = Pinner::new(mode, Account::new(None, CapSource::Variable));
     let cc = CacheConfig { enable: cached, ..CacheConfig::default() };
@@ -64,7 +91,7 @@ fn side_pinned(mr_mode: u32, cfg: &Config, cached: bool) -> Side {
         rx_op_flags: 0,
         directed: true,
     };
-    let inbox = crate::protocol::inbox::Inbox(Inbox::Loop(loopback::Inbox::create(&addr).expect("a loopback inbox")));
+    let inbox = crate::protocol::inbox::Inbox(rx);
     let eng = Engine::new(inbox, addr, mr.clone(), cfg, b);
     Side { eng, addr, cq, av, mr }
 }
@@ -173,7 +200,6 @@ fn rma(s: &mut Side, ctx: usize, b: &mut [u8], addr: usize, key: u64, read: bool
 const RW: u64 = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
 const RO: u64 = ffi::FI_REMOTE_READ as u64;
 
-#[test]
 fn tagged_receives_match_by_tag_ignore_bits_and_source() {
     let (mut a, mut b) = pair();
     let mut c = side();
@@ -210,7 +236,6 @@ fn tagged_receives_match_by_tag_ignore_bits_and_source() {
     assert_eq!(&late, b"from-a10");
 }
 
-#[test]
 fn a_rendezvous_send_goes_through_pull_and_data_and_completes_both_sides() {
     let (mut a, mut b) = pair();
     let n = 3 * EAGER_MAX + 123;
@@ -222,9 +247,10 @@ fn a_rendezvous_send_goes_through_pull_and_data_and_completes_both_sides() {
     assert_eq!((e.op_context, e.len), (1, n));
     assert!(dst == src, "the receive holds the sender's bytes");
     assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 2, "the send completes on the ACK");
+    let tcp = VIA.with(|c| c.get()) == Via::Tcp;
+    assert!(a.eng.peers.list.iter().all(|p| p.link.buffers() == tcp), "the links are of the wire asked for");
 }
 
-#[test]
 fn truncated_receives_report_etrunc_with_the_overflow_inline_and_rendezvous() {
     let (mut a, mut b) = pair();
     for n in [100usize, 2 * EAGER_MAX] {
@@ -242,7 +268,6 @@ fn truncated_receives_report_etrunc_with_the_overflow_inline_and_rendezvous() {
     }
 }
 
-#[test]
 fn rma_writes_and_reads_land_in_the_registration() {
     let (mut a, mut b) = pair();
     let mut target = vec![0u8; 4 * EAGER_MAX];
@@ -293,7 +318,6 @@ fn refused(a: &mut Side, b: &mut Side, target: &[u8], ask: Ask, code: u32) {
     }
 }
 
-#[test]
 fn the_rma_target_refuses_wrong_keys_bounds_rights_and_closed_keys() {
     let (mut a, mut b) = pair();
     let mut target = vec![1u8; 2 * EAGER_MAX];
@@ -320,7 +344,6 @@ fn the_rma_target_refuses_wrong_keys_bounds_rights_and_closed_keys() {
     refused(&mut a, &mut b, &target, Ask { addr: base, key, read: false, len: 2 * EAGER_MAX }, ffi::FI_EKEYREJECTED);
 }
 
-#[test]
 fn a_registration_not_enabled_under_fi_mr_endpoint_is_refused() {
     let mode = ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY | ffi::FI_MR_ENDPOINT;
     let (mut a, mut b) = (side(), side_with(mode, &Config::default()));
@@ -338,7 +361,6 @@ fn a_registration_not_enabled_under_fi_mr_endpoint_is_refused() {
     assert!(target[..64].iter().all(|&x| x == 4));
 }
 
-#[test]
 fn batched_writes_are_each_checked_for_key_and_rights() {
     // Writes queued before the target runs are served as a run
     // (`write_batch`), which must refuse exactly what a lone write would.
@@ -398,7 +420,7 @@ fn a_forged_request_naming_another_process_is_dropped() {
         h.name = a.eng.name;
         let mut hb = [0u8; HDR_MAX];
         let hl = h.encode(&mut hb);
-        let link = Link::open(&b.addr).expect("b's inbox");
+        let link = Link::open(&b.addr, &a.eng.dial).expect("b's inbox");
         link.send(&[&hb[..hl], &encode_iovs(&[(dst.as_mut_ptr() as usize, 64)])]).expect("queued");
     };
     let to_a = loopback::Queue::find(&a.addr).expect("a's inbox");
@@ -418,7 +440,6 @@ fn a_forged_request_naming_another_process_is_dropped() {
     assert!(to_a.waiting() >= 2, "the same request, not forged, was not served");
 }
 
-#[test]
 fn cancel_gives_ecanceled_and_a_peer_that_closes_fails_what_it_owed() {
     let (mut a, b) = pair();
     let mut buf = [0u8; 16];
@@ -445,7 +466,6 @@ fn cancel_gives_ecanceled_and_a_peer_that_closes_fails_what_it_owed() {
     assert_eq!((e.op_context, e.err as u32), (43, ffi::FI_ECONNABORTED));
 }
 
-#[test]
 fn remote_writes_into_memory_made_read_only_are_refused_and_the_owner_lives() {
     // (A page-aligned mapping of the target's own, registered read-write
     // through the cache, then mprotect(PROT_READ): the loopback wire makes
@@ -485,3 +505,76 @@ fn remote_writes_into_memory_made_read_only_are_refused_and_the_owner_lives() {
     // SAFETY: our own mapping.
     unsafe { libc::munmap(base as *mut libc::c_void, len) };
 }
+
+#[test]
+fn a_tcp_frame_naming_another_sender_is_dropped() {
+    // b receives over TCP; a connection whose hello names a carries a
+    // send whose header names c: dropped, the receive stays posted. The
+    // same frame naming a is delivered (the control).
+    VIA.with(|c| c.set(Via::Tcp));
+    let (a, mut b) = pair();
+    let c: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut buf = [0u8; 8];
+    recv(&mut b, 1, &mut buf, ffi::FI_ADDR_UNSPEC, None);
+    let link = Link::open(&b.addr, &a.eng.dial).expect("b's listener");
+    let frame = |name: &SocketAddr| {
+        let mut h = Hdr { op: op::EAGER, len: 8, ..Default::default() };
+        let e = crate::info::addr::encode(name);
+        h.name[..e.len()].copy_from_slice(&e);
+        h.pid = std::process::id();
+        let mut hb = [0u8; HDR_MAX];
+        let hl = h.encode(&mut hb);
+        let mut f = hb[..hl].to_vec();
+        f.extend_from_slice(b"8 bytes!");
+        f
+    };
+    link.send(&[&frame(&c)]).expect("sent");
+    for _ in 0..200 {
+        b.eng.progress();
+        link.flush();
+    }
+    assert!(read(&b).is_none(), "a frame naming c on a's connection was delivered");
+    link.send(&[&frame(&a.addr)]).expect("sent");
+    let mut got = None;
+    for _ in 0..2000 {
+        b.eng.progress();
+        got = read(&b);
+        if got.is_some() {
+            break;
+        }
+    }
+    assert_eq!(ok(got.expect("the same frame naming a is delivered")).op_context, 1);
+    assert_eq!(&buf, b"8 bytes!");
+}
+
+/// Each test above (but the forged-frame one, which writes into a loopback
+/// queue), over the loopback wire and over TCP (real sockets on 127.0.0.1,
+/// in this process): the engine must behave the same on both.
+macro_rules! over_both {
+    ($($t:ident),* $(,)?) => {
+        $(
+            mod $t {
+                #[test]
+                fn loopback() {
+                    super::with_wire(super::Via::Loop, super::$t)
+                }
+                #[test]
+                fn tcp() {
+                    super::with_wire(super::Via::Tcp, super::$t)
+                }
+            }
+        )*
+    };
+}
+
+over_both!(
+    tagged_receives_match_by_tag_ignore_bits_and_source,
+    a_rendezvous_send_goes_through_pull_and_data_and_completes_both_sides,
+    truncated_receives_report_etrunc_with_the_overflow_inline_and_rendezvous,
+    rma_writes_and_reads_land_in_the_registration,
+    the_rma_target_refuses_wrong_keys_bounds_rights_and_closed_keys,
+    a_registration_not_enabled_under_fi_mr_endpoint_is_refused,
+    batched_writes_are_each_checked_for_key_and_rights,
+    cancel_gives_ecanceled_and_a_peer_that_closes_fails_what_it_owed,
+    remote_writes_into_memory_made_read_only_are_refused_and_the_owner_lives,
+);

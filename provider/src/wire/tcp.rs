@@ -1,0 +1,456 @@
+//! The TCP wire (first slice: plain non-blocking sockets; io_uring, SEND_ZC
+//! from registered memory and non-blocking connection setup are still to
+//! come, see docs/wire.md "TCP").
+//!
+//! A connection carries frames one way: the side that opened it sends, the
+//! side that accepted it (at the endpoint's listener, whose address is the
+//! endpoint's name) receives. Two endpoints that both send have a
+//! connection each way, so simultaneous connects never race for one socket.
+//! Each side opens with a hello: magic, wire version, endpoint name, epoch
+//! and pid. The acceptor answers with its own hello, so the opener learns
+//! the peer's epoch (a restarted peer at the same address has another) and
+//! refuses a peer of another version, naming both. Then each frame is a
+//! 4-byte little-endian length and the frame; a length over `MAX_FRAME`
+//! closes the connection (a lying or broken peer cannot make us buffer
+//! without bound).
+//!
+//! The wire cannot reach the peer's memory: every copy answers `Push`, and
+//! the engine's PULL -> DATA -> ACK path moves rendezvous and RMA data.
+//! Every frame is handed up with the name its connection's hello gave, so
+//! a frame that claims another sender is dropped (identity from the link).
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{LinkState, OpenError, WireError, MAX_FRAME};
+
+const MAGIC: u32 = 0x3154_584f; // "OXT1"
+/// This build's TCP wire version (the hello's; the message header has its
+/// own, checked above the wire).
+pub(crate) const VERSION: u32 = 1;
+const HELLO_LEN: usize = 48;
+/// Bytes a link queues for a peer whose socket is full before a send
+/// answers `Full` (flow control, as a full shm queue).
+const OUT_MAX: usize = 4 << 20;
+/// How long opening a link may wait for the peer's hello.
+const OPEN_WAIT: Duration = Duration::from_secs(2);
+
+/// Who an endpoint is, as its hello says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub version: u32,
+    pub name: [u8; 28],
+    pub epoch: u32,
+    pub pid: u32,
+}
+
+impl Hello {
+    fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.version.to_le_bytes());
+        b[8..36].copy_from_slice(&self.name);
+        b[36..40].copy_from_slice(&self.epoch.to_le_bytes());
+        b[40..44].copy_from_slice(&self.pid.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Hello> {
+        let word = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
+        if b.len() < HELLO_LEN || word(0) != MAGIC {
+            return None;
+        }
+        let mut name = [0u8; 28];
+        name.copy_from_slice(&b[8..36]);
+        Some(Hello { version: word(4), name, epoch: word(36), pid: word(40) })
+    }
+}
+
+/// What an opened link knows, and what it has not sent yet.
+struct Out {
+    /// Bytes queued behind a full socket.
+    queued: VecDeque<u8>,
+    state: LinkState,
+    /// The peer's hello, once it arrived (its first bytes so far).
+    peer: Option<Hello>,
+    got: Vec<u8>,
+}
+
+/// A link to one peer: the connection we opened to its listener.
+pub struct Link {
+    sock: TcpStream,
+    to: SocketAddr,
+    out: Mutex<Out>,
+}
+
+impl Link {
+    /// Connect to the endpoint named `to` and send our hello (`me`). The
+    /// kernel completes the connection at the peer's listener without the
+    /// peer's help; its hello, which answers ours once the peer next polls,
+    /// is read when it is there (`epoch`, `state`). (The connect itself
+    /// waits for at most `OPEN_WAIT`: this slice's connection setup.)
+    pub fn open(to: &SocketAddr, me: &Hello) -> Result<Link, OpenError> {
+        let sock = TcpStream::connect_timeout(to, OPEN_WAIT).map_err(OpenError::Unreachable)?;
+        let _ = sock.set_nodelay(true);
+        let io = |e: io::Error| OpenError::Unreachable(e);
+        sock.set_nonblocking(true).map_err(io)?;
+        let out =
+            Out { queued: me.encode().into_iter().collect(), state: LinkState::Open, peer: None, got: Vec::new() };
+        let l = Link { sock, to: *to, out: Mutex::new(out) };
+        {
+            let mut o = l.out();
+            l.push_out(&mut o);
+        }
+        Ok(l)
+    }
+
+    /// Read the peer's hello if it is there (never waits).
+    fn read_hello(&self, o: &mut Out) {
+        if o.peer.is_some() || o.state != LinkState::Open {
+            return;
+        }
+        let mut b = [0u8; HELLO_LEN];
+        let want = HELLO_LEN - o.got.len();
+        match (&self.sock).read(&mut b[..want]) {
+            Ok(0) => o.state = LinkState::Closed,
+            Ok(n) => o.got.extend_from_slice(&b[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => o.state = LinkState::Closed,
+        }
+        if o.got.len() == HELLO_LEN {
+            match Hello::decode(&o.got) {
+                Some(h) if h.version == VERSION => o.peer = Some(h),
+                Some(h) => {
+                    tracing::warn!(
+                        "the endpoint at {} speaks TCP wire version {}, this oxmr speaks version {VERSION}: run one oxmr build on both sides",
+                        self.to,
+                        h.version
+                    );
+                    o.state = LinkState::Closed;
+                }
+                None => {
+                    tracing::warn!("the endpoint at {} does not speak oxmr's TCP wire", self.to);
+                    o.state = LinkState::Closed;
+                }
+            }
+        }
+    }
+
+    fn out(&self) -> std::sync::MutexGuard<'_, Out> {
+        self.out.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Write what is queued; the state after.
+    fn push_out(&self, o: &mut Out) {
+        while !o.queued.is_empty() {
+            let (a, _) = o.queued.as_slices();
+            match (&self.sock).write(a) {
+                Ok(0) => {
+                    o.state = LinkState::Closed;
+                    return;
+                }
+                Ok(n) => {
+                    o.queued.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    o.state = LinkState::Closed;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Send one frame in parts: queued whole, written as far as the socket
+    /// takes it now.
+    pub fn send(&self, parts: &[&[u8]]) -> Result<(), WireError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut o = self.out();
+        if o.state != LinkState::Open {
+            return Err(WireError::Closed);
+        }
+        if !o.queued.is_empty() {
+            self.push_out(&mut o);
+        }
+        if o.queued.len() + len + 4 > OUT_MAX {
+            return Err(WireError::Full);
+        }
+        o.queued.extend((len as u32).to_le_bytes());
+        for p in parts {
+            o.queued.extend(p.iter().copied());
+        }
+        self.push_out(&mut o);
+        if o.state == LinkState::Closed {
+            return Err(WireError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Write what waits; whether something still does.
+    pub fn flush(&self) -> bool {
+        let mut o = self.out();
+        self.push_out(&mut o);
+        !o.queued.is_empty() && o.state == LinkState::Open
+    }
+
+    /// The peer's epoch, once its hello arrived (0: not yet).
+    pub fn epoch(&self) -> u32 {
+        let mut o = self.out();
+        self.read_hello(&mut o);
+        o.peer.map_or(0, |h| h.epoch)
+    }
+
+    /// The peer's process, as its hello says (0: not yet).
+    pub fn owner(&self) -> u32 {
+        let mut o = self.out();
+        self.read_hello(&mut o);
+        o.peer.map_or(0, |h| h.pid)
+    }
+
+    /// Whether the link is known closed (no system call).
+    pub fn closed(&self) -> bool {
+        self.out().state != LinkState::Open
+    }
+
+    /// Where the link stands: the peer never sends on our connection, so a
+    /// read that finds the end of the stream (or an error) means it closed.
+    pub fn state(&self) -> LinkState {
+        let mut o = self.out();
+        self.read_hello(&mut o);
+        if o.state == LinkState::Open && o.peer.is_some() {
+            let mut b = [0u8; 1];
+            match (&self.sock).read(&mut b) {
+                Ok(0) => o.state = LinkState::Closed,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => o.state = LinkState::Closed,
+            }
+        }
+        o.state
+    }
+}
+
+/// A connection accepted at our listener.
+struct InConn {
+    sock: TcpStream,
+    /// Bytes read and not yet taken as frames.
+    buf: Vec<u8>,
+    /// The sender, once its hello arrived (and ours went back).
+    peer: Option<SocketAddr>,
+    closed: bool,
+}
+
+/// An endpoint's TCP inbox: its listener and the connections peers opened.
+pub struct Inbox {
+    listener: TcpListener,
+    me: Hello,
+    conns: Vec<InConn>,
+    /// Frames read and not yet handed up, with their connection's sender.
+    frames: VecDeque<(Vec<u8>, SocketAddr)>,
+    /// (Frames handed up, frames read.)
+    popped: u64,
+    read: u64,
+}
+
+impl Inbox {
+    /// Receive at `listener` (the endpoint's, bound at its name).
+    pub fn new(listener: TcpListener, me: Hello) -> io::Result<Inbox> {
+        listener.set_nonblocking(true)?;
+        Ok(Inbox { listener, me, conns: Vec::new(), frames: VecDeque::new(), popped: 0, read: 0 })
+    }
+
+    /// Accept what waits, read what the connections hold, cut frames.
+    fn poll(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((sock, _)) => {
+                    if sock.set_nonblocking(true).is_ok() {
+                        let _ = sock.set_nodelay(true);
+                        self.conns.push(InConn { sock, buf: Vec::new(), peer: None, closed: false });
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let mut chunk = [0u8; 64 << 10];
+        for c in &mut self.conns {
+            loop {
+                match (&c.sock).read(&mut chunk) {
+                    Ok(0) => {
+                        c.closed = true;
+                        break;
+                    }
+                    Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        c.closed = true;
+                        break;
+                    }
+                }
+            }
+            let mut at = 0;
+            if c.peer.is_none() && c.buf.len() >= HELLO_LEN {
+                match Hello::decode(&c.buf[..HELLO_LEN]) {
+                    Some(h) if h.version == VERSION => match crate::info::addr::parse(&h.name) {
+                        Some(a) => {
+                            // (Small, on a fresh socket: taken at once.)
+                            let _ = (&c.sock).write_all(&self.me.encode());
+                            c.peer = Some(a);
+                            at = HELLO_LEN;
+                        }
+                        None => c.closed = true,
+                    },
+                    Some(h) => {
+                        // (Ours goes back first: the opener says whose
+                        // version differs.)
+                        tracing::warn!(
+                            "refusing a TCP connection of wire version {}; this oxmr speaks version {VERSION}: run one oxmr build on both sides",
+                            h.version
+                        );
+                        let _ = (&c.sock).write_all(&self.me.encode());
+                        c.closed = true;
+                    }
+                    None => {
+                        tracing::warn!("refusing a TCP connection that does not speak oxmr's TCP wire");
+                        c.closed = true;
+                    }
+                }
+            }
+            if let Some(from) = c.peer {
+                while c.buf.len() - at >= 4 {
+                    let n = u32::from_le_bytes(c.buf[at..at + 4].try_into().unwrap_or_default()) as usize;
+                    if n > MAX_FRAME {
+                        tracing::warn!(
+                            "closing the TCP connection from {from}: a frame of {n} bytes (the most is {MAX_FRAME}); a broken or lying peer"
+                        );
+                        c.closed = true;
+                        break;
+                    }
+                    if c.buf.len() - at < 4 + n {
+                        break;
+                    }
+                    self.frames.push_back((c.buf[at + 4..at + 4 + n].to_vec(), from));
+                    self.read += 1;
+                    at += 4 + n;
+                }
+            }
+            c.buf.drain(..at);
+        }
+        self.conns.retain(|c| !c.closed);
+    }
+
+    /// Whether a frame waits (reads the sockets).
+    pub fn ready(&mut self) -> bool {
+        if self.frames.is_empty() {
+            self.poll();
+        }
+        !self.frames.is_empty()
+    }
+
+    /// Hand one frame to `f(frame, more, sender)`; false when none waits.
+    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool, SocketAddr)) -> bool {
+        if !self.ready() {
+            return false;
+        }
+        let Some((frame, from)) = self.frames.pop_front() else { return false };
+        self.popped += 1;
+        f(&frame, !self.frames.is_empty(), from);
+        true
+    }
+
+    /// (Frames handed up, frames read.)
+    pub fn positions(&self) -> (u64, u64) {
+        (self.popped, self.read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(addr: &SocketAddr, epoch: u32) -> Hello {
+        let mut name = [0u8; 28];
+        let e = crate::info::addr::encode(addr);
+        name[..e.len()].copy_from_slice(&e);
+        Hello { version: VERSION, name, epoch, pid: std::process::id() }
+    }
+
+    #[test]
+    fn frames_cross_with_their_senders_name_and_bad_peers_are_refused() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 7)).unwrap();
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        // (Opening needs nothing of the inbox: the kernel accepts.)
+        let link = Link::open(&at, &hello(&me, 9)).unwrap();
+        link.send(&[b"ab", b"cd"]).unwrap();
+        link.send(&[&[5u8; 1000]]).unwrap();
+        assert_eq!(link.epoch(), 0, "the peer's hello comes once it polls");
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            while inbox.pop(|f, _, from| got.push((f.to_vec(), from))) {}
+            if got.len() == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], (b"abcd".to_vec(), me));
+        assert_eq!(got[1].0, vec![5u8; 1000]);
+        assert_eq!(inbox.positions(), (2, 2));
+        let mut epoch = 0;
+        for _ in 0..2000 {
+            epoch = link.epoch();
+            if epoch != 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!((epoch, link.owner()), (7, std::process::id()), "the inbox's hello answered ours");
+        assert_eq!(link.state(), LinkState::Open);
+        // Another wire version: the link closes when the answer comes.
+        let l2 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at2 = l2.local_addr().unwrap();
+        let mut h = hello(&at2, 3);
+        h.version = 99;
+        let mut other = Inbox::new(l2, h).unwrap();
+        let bad = Link::open(&at2, &hello(&me, 9)).unwrap();
+        let mut state = LinkState::Open;
+        for _ in 0..2000 {
+            other.poll();
+            state = bad.state();
+            if state != LinkState::Open {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!((state, bad.epoch()), (LinkState::Closed, 0), "a peer of wire version 99 stays unopened");
+        assert!(bad.send(&[b"x"]).is_err());
+        // A frame over MAX_FRAME: the connection is closed, nothing handed up.
+        let mut raw = TcpStream::connect(at).unwrap();
+        raw.write_all(&hello(&me, 1).encode()).unwrap();
+        raw.write_all(&((MAX_FRAME as u32) + 1).to_le_bytes()).unwrap();
+        for _ in 0..200 {
+            inbox.poll();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert!(!inbox.pop(|_, _, _| panic!("a frame over the limit was handed up")));
+        // Our peer closing: the link says so.
+        drop(inbox);
+        let mut state = LinkState::Open;
+        for _ in 0..2000 {
+            state = link.state();
+            if state != LinkState::Open {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(state, LinkState::Closed);
+    }
+}
