@@ -177,6 +177,9 @@ extra_run "xfer_gone[FI_OXMR_SHM_SENDER_JOBS=0]" xfer_gone FI_OXMR_SHM_SENDER_JO
 # Queued rendezvous receives of equal size each copied in a job of their
 # own (not paired, docs/wire.md "Paired receives").
 extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
+# The whole transfer suite over the TCP wire (both processes, real sockets
+# on 127.0.0.1; docs/wire.md "TCP").
+extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
 # Queued RMA writes each copied alone (no runs copied together).
 extra_run "xfer[FI_OXMR_SHM_WRITE_BATCH=0]" xfer FI_OXMR_SHM_WRITE_BATCH=0
 # Registrations the cache does not hold are watched (and revoked) too.

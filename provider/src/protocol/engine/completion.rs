@@ -62,9 +62,38 @@ impl Engine {
         }
     }
 
+    /// A place in matching order, for a receive a message just matched.
+    pub(super) fn matched(&mut self) -> u64 {
+        let s = self.match_next;
+        self.match_next += 1;
+        s
+    }
+
     /// The receive completion (or error) of `finish_recv`, without the
-    /// answer to the sender.
+    /// answer to the sender: reported in matching order. A receive whose
+    /// data is still being pushed to us (a pull: TCP, or memory the shm
+    /// wire cannot reach) holds back the reports of receives matched after
+    /// it, which wait here (their data is in place, their senders
+    /// answered); every held one is reported once the earlier ones are.
+    /// (One order for all peers: a pull from one peer holds back another
+    /// peer's receives too, for as long as it takes.)
     pub(super) fn complete_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
+        if p.seq != self.report_next && p.seq != 0 {
+            self.held_recvs.insert(p.seq, (p, hdr, from, status));
+            return;
+        }
+        if p.seq != 0 {
+            self.report_next += 1;
+        }
+        self.report_recv(p, hdr, from, status);
+        while let Some(e) = self.held_recvs.first_entry().filter(|e| *e.key() == self.report_next) {
+            let (p, hdr, from, status) = e.remove();
+            self.report_next += 1;
+            self.report_recv(p, hdr, from, status);
+        }
+    }
+
+    fn report_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
         let room = total(&p.iovs);
         let len = hdr.len as usize;
         let n = len.min(room);

@@ -38,7 +38,8 @@ impl Engine {
                     // The common case: a receive is waiting; copy straight
                     // from the queue's copy into it.
                     if let Some(i) = self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
-                        let p = self.posted[q].remove(i).expect("position is in range");
+                        let mut p = self.posted[q].remove(i).expect("position is in range");
+                        p.seq = self.matched();
                         let n = (h.len as usize).min(total(&p.iovs)).min(body.len());
                         // SAFETY: the application's posted receive buffers.
                         unsafe { crate::mr::local::scatter(&p.iovs, &body[..n]) };
@@ -67,7 +68,8 @@ impl Engine {
                 let u = Unexpected { hdr: h, from, pid, data, iovs, gone: false };
                 match self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
                     Some(i) => {
-                        let p = self.posted[q].remove(i).expect("position is in range");
+                        let mut p = self.posted[q].remove(i).expect("position is in range");
+                        p.seq = self.matched();
                         self.deliver(p, u);
                     }
                     None => self.unexpected[q].push_back(u),

@@ -116,7 +116,15 @@ struct Posted {
     tag: u64,
     ignore: u64,
     credit: Option<Credit>,
+    /// Its place in matching order, given when a message matches it
+    /// (`Engine::matched`; 0 before): its completion is reported after
+    /// those of every receive matched before it.
+    seq: u64,
 }
+
+/// A receive completion held back until the receives matched before it
+/// have completed (see `Engine::complete_recv`).
+type HeldRecv = (Posted, Hdr, SocketAddr, u32);
 
 struct Unexpected {
     hdr: Hdr,
@@ -359,6 +367,13 @@ pub struct Engine {
     /// Messages taken from the queue, to handle after the control messages
     /// behind them (see `take_message`).
     deferred: VecDeque<Vec<u8>>,
+    /// Matching order of receives: the next place to give, the next to
+    /// report, and the completions that wait for earlier ones (a receive
+    /// whose data is pulled completes after receives matched later whose
+    /// data was inline; it is still reported first).
+    match_next: u64,
+    report_next: u64,
+    held_recvs: std::collections::BTreeMap<u64, HeldRecv>,
     /// Progress calls in a row that left `deferred` unserved.
     unserved: u32,
 }
@@ -488,6 +503,9 @@ impl Engine {
             last_check: Instant::now(),
             avc: AvCache::default(),
             deferred: VecDeque::new(),
+            match_next: 1,
+            report_next: 1,
+            held_recvs: Default::default(),
             unserved: 0,
             ticks: 0,
             pulls: FastMap::default(),

@@ -142,13 +142,14 @@ impl Engine {
         let credit = self.credit(false, flags)?;
         let tagged = tag.is_some();
         let (t, ignore) = tag.unwrap_or((0, 0));
-        let p = Posted { ctx, iovs, src, tag: t, ignore, credit };
+        let mut p = Posted { ctx, iovs, src, tag: t, ignore, credit, seq: 0 };
         let q = tagged as usize;
         if let Some(i) = self.unexpected[q].iter().position(|u| matches(&p, tagged, u.hdr.tag, &u.from)) {
             // (The application's call, not a progress call: a copy started
             // here is not overlapped with messages behind it.)
             self.busy = false;
             let u = self.unexpected[q].remove(i).expect("position is in range");
+            p.seq = self.matched();
             self.deliver(p, u);
             return Ok(());
         }
