@@ -775,7 +775,7 @@ mod tests {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if at != 0 { libc::MAP_FIXED } else { 0 };
         // SAFETY: anonymous mapping (MAP_FIXED only over our own mapping).
         let p = unsafe { libc::mmap(at as *mut _, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
-        assert_ne!(p, libc::MAP_FAILED);
+        assert_ne!(p, libc::MAP_FAILED, "mmap({at:#x}, {len}): {}", std::io::Error::last_os_error());
         // SAFETY: just mapped, writable.
         unsafe { std::ptr::write_bytes(p as *mut u8, fill, len) };
         p as usize
@@ -939,9 +939,11 @@ mod tests {
         c.monitor.watch(a, len).expect("watched");
         assert!(!c.touched_since(since, a, len), "nothing happened yet");
         let other = map(0, len, 2);
-        assert!(!c.touched_since(since, a, len), "an event elsewhere is not one on the range");
+        // (More unmaps elsewhere than one read of the log takes, 64.)
+        unmap_elsewhere(&c, 70);
+        assert!(!c.touched_since(since, a, len), "events elsewhere are none on the range");
         remap(a, len, 3);
-        assert!(c.touched_since(since, a, len), "the unmap of the range since the subscription");
+        assert!(c.touched_since(since, a, len), "the unmap of the range since the subscription, behind 70 others");
         assert!(!c.touched_since(c.monitor.head(), a, len), "nothing after the unmap");
         // And through a registration: the pin that follows holds the new pages.
         let r = reg(&d, a, len);
@@ -953,6 +955,67 @@ mod tests {
             // SAFETY: our mappings.
             unsafe { libc::munmap(x as *mut libc::c_void, len) };
         }
+    }
+
+    /// `n` watched pages unmapped elsewhere: `n` events in the log that
+    /// touch nothing registered.
+    fn unmap_elsewhere(c: &Cache, n: usize) {
+        for _ in 0..n {
+            let x = map(0, 4096, 0);
+            c.monitor.watch(x, 4096).expect("watched");
+            // SAFETY: our mapping.
+            unsafe { libc::munmap(x as *mut libc::c_void, 4096) };
+        }
+    }
+
+    /// A registration the cache does not hold is tracked from the log
+    /// position before its pin (`watch_ranges`, then `track_live`): a move
+    /// of its memory in between (behind more events than one read of the
+    /// log takes) revokes it at once; one tracked from after the move is
+    /// not revoked.
+    #[test]
+    fn a_move_between_watch_and_track_revokes_the_registration() {
+        let d = domain();
+        let c = d.cache.clone().expect("userfaultfd works here");
+        let len = 64 << 10;
+        let a = map(0, len, 1);
+        let r = crate::mr::registry::tests::region(1, a as u64, len, ffi::FI_REMOTE_WRITE as u64);
+        let since = c.watch_ranges(&[(a, len)]).expect("watched");
+        unmap_elsewhere(&c, 70);
+        remap(a, len, 5);
+        c.track_live(&r, since);
+        assert!(r.revoked.get().is_some_and(|f| f.load(Ordering::Acquire)), "moved before it was tracked: revoked");
+        let r2 = crate::mr::registry::tests::region(2, a as u64, len, ffi::FI_REMOTE_WRITE as u64);
+        let since = c.watch_ranges(&[(a, len)]).expect("watched");
+        unmap_elsewhere(&c, 3);
+        c.track_live(&r2, since);
+        assert!(!r2.revoked.get().is_some_and(|f| f.load(Ordering::Acquire)), "nothing moved since: not revoked");
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a as *mut libc::c_void, len) };
+    }
+
+    /// An unmap revokes exactly the tracked registrations whose ranges it
+    /// touches: not the one on the page before it, nor the one that starts
+    /// where it ends.
+    #[test]
+    fn an_unmap_revokes_only_the_tracked_registrations_it_touches() {
+        let pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
+        let cc = CacheConfig { enable: true, explicit: false, ..CacheConfig::default() };
+        let d = MrDomain::new((ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32, pinner, cc);
+        let ps = 4096;
+        let base = map(0, 3 * ps, 1);
+        let (ra, rb, rc) = (reg(&d, base, ps), reg(&d, base + ps, ps), reg(&d, base + 2 * ps, ps));
+        assert!(ra.revoked.get().is_some(), "registrations the cache does not hold are tracked");
+        remap(base + ps, ps, 2);
+        d.refresh();
+        assert_eq!(writable(&d, &rb), Err(crate::mr::registry::AccessError::Revoked), "the unmapped page's");
+        assert_eq!(writable(&d, &ra), Ok(()), "the page before the unmap");
+        assert_eq!(writable(&d, &rc), Ok(()), "the page where the unmap ends");
+        for r in [ra, rb, rc] {
+            d.deregister(&r);
+        }
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(base as *mut libc::c_void, 3 * ps) };
     }
 
     #[test]

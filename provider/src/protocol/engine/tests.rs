@@ -506,6 +506,62 @@ fn remote_writes_into_memory_made_read_only_are_refused_and_the_owner_lives() {
     unsafe { libc::munmap(base as *mut libc::c_void, len) };
 }
 
+/// Progress one endpoint until it has a completion (a bound, not a time).
+fn next1(a: &mut Side) -> Got {
+    for _ in 0..10_000 {
+        if let Some(g) = read(a) {
+            return g;
+        }
+        a.eng.progress();
+    }
+    panic!("no completion in 10000 progress calls");
+}
+
+fn an_endpoint_writes_into_and_reads_its_own_registration() {
+    // (Its own address in its AV: the request names this very endpoint,
+    // and is served because it is one of its pending operations.)
+    let mut a = side();
+    a.av.insert(&[Some(a.addr)]);
+    let mut target = vec![0u8; 3 * EAGER_MAX];
+    let base = target.as_mut_ptr() as usize;
+    let (_r, key) = register(&a, &target, RW);
+    let mut small = [4u8; 100];
+    rma(&mut a, 1, &mut small, base, key, false);
+    assert_eq!(ok(next1(&mut a)).op_context, 1);
+    let mut big = vec![6u8; 2 * EAGER_MAX];
+    rma(&mut a, 2, &mut big, base + EAGER_MAX, key, false);
+    assert_eq!(ok(next1(&mut a)).op_context, 2);
+    let mut back = vec![0u8; 2 * EAGER_MAX];
+    rma(&mut a, 3, &mut back, base + EAGER_MAX, key, true);
+    assert_eq!(ok(next1(&mut a)).op_context, 3);
+    assert!(target[..100].iter().all(|&x| x == 4) && back == big);
+}
+
+fn remote_cq_data_of_a_write_reaches_the_target_cq() {
+    let (mut a, mut b) = pair();
+    let mut target = vec![0u8; 2 * EAGER_MAX];
+    let base = target.as_mut_ptr() as usize;
+    let (_r, key) = register(&b, &target, RW);
+    for (n, data) in [(64usize, 0xfeed_u64), (2 * EAGER_MAX, 0xbeef)] {
+        let mut buf = vec![1u8; n];
+        let o = RmaOp {
+            ctx: 9,
+            iovs: iov_mut(&mut buf),
+            dest: 0,
+            addr: base as u64,
+            key,
+            data: Some(data),
+            flags: None,
+            read: false,
+        };
+        a.eng.rma(o).expect("posted");
+        assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 9);
+        let e = ok(next(&mut a, &mut b, 1));
+        let want = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
+        assert_eq!((e.flags, e.len, e.data, e.src), (want, n, data, 0), "the target's entry for a writedata of {n} B");
+    }
+}
+
 #[test]
 fn a_tcp_frame_naming_another_sender_is_dropped() {
     // b receives over TCP; a connection whose hello names a carries a
@@ -568,6 +624,8 @@ macro_rules! over_both {
 }
 
 over_both!(
+    an_endpoint_writes_into_and_reads_its_own_registration,
+    remote_cq_data_of_a_write_reaches_the_target_cq,
     tagged_receives_match_by_tag_ignore_bits_and_source,
     a_rendezvous_send_goes_through_pull_and_data_and_completes_both_sides,
     truncated_receives_report_etrunc_with_the_overflow_inline_and_rendezvous,
