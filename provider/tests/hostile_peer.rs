@@ -1511,6 +1511,55 @@ fn a_read_that_names_the_target_itself_as_its_sender_is_dropped() {
 }
 
 #[test]
+fn a_read_naming_the_target_itself_with_one_of_its_pending_reads_but_other_buffers_is_dropped() {
+    // The target has a read of its own pending (to this peer, which never
+    // answers it); a forged READ names the target as its sender, with that
+    // read's operation id (kind and id match) but a destination that is
+    // not the read's buffer: served, it would copy the registration into
+    // the target's unregistered memory. Only the very buffers of the
+    // pending operation are its own.
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let peer_addr = addr::parse(&p.name).expect("the peer's name");
+    let to_p = t.insert(&peer_addr);
+    let mut dst = vec![0u8; 256];
+    t.read(&mut dst, to_p, 0x1000, 0x77, 0x81);
+    let mut req = None;
+    for _ in 0..1000 {
+        let _ = t.poll();
+        if let Some(h) = p.drain().into_iter().find(|h| h.op == READ) {
+            req = Some(h);
+            break;
+        }
+    }
+    let req = req.expect("the target's read reached the peer");
+    let mut own = [0u8; 28];
+    let e = addr::encode(&t.name);
+    own[..e.len()].copy_from_slice(&e);
+    let mut unregistered = vec![0u8; 256];
+    let h = Hdr {
+        op: READ,
+        msg_id: req.msg_id,
+        len: 256,
+        iov_count: 1,
+        rma_addr: t.base,
+        rma_key: t.key,
+        ..Default::default()
+    };
+    p.send_as(h, &iovs(&[(unregistered.as_mut_ptr() as usize, 256)]), own, std::process::id());
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
+    while std::time::Instant::now() < until {
+        let _ = t.poll();
+    }
+    assert!(
+        unregistered.iter().all(|&b| b == 0),
+        "a forged read with the id of the target's pending read copied its registration into other memory"
+    );
+    assert!(dst.iter().all(|&b| b == 0), "nor into the pending read's buffer: the forged request was dropped");
+    assert!(t.guards_intact());
+}
+
+#[test]
 fn an_endpoints_rma_to_itself_is_served() {
     // The other side of the check above: a read and a write this endpoint
     // posts to its own address are its pending operations, and served.

@@ -901,6 +901,18 @@ mod tests {
         d.refresh();
         assert!(writable(&d, &r).is_ok(), "writable again: writes allowed again");
         d.deregister(&r);
+        drop(r);
+        // A cache hit (tracked by its entry alone, not on its own): the
+        // entry says what the memory allows now.
+        let first = reg(&d, a, len);
+        d.deregister(&first);
+        drop(first);
+        let hit = reg(&d, a, len);
+        assert!(hit.revoked.get().is_none(), "a hit is not tracked on its own");
+        protect(a, len, libc::PROT_READ);
+        d.refresh();
+        assert_eq!(writable(&d, &hit), Err(crate::mr::registry::AccessError::Protected), "the hit's entry");
+        d.deregister(&hit);
         // SAFETY: our mapping.
         unsafe { libc::munmap(a as *mut libc::c_void, len) };
     }

@@ -538,7 +538,10 @@ fn an_endpoint_writes_into_and_reads_its_own_registration() {
 }
 
 fn remote_cq_data_of_a_write_reaches_the_target_cq() {
-    let (mut a, mut b) = pair();
+    // (b's AV holds another address first: a is fi_addr 1 there.)
+    let (mut a, mut b) = (side(), side());
+    a.av.insert(&[Some(b.addr)]);
+    b.av.insert(&[Some("127.0.0.1:9".parse().unwrap()), Some(a.addr)]);
     let mut target = vec![0u8; 2 * EAGER_MAX];
     let base = target.as_mut_ptr() as usize;
     let (_r, key) = register(&b, &target, RW);
@@ -558,7 +561,7 @@ fn remote_cq_data_of_a_write_reaches_the_target_cq() {
         assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 9);
         let e = ok(next(&mut a, &mut b, 1));
         let want = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
-        assert_eq!((e.flags, e.len, e.data, e.src), (want, n, data, 0), "the target's entry for a writedata of {n} B");
+        assert_eq!((e.flags, e.len, e.data, e.src), (want, n, data, 1), "the target's entry for a writedata of {n} B");
     }
 }
 
