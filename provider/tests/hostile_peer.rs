@@ -1474,6 +1474,22 @@ fn a_request_naming_another_process_than_its_queues_owner_is_dropped() {
     assert_eq!(&dst[..], &t.page()[..64]);
 }
 
+/// A READ written into the target's queue that names the target itself as
+/// its sender (its name and pid), operation `msg_id`, the key of its
+/// registration and a destination `dst` of 256 bytes; then 200 ms of the
+/// target's progress.
+fn forge_self_read(t: &Target, p: &Peer, msg_id: u64, dst: &mut [u8]) {
+    let mut own = [0u8; 28];
+    let e = addr::encode(&t.name);
+    own[..e.len()].copy_from_slice(&e);
+    let h = Hdr { op: READ, msg_id, len: 256, iov_count: 1, rma_addr: t.base, rma_key: t.key, ..Default::default() };
+    p.send_as(h, &iovs(&[(dst.as_mut_ptr() as usize, 256)]), own, std::process::id());
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
+    while std::time::Instant::now() < until {
+        let _ = t.poll();
+    }
+}
+
 #[test]
 fn a_read_that_names_the_target_itself_as_its_sender_is_dropped() {
     // A same-user process writes into the endpoint's queue a READ naming
@@ -1483,26 +1499,10 @@ fn a_read_that_names_the_target_itself_as_its_sender_is_dropped() {
     // operations, so it is dropped.
     let t = unsafe { Target::open() };
     let p = Peer::new(&t.name);
-    let mut own = [0u8; 28];
-    let e = addr::encode(&t.name);
-    own[..e.len()].copy_from_slice(&e);
     let mut unregistered = vec![0u8; 256];
-    let h = Hdr {
-        op: READ,
-        // (With the target's own epoch, which its queue's header shows to
-        // anyone who can open it: the closed-endpoint check passes.)
-        msg_id: (p.to.epoch() as u64) << 32 | 5,
-        len: 256,
-        iov_count: 1,
-        rma_addr: t.base,
-        rma_key: t.key,
-        ..Default::default()
-    };
-    p.send_as(h, &iovs(&[(unregistered.as_mut_ptr() as usize, 256)]), own, std::process::id());
-    let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
-    while std::time::Instant::now() < until {
-        let _ = t.poll();
-    }
+    // (With the target's own epoch, which its queue's header shows to
+    // anyone who can open it: the closed-endpoint check passes.)
+    forge_self_read(&t, &p, (p.to.epoch() as u64) << 32 | 5, &mut unregistered);
     assert!(
         unregistered.iter().all(|&b| b == 0),
         "the endpoint copied its registration into its own unregistered memory"
@@ -1533,24 +1533,8 @@ fn a_read_naming_the_target_itself_with_one_of_its_pending_reads_but_other_buffe
         }
     }
     let req = req.expect("the target's read reached the peer");
-    let mut own = [0u8; 28];
-    let e = addr::encode(&t.name);
-    own[..e.len()].copy_from_slice(&e);
     let mut unregistered = vec![0u8; 256];
-    let h = Hdr {
-        op: READ,
-        msg_id: req.msg_id,
-        len: 256,
-        iov_count: 1,
-        rma_addr: t.base,
-        rma_key: t.key,
-        ..Default::default()
-    };
-    p.send_as(h, &iovs(&[(unregistered.as_mut_ptr() as usize, 256)]), own, std::process::id());
-    let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
-    while std::time::Instant::now() < until {
-        let _ = t.poll();
-    }
+    forge_self_read(&t, &p, req.msg_id, &mut unregistered);
     assert!(
         unregistered.iter().all(|&b| b == 0),
         "a forged read with the id of the target's pending read copied its registration into other memory"

@@ -394,57 +394,15 @@ mod tests {
         assert!(parse_header("Rss:                   4 kB").is_none());
     }
 
-    /// The kernel's `struct perf_event_attr`, which libc does not define:
-    /// the fields this test sets, then the rest zeroed. 136 bytes is
-    /// PERF_ATTR_SIZE_VER8 (6.3); older kernels accept a larger struct when
-    /// the bytes past their own size are zero.
-    #[repr(C)]
-    struct PerfEventAttr {
-        type_: u32,
-        size: u32,
-        config: u64,
-        sample_period: u64,
-        sample_type: u64,
-        read_format: u64,
-        /// The bitfield word: disabled is bit 0, exclude_kernel bit 5,
-        /// exclude_hv bit 6.
-        flags: u64,
-        rest: [u64; 11],
-    }
-
-    const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == 136);
-
-    const PERF_TYPE_SOFTWARE: u32 = 1;
-    const PERF_COUNT_SW_DUMMY: u64 = 9;
-    const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
-
     #[test]
     fn perf_ring_buffer_is_device_pfn() {
         let ps = page();
-        let attr = PerfEventAttr {
-            type_: PERF_TYPE_SOFTWARE,
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            config: PERF_COUNT_SW_DUMMY,
-            sample_period: 0,
-            sample_type: 0,
-            read_format: 0,
-            flags: 1 | (1 << 5) | (1 << 6),
-            rest: [0; 11],
-        };
-        // SAFETY: `attr` is a valid, fully initialised perf_event_attr of
-        // the size it declares; pid 0 / cpu -1 is this process on any CPU.
-        let fd = unsafe {
-            libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC)
-        };
-        // (Where the kernel cannot give the memory, the test fails saying
-        // why: a skip would show as a pass.)
-        assert!(
-            fd >= 0,
-            "cannot run here: perf_event_open(SW_DUMMY) failed: {} (perf_event_paranoid or no perf support); no real PFN-mapped memory to test on",
-            io::Error::last_os_error()
-        );
-        // SAFETY: perf_event_open returned a new fd that we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        // (Disabled, this thread on any CPU, user space only. Where the
+        // kernel cannot give the memory, the test fails saying why: a skip
+        // would show as a pass.)
+        let fd = crate::mr::protwatch::dummy_event(0, -1, 1 | (1 << 5) | (1 << 6)).unwrap_or_else(|e| {
+            panic!("cannot run here: perf_event_open(SW_DUMMY) failed: {e} (perf_event_paranoid or no perf support); no real PFN-mapped memory to test on")
+        });
         // One control page plus 2^1 data pages.
         let r = Region::map(3 * ps, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd()).unwrap();
 

@@ -149,6 +149,13 @@ pub struct ProtWatch {
 }
 
 fn open_event(tid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    dummy_event(tid, cpu, INHERIT | EXCLUDE_KERNEL | EXCLUDE_HV | MMAP | MMAP_DATA | MMAP2)
+}
+
+/// A PERF_COUNT_SW_DUMMY event on thread `tid` (0: this one) and `cpu`
+/// (-1: any), with the attribute bits `flags` (also for tests that want
+/// a perf ring as PFN-mapped memory).
+pub(crate) fn dummy_event(tid: i32, cpu: i32, flags: u64) -> io::Result<OwnedFd> {
     let attr = PerfEventAttr {
         type_: PERF_TYPE_SOFTWARE,
         size: size_of::<PerfEventAttr>() as u32,
@@ -156,7 +163,7 @@ fn open_event(tid: i32, cpu: i32) -> io::Result<OwnedFd> {
         sample_period: 0,
         sample_type: 0,
         read_format: 0,
-        flags: INHERIT | EXCLUDE_KERNEL | EXCLUDE_HV | MMAP | MMAP_DATA | MMAP2,
+        flags,
         rest: [0; 11],
     };
     // SAFETY: `attr` is a valid, fully initialised perf_event_attr of the

@@ -162,23 +162,11 @@ impl Copies {
     /// or the slot could not take the job: then copy alone, and `finish`
     /// it all the same.
     pub fn open(&mut self, span: Span, chunk: usize, we_read: bool) -> (SharedCopy, bool) {
-        let Some((slot, gen)) = self.take_slot() else { return (SharedCopy::alone(span, we_read), false) };
-        let Span { total: n, pid, local, remote } = span;
+        let mut c = SharedCopy::alone(span, we_read);
+        let Some((slot, gen)) = self.take_slot() else { return (c, false) };
+        (c.slot, c.gen, c.chunk) = (slot, gen, chunk);
         // We read from the peer exactly when the peer writes into us.
-        let opened = self.table.open(slot, gen, n, chunk, we_read, &local);
-        let c = SharedCopy {
-            slot,
-            gen,
-            chunk,
-            total: n,
-            we_read,
-            pid,
-            local,
-            remote,
-            settled_last: Cell::new(false),
-            held: Cell::new(None),
-            foreign: None,
-        };
+        let opened = self.table.open(slot, gen, c.total, chunk, we_read, &c.local);
         (c, opened)
     }
 
