@@ -373,7 +373,6 @@ impl Cache {
                 vec![Change { start: 0, end: u64::MAX, prot: 0 }]
             }
         };
-        let mut live_touched = false;
         for c in &changes {
             let inv = Invalidation { start: c.start, end: c.end, cause: Cause::Protect };
             let lo = (c.start as usize).saturating_sub(s.longest);
@@ -389,9 +388,8 @@ impl Cache {
             if any {
                 self.invalidate(s, &inv);
             }
-            live_touched = true;
         }
-        if live_touched {
+        if !changes.is_empty() {
             let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
             for x in live.iter().filter(|x| changes.iter().any(|c| x.start < c.end && c.start < x.end)) {
                 set_denied(&x.denied, &x.ranges);
