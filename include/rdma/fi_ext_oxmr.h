@@ -14,7 +14,7 @@
 /**
  * Version of the extension API described by this header.
  */
-#define OXMR_EXT_VERSION 2
+#define OXMR_EXT_VERSION 3
 
 /**
  * Registration pinned through the domain's io_uring fixed-buffer table.
@@ -38,9 +38,58 @@
 #define OXMR_MR_CLASS_PHYSICAL 4
 
 /**
- * Peer-direct registration (reserved; not implemented yet).
+ * Peer-direct registration (version 3): device memory whose identity is
+ * proven (a PCI BAR, a VFIO region, P2PDMA memory) or a dma-buf;
+ * `device` describes it. Not pinned, served through the owning process's
+ * mapping with MMIO-safe copies.
  */
 #define OXMR_MR_CLASS_PEER 5
+
+/**
+ * `oxmr_mr_device.kind`: a BAR mapped from sysfs (`resource<N>[_wc]`).
+ */
+#define OXMR_DEV_PCI_BAR 1
+
+/**
+ * A VFIO device region (`index` is the region).
+ */
+#define OXMR_DEV_VFIO 2
+
+/**
+ * P2PDMA memory (`p2pmem/allocate`).
+ */
+#define OXMR_DEV_P2PDMA 3
+
+/**
+ * A dma-buf (registered by fd).
+ */
+#define OXMR_DEV_DMABUF 4
+
+/**
+ * `oxmr_mr_device.caching`: uncached (`resource<N>`, VFIO).
+ */
+#define OXMR_CACHING_UC 1
+
+/**
+ * Write-combining (`resource<N>_wc`).
+ */
+#define OXMR_CACHING_WC 2
+
+/**
+ * Chosen by the exporter or allocator (P2PDMA, dma-buf): copied as WC.
+ */
+#define OXMR_CACHING_UNKNOWN 3
+
+/**
+ * `mmio_copy` flags: the destination is device memory (else the source).
+ */
+#define OXMR_MMIO_TO_DEVICE 1
+
+/**
+ * The device memory may be write-combining: the copy ends with a store
+ * fence.
+ */
+#define OXMR_MMIO_WC 2
 
 /**
  * fi_mr_regattr flag: register device memory (VM_PFNMAP/VM_IO mappings,
@@ -71,6 +120,11 @@
  * The mapping changed or went away; the key no longer validates.
  */
 #define OXMR_PHYS_REVOKED 3
+
+/**
+ * `DMA_BUF_MAGIC` (include/uapi/linux/magic.h).
+ */
+#define DMA_BUF_MAGIC 1145913666
 
 /**
  * What `query` reports about one registration.
@@ -210,6 +264,86 @@ typedef struct oxmr_phys_run {
 } oxmr_phys_run;
 
 /**
+ * What `device` reports about a peer-direct registration (version 3).
+ */
+typedef struct oxmr_mr_device {
+  /**
+   * Set by the caller to `sizeof(struct oxmr_mr_device)`.
+   */
+  uintptr_t size;
+  /**
+   * One of `OXMR_DEV_*`.
+   */
+  uint32_t kind;
+  /**
+   * One of `OXMR_CACHING_*`.
+   */
+  uint32_t caching;
+  /**
+   * The PCI function (domain:bus:device.function), where `pci_valid`.
+   */
+  uint32_t pci_domain;
+  uint8_t pci_bus;
+  uint8_t pci_dev;
+  uint8_t pci_func;
+  /**
+   * 1 when the PCI fields name the device (a VFIO group mapping names none).
+   */
+  uint8_t pci_valid;
+  /**
+   * BAR index (`OXMR_DEV_PCI_BAR`) or VFIO region index.
+   */
+  uint32_t index;
+  /**
+   * 1 for a prefetchable BAR.
+   */
+  uint32_t prefetchable;
+  /**
+   * Offset of the registration's first byte in its BAR, region or buffer.
+   */
+  uint64_t offset;
+  /**
+   * The BAR's bus address range, first and last byte (`OXMR_DEV_PCI_BAR`).
+   */
+  uint64_t bus_start;
+  uint64_t bus_end;
+  /**
+   * A dma-buf's inode (what the registration is keyed by) and size.
+   */
+  uint64_t dmabuf_ino;
+  uint64_t dmabuf_size;
+  /**
+   * A dma-buf's exporter (fdinfo `exp_name`), NUL-terminated, truncated.
+   */
+  uint8_t exporter[32];
+} oxmr_mr_device;
+
+/**
+ * A dma-buf to register (the fields of libfabric 1.20's `struct
+ * fi_mr_dmabuf`, for applications built against older headers).
+ */
+typedef struct oxmr_mr_dmabuf {
+  /**
+   * The dma-buf fd; oxmr keeps its own reference, so it may be closed
+   * after the call.
+   */
+  int32_t fd;
+  /**
+   * Offset of the registered bytes in the buffer.
+   */
+  uint64_t offset;
+  /**
+   * Number of bytes registered.
+   */
+  uintptr_t len;
+  /**
+   * Under FI_MR_VIRT_ADDR, peers address the byte at `offset` as
+   * `base_addr + offset`.
+   */
+  void *base_addr;
+} oxmr_mr_dmabuf;
+
+/**
  * The table `fi_open_ops(&domain->fid, OXMR_MR_OPS_NAME, 0, &ops, NULL)` returns.
  */
 typedef struct oxmr_mr_ops {
@@ -240,6 +374,37 @@ typedef struct oxmr_mr_ops {
    * -FI_EINVAL for a registration that is not a physical one.
    */
   int32_t (*phys_runs)(void *mr, struct oxmr_phys_run *runs, uintptr_t *count);
+  /**
+   * The device behind a peer-direct registration (version 3); writes at
+   * most `dev->size` bytes. -FI_ENODATA for a registration of ordinary
+   * memory or of device memory oxmr cannot name (the opt-in fallback),
+   * -FI_EKEYREJECTED when it was revoked.
+   */
+  int32_t (*device)(void *mr, struct oxmr_mr_device *dev);
+  /**
+   * Register a dma-buf (version 3), as fi_mr_regattr with FI_MR_DMABUF
+   * does under libfabric >= 1.20: `domain` a `struct fid_domain *`, `mr`
+   * receives a `struct fid_mr *`; `offset` is the address peers name its
+   * first byte with when the domain is not FI_MR_VIRT_ADDR.
+   */
+  int32_t (*reg_dmabuf)(void *domain,
+                        const struct oxmr_mr_dmabuf *dmabuf,
+                        uint64_t access,
+                        uint64_t offset,
+                        uint64_t requested_key,
+                        uint64_t flags,
+                        void **mr,
+                        void *context);
+  /**
+   * Copy `len` bytes into (`OXMR_MMIO_TO_DEVICE`) or out of device
+   * memory the way oxmr does (version 3): general-purpose register
+   * accesses only, naturally aligned, 8 bytes wide and 4 at 4-aligned
+   * edges (narrower only at an edge that is not 4-aligned), each byte
+   * touched once, and a store fence at the end with `OXMR_MMIO_WC`. For
+   * an application's own accesses to a BAR it registered, as gdrcopy's
+   * copies are.
+   */
+  int32_t (*mmio_copy)(void *dst, const void *src, uintptr_t len, uint64_t flags);
 } oxmr_mr_ops;
 
 #endif  /* FI_EXT_OXMR_H */

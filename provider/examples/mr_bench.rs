@@ -158,6 +158,7 @@ fn lookup_bench() {
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,
+            mmio: false,
             cntr: Mutex::new(None),
         }))
         .unwrap();

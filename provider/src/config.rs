@@ -24,6 +24,8 @@ pub struct Config {
     pub cache: crate::mr::CacheConfig,
     /// FI_OXMR_MR_PHYS_FALLBACK.
     pub phys_fallback: bool,
+    /// FI_OXMR_SYSFS_ROOT (default /sys).
+    pub sysfs: crate::mr::device::Sysfs,
     /// FI_OXMR_SHM_SHARE_MIN (0: off).
     pub share_min: usize,
     /// FI_OXMR_SHM_SHARE_CHUNK (0: automatic).
@@ -63,6 +65,7 @@ impl Default for Config {
             max_pinned: None,
             cache: crate::mr::CacheConfig::default(),
             phys_fallback: false,
+            sysfs: Default::default(),
             share_min: SHARE_MIN,
             share_chunk: 0,
             eager_max: EAGER_MAX,

@@ -15,7 +15,7 @@
 use std::ffi::c_void;
 
 /// Version of the extension API described by this header.
-pub const OXMR_EXT_VERSION: u32 = 2;
+pub const OXMR_EXT_VERSION: u32 = 3;
 
 /// Name of the provider, as given to `FI_PROVIDER` and printed by `fi_info`.
 pub const OXMR_PROV_NAME: &str = "oxmr";
@@ -32,8 +32,81 @@ pub const OXMR_MR_CLASS_UNPINNED: u32 = 3;
 /// Device memory (VM_PFNMAP/VM_IO) registered by the physical-address
 /// fallback: not pinned, served through the owning process's mapping.
 pub const OXMR_MR_CLASS_PHYSICAL: u32 = 4;
-/// Peer-direct registration (reserved; not implemented yet).
+/// Peer-direct registration (version 3): device memory whose identity is
+/// proven (a PCI BAR, a VFIO region, P2PDMA memory) or a dma-buf;
+/// `device` describes it. Not pinned, served through the owning process's
+/// mapping with MMIO-safe copies.
 pub const OXMR_MR_CLASS_PEER: u32 = 5;
+
+/// `oxmr_mr_device.kind`: a BAR mapped from sysfs (`resource<N>[_wc]`).
+pub const OXMR_DEV_PCI_BAR: u32 = 1;
+/// A VFIO device region (`index` is the region).
+pub const OXMR_DEV_VFIO: u32 = 2;
+/// P2PDMA memory (`p2pmem/allocate`).
+pub const OXMR_DEV_P2PDMA: u32 = 3;
+/// A dma-buf (registered by fd).
+pub const OXMR_DEV_DMABUF: u32 = 4;
+
+/// `oxmr_mr_device.caching`: uncached (`resource<N>`, VFIO).
+pub const OXMR_CACHING_UC: u32 = 1;
+/// Write-combining (`resource<N>_wc`).
+pub const OXMR_CACHING_WC: u32 = 2;
+/// Chosen by the exporter or allocator (P2PDMA, dma-buf): copied as WC.
+pub const OXMR_CACHING_UNKNOWN: u32 = 3;
+
+/// `mmio_copy` flags: the destination is device memory (else the source).
+pub const OXMR_MMIO_TO_DEVICE: u64 = 1;
+/// The device memory may be write-combining: the copy ends with a store
+/// fence.
+pub const OXMR_MMIO_WC: u64 = 2;
+
+/// A dma-buf to register (the fields of libfabric 1.20's `struct
+/// fi_mr_dmabuf`, for applications built against older headers).
+#[repr(C)]
+pub struct oxmr_mr_dmabuf {
+    /// The dma-buf fd; oxmr keeps its own reference, so it may be closed
+    /// after the call.
+    pub fd: i32,
+    /// Offset of the registered bytes in the buffer.
+    pub offset: u64,
+    /// Number of bytes registered.
+    pub len: usize,
+    /// Under FI_MR_VIRT_ADDR, peers address the byte at `offset` as
+    /// `base_addr + offset`.
+    pub base_addr: *mut c_void,
+}
+
+/// What `device` reports about a peer-direct registration (version 3).
+#[repr(C)]
+pub struct oxmr_mr_device {
+    /// Set by the caller to `sizeof(struct oxmr_mr_device)`.
+    pub size: usize,
+    /// One of `OXMR_DEV_*`.
+    pub kind: u32,
+    /// One of `OXMR_CACHING_*`.
+    pub caching: u32,
+    /// The PCI function (domain:bus:device.function), where `pci_valid`.
+    pub pci_domain: u32,
+    pub pci_bus: u8,
+    pub pci_dev: u8,
+    pub pci_func: u8,
+    /// 1 when the PCI fields name the device (a VFIO group mapping names none).
+    pub pci_valid: u8,
+    /// BAR index (`OXMR_DEV_PCI_BAR`) or VFIO region index.
+    pub index: u32,
+    /// 1 for a prefetchable BAR.
+    pub prefetchable: u32,
+    /// Offset of the registration's first byte in its BAR, region or buffer.
+    pub offset: u64,
+    /// The BAR's bus address range, first and last byte (`OXMR_DEV_PCI_BAR`).
+    pub bus_start: u64,
+    pub bus_end: u64,
+    /// A dma-buf's inode (what the registration is keyed by) and size.
+    pub dmabuf_ino: u64,
+    pub dmabuf_size: u64,
+    /// A dma-buf's exporter (fdinfo `exp_name`), NUL-terminated, truncated.
+    pub exporter: [u8; 32],
+}
 
 /// fi_mr_regattr flag: register device memory (VM_PFNMAP/VM_IO mappings,
 /// which cannot be pinned) by physical address for this call, as
@@ -152,6 +225,35 @@ pub struct oxmr_mr_ops {
     /// unavailable, -FI_EKEYREJECTED when the registration was revoked,
     /// -FI_EINVAL for a registration that is not a physical one.
     pub phys_runs: Option<unsafe extern "C" fn(mr: *mut c_void, runs: *mut oxmr_phys_run, count: *mut usize) -> i32>,
+    /// The device behind a peer-direct registration (version 3); writes at
+    /// most `dev->size` bytes. -FI_ENODATA for a registration of ordinary
+    /// memory or of device memory oxmr cannot name (the opt-in fallback),
+    /// -FI_EKEYREJECTED when it was revoked.
+    pub device: Option<unsafe extern "C" fn(mr: *mut c_void, dev: *mut oxmr_mr_device) -> i32>,
+    /// Register a dma-buf (version 3), as fi_mr_regattr with FI_MR_DMABUF
+    /// does under libfabric >= 1.20: `domain` a `struct fid_domain *`, `mr`
+    /// receives a `struct fid_mr *`; `offset` is the address peers name its
+    /// first byte with when the domain is not FI_MR_VIRT_ADDR.
+    pub reg_dmabuf: Option<
+        unsafe extern "C" fn(
+            domain: *mut c_void,
+            dmabuf: *const oxmr_mr_dmabuf,
+            access: u64,
+            offset: u64,
+            requested_key: u64,
+            flags: u64,
+            mr: *mut *mut c_void,
+            context: *mut c_void,
+        ) -> i32,
+    >,
+    /// Copy `len` bytes into (`OXMR_MMIO_TO_DEVICE`) or out of device
+    /// memory the way oxmr does (version 3): general-purpose register
+    /// accesses only, naturally aligned, 8 bytes wide and 4 at 4-aligned
+    /// edges (narrower only at an edge that is not 4-aligned), each byte
+    /// touched once, and a store fence at the end with `OXMR_MMIO_WC`. For
+    /// an application's own accesses to a BAR it registered, as gdrcopy's
+    /// copies are.
+    pub mmio_copy: Option<unsafe extern "C" fn(dst: *mut c_void, src: *const c_void, len: usize, flags: u64) -> i32>,
 }
 
 #[cfg(test)]

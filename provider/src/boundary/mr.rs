@@ -119,6 +119,7 @@ pub unsafe extern "C" fn reg(
             requested_key,
             flags,
             iface: ffi::FI_HMEM_SYSTEM,
+            dmabuf: None,
         };
         // SAFETY: C contract of fi_mr_reg.
         unsafe { reg_common(domain, req, out, context) }
@@ -139,7 +140,15 @@ pub unsafe extern "C" fn regv(
     guard_int("fi_mr_regv", || {
         // SAFETY: C contract of fi_mr_regv.
         let iovs = unsafe { iovs_of(iov, count) }?;
-        let req = Request { iovs: iovs.into(), access, offset, requested_key, flags, iface: ffi::FI_HMEM_SYSTEM };
+        let req = Request {
+            iovs: iovs.into(),
+            access,
+            offset,
+            requested_key,
+            flags,
+            iface: ffi::FI_HMEM_SYSTEM,
+            dmabuf: None,
+        };
         // SAFETY: as above.
         unsafe { reg_common(domain, req, out, context) }
     })
@@ -174,28 +183,46 @@ pub unsafe extern "C" fn regattr(
         if d.fabric.api_at_least(1, 5) && field!(auth_key_size) > 0 {
             return Err(fail!(ffi::FI_ENOSYS, "fi_mr_regattr: authorization keys are not supported"));
         }
+        // FI_MR_DMABUF (1.20): the union holds a `struct fi_mr_dmabuf *`.
         #[cfg(fi_1_20)]
-        if flags & ffi::FI_MR_DMABUF != 0 {
-            return Err(fail!(
-                ffi::FI_ENOSYS,
-                "fi_mr_regattr: FI_MR_DMABUF registrations are not supported yet; map the buffer and register its address"
-            ));
-        }
-        #[cfg(fi_1_20)]
-        let mr_iov = field!(__bindgen_anon_1.mr_iov);
+        let dmabuf = if flags & ffi::FI_MR_DMABUF != 0 {
+            let p = field!(__bindgen_anon_1.dmabuf);
+            if p.is_null() {
+                return Err(fail!(ffi::FI_EINVAL, "fi_mr_regattr: FI_MR_DMABUF with a NULL dmabuf"));
+            }
+            // SAFETY: non-NULL fi_mr_dmabuf of the application (C contract).
+            let b = unsafe { p.read() };
+            Some(crate::mr::dmabuf::Request {
+                fd: b.fd,
+                offset: b.offset,
+                len: b.len as u64,
+                base_addr: b.base_addr as u64,
+            })
+        } else {
+            None
+        };
         #[cfg(not(fi_1_20))]
-        let mr_iov = field!(mr_iov);
-        let count = field!(iov_count);
-        // SAFETY: `mr_iov` holds `iov_count` iovecs (C contract).
-        let iovs = unsafe { iovs_of(mr_iov, count) }?;
+        let dmabuf = None;
+        let iovs = if dmabuf.is_some() {
+            Vec::new()
+        } else {
+            #[cfg(fi_1_20)]
+            let mr_iov = field!(__bindgen_anon_1.mr_iov);
+            #[cfg(not(fi_1_20))]
+            let mr_iov = field!(mr_iov);
+            let count = field!(iov_count);
+            // SAFETY: `mr_iov` holds `iov_count` iovecs (C contract).
+            unsafe { iovs_of(mr_iov, count) }?
+        };
         let iface = if d.fabric.api_at_least(1, 10) { field!(iface) } else { ffi::FI_HMEM_SYSTEM };
         let req = Request {
             iovs: iovs.into(),
             access: field!(access),
             offset: field!(offset),
             requested_key: field!(requested_key),
-            flags,
+            flags: flags & !DMABUF_FLAG,
             iface,
+            dmabuf,
         };
         let context = field!(context);
         // SAFETY: as above.
@@ -215,6 +242,7 @@ unsafe extern "C" fn ext_query(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32 
             PinClass::Uring => ext::OXMR_MR_CLASS_PINNED,
             PinClass::Mlock => ext::OXMR_MR_CLASS_LOCKED,
             PinClass::Unpinned => ext::OXMR_MR_CLASS_UNPINNED,
+            PinClass::Phys if pin.phys().is_some_and(|p| p.device.is_some()) => ext::OXMR_MR_CLASS_PEER,
             PinClass::Phys => ext::OXMR_MR_CLASS_PHYSICAL,
         };
         let (phys_state, phys_runs) = match pin.phys() {
@@ -362,12 +390,156 @@ unsafe fn put_sized<T>(out: *mut T, v: &T) -> crate::error::Result<i32> {
     Ok(0)
 }
 
+unsafe extern "C" fn ext_device(mr: *mut c_void, dev: *mut ext::oxmr_mr_device) -> i32 {
+    guard_int("oxmr_mr_ops.device", || {
+        use crate::mr::device::{Caching, Device};
+        // SAFETY: the application passes an MR fid of ours.
+        let mr = unsafe { borrow::<Mr>(mr as *const ffi::fid) }?;
+        mr.domain.mr.phys_live(&mr.region);
+        let pin = mr.region.pin.lock().unwrap_or_else(|p| p.into_inner());
+        let key = mr.region.key;
+        let Some((p, d)) = pin.phys().and_then(|p| Some((p, p.device.as_ref()?))) else {
+            return Err(fail!(
+                ffi::FI_ENODATA,
+                "oxmr_mr_ops.device: key {key:#x} is not a peer-direct registration (ordinary memory, or device memory registered by the physical-address fallback, whose device oxmr cannot name)"
+            ));
+        };
+        if p.revoked() {
+            return Err(fail!(
+                ffi::FI_EKEYREJECTED,
+                "oxmr_mr_ops.device: key {key:#x} was revoked (its mapping changed)"
+            ));
+        }
+        let mut v = ext::oxmr_mr_device {
+            size: size_of::<ext::oxmr_mr_device>(),
+            kind: 0,
+            caching: match d.caching() {
+                Caching::Uncached => ext::OXMR_CACHING_UC,
+                Caching::WriteCombining => ext::OXMR_CACHING_WC,
+                Caching::Unknown => ext::OXMR_CACHING_UNKNOWN,
+            },
+            pci_domain: 0,
+            pci_bus: 0,
+            pci_dev: 0,
+            pci_func: 0,
+            pci_valid: 0,
+            index: 0,
+            prefetchable: 0,
+            offset: 0,
+            bus_start: 0,
+            bus_end: 0,
+            dmabuf_ino: 0,
+            dmabuf_size: 0,
+            exporter: [0; 32],
+        };
+        let mut pci = |b: &crate::mr::device::Bdf| {
+            (v.pci_domain, v.pci_bus, v.pci_dev, v.pci_func, v.pci_valid) = (b.domain, b.bus, b.dev, b.func, 1);
+        };
+        match d {
+            Device::Bar { bdf, bar, offset, start, end, prefetchable, .. } => {
+                pci(bdf);
+                (v.kind, v.index, v.offset, v.bus_start, v.bus_end) =
+                    (ext::OXMR_DEV_PCI_BAR, *bar as u32, *offset, *start, *end);
+                v.prefetchable = *prefetchable as u32;
+            }
+            Device::Vfio { bdf, region, offset } => {
+                if let Some(b) = bdf {
+                    pci(b);
+                }
+                (v.kind, v.index, v.offset) = (ext::OXMR_DEV_VFIO, *region, *offset);
+            }
+            Device::P2p { bdf } => {
+                pci(bdf);
+                v.kind = ext::OXMR_DEV_P2PDMA;
+            }
+            Device::DmaBuf { ino, size, offset, exporter } => {
+                (v.kind, v.offset, v.dmabuf_ino, v.dmabuf_size) = (ext::OXMR_DEV_DMABUF, *offset, *ino, *size);
+                let n = exporter.len().min(v.exporter.len() - 1);
+                v.exporter[..n].copy_from_slice(&exporter.as_bytes()[..n]);
+            }
+        }
+        // SAFETY: `dev` points to a struct starting with its size (API contract).
+        unsafe { put_sized(dev, &v) }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ext_reg_dmabuf(
+    domain: *mut c_void,
+    dmabuf: *const ext::oxmr_mr_dmabuf,
+    access: u64,
+    offset: u64,
+    requested_key: u64,
+    flags: u64,
+    out: *mut *mut c_void,
+    context: *mut c_void,
+) -> i32 {
+    guard_int("oxmr_mr_ops.reg_dmabuf", || {
+        if dmabuf.is_null() {
+            return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops.reg_dmabuf: NULL dmabuf"));
+        }
+        // SAFETY: non-NULL oxmr_mr_dmabuf of the application.
+        let b = unsafe { dmabuf.read() };
+        let req = Request {
+            iovs: Vec::new().into(),
+            access,
+            offset,
+            requested_key,
+            flags,
+            iface: ffi::FI_HMEM_SYSTEM,
+            dmabuf: Some(crate::mr::dmabuf::Request {
+                fd: b.fd,
+                offset: b.offset,
+                len: b.len as u64,
+                base_addr: b.base_addr as u64,
+            }),
+        };
+        // SAFETY: a domain fid of the application; `out` checked there.
+        unsafe { reg_common(domain as *mut ffi::fid, req, out as *mut *mut ffi::fid_mr, context) }
+    })
+}
+
+unsafe extern "C" fn ext_mmio_copy(dst: *mut c_void, src: *const c_void, len: usize, flags: u64) -> i32 {
+    guard_int("oxmr_mr_ops.mmio_copy", || {
+        if len == 0 {
+            return Ok(0);
+        }
+        if dst.is_null() || src.is_null() {
+            return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops.mmio_copy: NULL buffer with length {len}"));
+        }
+        if flags & !(ext::OXMR_MMIO_TO_DEVICE | ext::OXMR_MMIO_WC) != 0 {
+            return Err(fail!(ffi::FI_EBADFLAGS, "oxmr_mr_ops.mmio_copy: unknown flags {flags:#x}"));
+        }
+        // SAFETY: the caller's buffers, `len` bytes each (its contract,
+        // as for memcpy); the device side takes the MMIO-safe accesses.
+        unsafe {
+            if flags & ext::OXMR_MMIO_TO_DEVICE != 0 {
+                let s = std::slice::from_raw_parts(src as *const u8, len);
+                crate::mr::phys::copy_to_device(dst as usize, s, flags & ext::OXMR_MMIO_WC != 0);
+            } else {
+                let d = std::slice::from_raw_parts_mut(dst as *mut u8, len);
+                crate::mr::phys::copy_from_device(d, src as usize);
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// FI_MR_DMABUF's bit (libfabric 1.20): taken off the flags once decoded.
+#[cfg(fi_1_20)]
+const DMABUF_FLAG: u64 = ffi::FI_MR_DMABUF as u64;
+#[cfg(not(fi_1_20))]
+const DMABUF_FLAG: u64 = 0;
+
 static MR_EXT_OPS: oxmr_mr_ops = oxmr_mr_ops {
     size: size_of::<oxmr_mr_ops>(),
     version: ext::OXMR_EXT_VERSION,
     query: Some(ext_query),
     stats: Some(ext_stats),
     phys_runs: Some(ext_phys_runs),
+    device: Some(ext_device),
+    reg_dmabuf: Some(ext_reg_dmabuf),
+    mmio_copy: Some(ext_mmio_copy),
 };
 
 /// fi_open_ops on a domain.

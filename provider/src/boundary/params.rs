@@ -70,6 +70,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         help: c"Register device memory that cannot be pinned (VM_PFNMAP/VM_IO mappings from remap_pfn_range) by physical address; only such memory, checked page by page, revoked when its mapping changes (default: 0; per call: OXMR_MR_PHYS_FALLBACK in fi_mr_regattr flags)",
     },
     ParamDef {
+        name: c"sysfs_root",
+        kind: ffi::FI_PARAM_STRING,
+        help: c"Where sysfs is, for proving which PCI device a BAR, VFIO or P2PDMA mapping belongs to (as hwloc's HWLOC_FSROOT); set only to test against a synthetic tree, which makes registration look for device identity before pinning (default: /sys)",
+    },
+    ParamDef {
         name: c"shm_eager_max",
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"Same-host sends up to this many bytes travel inline through the receiver's queue (two copies); larger ones are copied once by the receiver with process_vm_readv. At most 8080; injects always go inline (default: 8080)",
@@ -173,6 +178,7 @@ pub fn define_and_load() {
         record_pfn: get_bool(c"mr_record_pfn").unwrap_or(d.record_pfn),
     };
     let phys_fallback = get_bool(c"mr_phys_fallback").unwrap_or(false);
+    let sysfs = crate::mr::device::Sysfs::from_var(get_str(c"sysfs_root").as_deref());
     let share_min = get_size(c"shm_share_min").unwrap_or(SHARE_MIN);
     let share_chunk = get_size(c"shm_share_chunk").unwrap_or(0);
     let eager_max = get_size(c"shm_eager_max").unwrap_or(EAGER_MAX);
@@ -193,6 +199,7 @@ pub fn define_and_load() {
         max_pinned,
         cache,
         phys_fallback,
+        sysfs,
         share_min,
         share_chunk,
         eager_max,

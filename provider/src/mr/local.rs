@@ -87,9 +87,9 @@ pub unsafe fn scatter(dst: &[(usize, usize)], src: &[u8]) -> usize {
     let mut off = 0;
     for &(a, l) in dst {
         let n = l.min(src.len() - off);
-        if crate::mr::phys::is_device(a, n) {
+        if let Some(fenced) = crate::mr::phys::device_at(a, n) {
             // SAFETY: caller's contract; device memory takes aligned words.
-            unsafe { crate::mr::phys::copy_to_device(a, &src[off..off + n]) };
+            unsafe { crate::mr::phys::copy_to_device(a, &src[off..off + n], fenced) };
         } else {
             // SAFETY: caller's contract for `a..a+l`; `src` has `n` bytes at `off`.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(off), a as *mut u8, n) };

@@ -8,6 +8,10 @@
 //!   say why memory cannot be pinned;
 //! - `local`: copies of this process's own memory (device-aware), for
 //!   every wire;
+//! - `phys`, `device`, `dmabuf`: device memory: the physical-address
+//!   fallback (opt-in, for PFN mappings oxmr cannot name), peer-direct
+//!   identity (PCI BARs, VFIO regions, P2PDMA memory, proven from procfs
+//!   and sysfs, registered without opt-in), dma-buf fds;
 //! - `cache`, `uffd`, `protwatch`: the lazy-deregistration cache and what
 //!   keeps it honest (userfaultfd for unmaps, remaps and discards; perf's
 //!   mmap records for mprotect).
@@ -19,6 +23,8 @@
 
 pub mod account;
 pub mod cache;
+pub mod device;
+pub mod dmabuf;
 pub mod local;
 pub mod maps;
 pub mod mlock;
@@ -51,6 +57,9 @@ pub struct Request {
     pub requested_key: u64,
     pub flags: u64,
     pub iface: u32,
+    /// A dma-buf registration (FI_MR_DMABUF, or the extension's
+    /// `reg_dmabuf`): `iovs` is then empty, the buffer is mapped here.
+    pub dmabuf: Option<dmabuf::Request>,
 }
 
 /// Registration counters (exported through the extension API).
@@ -212,6 +221,41 @@ impl MrDomain {
                 req.iface
             ));
         }
+        // A dma-buf is mapped first: its mapping is the registered memory.
+        let mut req = req;
+        let mut mapped = None;
+        let mut dmabuf_iova = None;
+        if let Some(d) = req.dmabuf.take() {
+            if !req.iovs.is_empty() {
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_mr_regattr: FI_MR_DMABUF with an iov as well; pass one or the other"
+                ));
+            }
+            let m = dmabuf::map(dmabuf::open(d.fd)?, d.offset, d.len, pin::needs_write(req.access))?;
+            req.iovs = Ranges::One(m.data());
+            dmabuf_iova = Some(d.base_addr.checked_add(d.offset).ok_or_else(|| {
+                fail!(
+                    ffi::FI_EINVAL,
+                    "fi_mr_regattr: dma-buf base_addr {:#x} + offset {:#x} overflows",
+                    d.base_addr,
+                    d.offset
+                )
+            })?);
+            mapped = Some(m);
+        }
+        self.register_checked(req, mapped, dmabuf_iova)
+    }
+
+    /// Register what `register_inner` decoded: `mapped` a dma-buf's
+    /// mapping (then `iovs` is its data, and `dmabuf_iova` where peers
+    /// address it under FI_MR_VIRT_ADDR).
+    fn register_checked(
+        &self,
+        req: Request,
+        mapped: Option<dmabuf::Mapped>,
+        dmabuf_iova: Option<u64>,
+    ) -> Result<Arc<Region>> {
         if req.iovs.is_empty() || req.iovs.len() > MR_IOV_LIMIT {
             return Err(fail!(
                 ffi::FI_EINVAL,
@@ -247,7 +291,8 @@ impl MrDomain {
             }
             req.requested_key
         };
-        let iova = if self.mode(ffi::FI_MR_VIRT_ADDR) { req.iovs[0].0 as u64 } else { req.offset };
+        let iova =
+            if self.mode(ffi::FI_MR_VIRT_ADDR) { dmabuf_iova.unwrap_or(req.iovs[0].0 as u64) } else { req.offset };
         if iova.checked_add(len as u64).is_none() {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: offset {iova:#x} + length {len} overflows"));
         }
@@ -255,9 +300,18 @@ impl MrDomain {
         // (revoked if its memory is unmapped or moved), from the log
         // position before its pin (or, for a cache hit, before the lookup).
         let mut watch = None;
-        let pin = match (&self.cache, &*req.iovs) {
+        // (Under a simulated sysfs tree device files are ordinary files,
+        // which pinning would take: identity first. With /sys, the
+        // kernel's refusal to pin device memory leads to it.)
+        let sim = match self.pinner.sysfs.simulated && mapped.is_none() {
+            true => device::identify(&self.pinner.sysfs, &req.iovs)?,
+            false => None,
+        };
+        let pin = match (&self.cache, &*req.iovs, mapped, sim) {
+            (_, _, Some(m), _) => Pin::Phys(Box::new(phys::PhysPin::dmabuf(m, req.access)?)),
+            (_, _, None, Some(id)) => Pin::Phys(Box::new(phys::PhysPin::identified(&req.iovs, req.access, id)?)),
             _ if req.flags & crate::ext::OXMR_MR_PHYS_FALLBACK != 0 => self.pinner.phys_only(&req.iovs, req.access)?,
-            (Some(c), &[(a, l)]) if self.cache_explicit && l > 0 => {
+            (Some(c), &[(a, l)], None, None) if self.cache_explicit && l > 0 => {
                 let (pin, since) = c.get(&self.pinner, a, l, req.access)?;
                 watch = since;
                 pin
@@ -271,6 +325,7 @@ impl MrDomain {
             }
         };
         let phys = pin.phys().is_some();
+        let mmio = pin.phys().and_then(|p| p.device.as_ref()).is_some_and(device::Device::is_mmio);
         let pfn0 = match pin.cache_entry() {
             Some(e) => e.pfn_at(req.iovs[0].0),
             None if self.record_pfn && len > 0 => pagemap_pfn(req.iovs[0].0),
@@ -293,6 +348,7 @@ impl MrDomain {
             pin: std::sync::Mutex::new(pin),
             pfn0,
             phys,
+            mmio,
             cntr: std::sync::Mutex::new(None),
         });
         if let (Some(c), Some(since)) = (&self.cache, watch) {
@@ -396,5 +452,109 @@ impl MrDomain {
             c.track_live(r, since);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod peer_tests {
+    use super::account::{Account, CapSource};
+    use super::device::tests::{Tree, BAR0};
+    use super::device::Device;
+    use super::pin::PinMode;
+    use super::*;
+
+    fn domain(sysfs: device::Sysfs) -> MrDomain {
+        let mut pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
+        pinner.sysfs = sysfs;
+        let mr_mode = (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32;
+        MrDomain::new(mr_mode, pinner, CacheConfig::default())
+    }
+
+    fn req(a: usize, l: usize, access: u64) -> Request {
+        Request { iovs: Ranges::One((a, l)), access, ..Default::default() }
+    }
+
+    const RW: u64 = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
+
+    #[test]
+    fn a_bar_registers_without_opt_in_and_dies_with_its_mapping() {
+        let t = Tree::new("reg");
+        let d = domain(t.sysfs());
+        let m = t.map("resource0", BAR0, 0x4000);
+        let r = d.register(req(m.0 + 0x1000, 0x2000, RW)).unwrap();
+        assert!(r.phys && r.mmio, "a BAR registration is a device registration, MMIO");
+        {
+            let pin = r.pin.lock().unwrap();
+            let p = pin.phys().unwrap();
+            assert!(matches!(p.device, Some(Device::Bar { bar: 0, offset: 0x1000, .. })));
+            assert_eq!(p.runs, Some(vec![(BAR0 + 0x1000, 0x2000)]));
+        }
+        assert!(phys::is_device(m.0 + 0x1000, 1) && !phys::is_device(m.0, 0x1000), "only the registered part");
+        assert!(d.registry.check(r.key, r.iova, 8, RW).is_ok());
+        assert_eq!(d.registry.check(r.key, r.iova + 2, 8, RW).err(), Some(registry::AccessError::Misaligned));
+        assert!(d.phys_live(&r));
+        // With /sys as the root, the same file is an ordinary file: pinned.
+        let plain = domain(device::Sysfs::default());
+        let p = plain.register(req(m.0 + 0x1000, 0x2000, RW)).unwrap();
+        assert!(!p.phys);
+        drop(p);
+        drop(m);
+        assert!(!d.phys_live(&r), "munmap revokes it");
+        assert_eq!(d.registry.check(r.key, r.iova, 8, RW).err(), Some(registry::AccessError::UnknownKey));
+    }
+
+    #[test]
+    fn a_dmabuf_registration_keeps_its_own_reference_and_mapping() {
+        let d = domain(device::Sysfs::default());
+        let bytes: Vec<u8> = (0..2 * 4096).map(|i| (i * 7 % 253) as u8).collect();
+        // SAFETY: a new memfd, standing in for a dma-buf (no exporter
+        // exists on these machines): the magic check is what it skips.
+        let fd = unsafe { libc::memfd_create(c"oxmr-dmabuf-standin".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: writing our memfd.
+        assert_eq!(unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) }, bytes.len() as isize);
+        let buf = dmabuf::stand_in(fd).unwrap();
+        let ino = buf.ino;
+        let m = dmabuf::map(buf, 100, 4000, true).unwrap();
+        let mut r = req(0, 0, RW);
+        r.iovs = Ranges::One(m.data());
+        let r = d.register_checked(r, Some(m), Some(0x5000_0000 + 100)).unwrap();
+        assert_eq!(r.iova, 0x5000_0064, "peers address it at base_addr + offset");
+        // The caller closes its fd, and the number is reused for another
+        // buffer: the registration still speaks for the first.
+        let other: Vec<u8> = vec![0xAB; 8192];
+        // SAFETY: a second memfd, duplicated onto the first's number.
+        unsafe {
+            let fd2 = libc::memfd_create(c"oxmr-other".as_ptr(), libc::MFD_CLOEXEC);
+            libc::write(fd2, other.as_ptr().cast(), other.len());
+            libc::close(fd);
+            assert_eq!(libc::dup2(fd2, fd), fd);
+            libc::close(fd2);
+        }
+        let g = d.registry.check(r.key, 0x5000_0064 + 8, 16, RW).unwrap();
+        let mut seen = Vec::new();
+        // SAFETY: inside the granted registration, held by `g`.
+        unsafe { local::gather(&local::slice(&g.region.iovs, g.offset, 16), &mut seen) };
+        assert_eq!(seen, &bytes[108..124]);
+        {
+            let pin = r.pin.lock().unwrap();
+            assert!(
+                matches!(&pin.phys().unwrap().device, Some(Device::DmaBuf { ino: i, offset: 100, .. }) if *i == ino)
+            );
+        }
+        // A write lands in the buffer (seen through a fresh mapping of the
+        // first memfd: /proc/self/fd of the registration's reference).
+        // SAFETY: inside the granted registration.
+        unsafe { local::scatter(&local::slice(&g.region.iovs, g.offset, 4), &[1, 2, 3, 4]) };
+        let (a, _) = r.iovs[0];
+        // SAFETY: the registration's own mapping, alive while `r` is.
+        assert_eq!(unsafe { std::slice::from_raw_parts((a + 8) as *const u8, 4) }, &[1, 2, 3, 4]);
+        // (The fd number now names the other buffer; refused as a memfd.)
+        assert_eq!(dmabuf::open(fd).err().map(|e| e.code()), Some(ffi::FI_EINVAL));
+        d.deregister(&r);
+        drop(g);
+        drop(r);
+        assert!(!phys::is_device(a, 1), "closing it drops its mapping");
+        // SAFETY: the test's fd.
+        unsafe { libc::close(fd) };
     }
 }

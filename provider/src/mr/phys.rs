@@ -43,6 +43,7 @@ use std::sync::{Mutex, RwLock};
 
 use oxmr_ffi as ffi;
 
+use super::device::{Caching, Device, Identified};
 use super::maps::{self, Kind, Mapping};
 use super::pin::needs_write;
 use crate::error::Result;
@@ -157,16 +158,28 @@ pub fn vma_at(addr: usize) -> io::Result<Option<VmaId>> {
 /// Live device ranges of this process, so that every copy oxmr makes of
 /// its own memory can tell device memory from RAM (one atomic load when
 /// there is none).
-static LIVE: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
+/// (address, length, fenced) of every live device registration's pieces:
+/// `fenced` where the memory may be write-combining, so that copies into
+/// it end with a store fence.
+static LIVE: RwLock<Vec<(usize, usize, bool)>> = RwLock::new(Vec::new());
 static LIVE_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether any byte of [addr, addr+len) lies in a device registration.
 pub fn is_device(addr: usize, len: usize) -> bool {
+    device_at(addr, len).is_some()
+}
+
+/// `Some(fenced)` when any byte of [addr, addr+len) lies in a device
+/// registration (fenced: some of it may be write-combining).
+pub fn device_at(addr: usize, len: usize) -> Option<bool> {
     if LIVE_COUNT.load(Ordering::Acquire) == 0 || len == 0 {
-        return false;
+        return None;
     }
     let end = addr.saturating_add(len);
-    LIVE.read().unwrap_or_else(|p| p.into_inner()).iter().any(|&(a, l)| a < end && addr < a + l)
+    let live = LIVE.read().unwrap_or_else(|p| p.into_inner());
+    let mut hit = live.iter().filter(|&&(a, l, _)| a < end && addr < a + l).peekable();
+    hit.peek()?;
+    Some(hit.any(|&(_, _, f)| f))
 }
 
 /// What the range is, as far as the fallback cares.
@@ -217,6 +230,14 @@ pub struct PhysPin {
     /// (physical address, length) runs, merged where contiguous; `None`
     /// when /proc/self/pagemap does not show them.
     pub runs: Option<Vec<(u64, u64)>>,
+    /// Whose memory it is, where that is proven (peer-direct: a BAR, a
+    /// VFIO region, P2PDMA memory, a dma-buf); `None` for the fallback.
+    pub device: Option<Device>,
+    /// The runs come from the identity (a BAR's offset is its physical
+    /// address), not from pagemap: the mapping's identity is their check.
+    runs_fixed: bool,
+    /// A dma-buf's mapping, made and owned by the registration.
+    pub dmabuf: Option<super::dmabuf::Mapped>,
     revoked: AtomicBool,
 }
 
@@ -303,6 +324,15 @@ pub fn runs_of(addr: usize, len: usize, pfns: &[u64]) -> Option<Vec<(u64, u64)>>
     Some(runs)
 }
 
+/// The physical runs of `ranges` from pagemap, `None` where hidden.
+fn pagemap_runs(ranges: &[(usize, usize)]) -> Option<Vec<(u64, u64)>> {
+    let mut all = Vec::new();
+    for &(a, l) in ranges {
+        all.extend(runs_of(a, l, &super::pagemap_pfns(a, l))?);
+    }
+    Some(all)
+}
+
 impl PhysPin {
     /// Register `iovs` (every byte device memory, per `mappings`) for `access`.
     pub fn new(iovs: &[(usize, usize)], access: u64, mappings: &[Mapping]) -> Result<PhysPin> {
@@ -329,24 +359,69 @@ impl PhysPin {
         for &(a, l) in &ranges {
             probe(a, l, write)?;
         }
-        let mut runs = Some(Vec::new());
-        for &(a, l) in &ranges {
-            runs = match (runs, runs_of(a, l, &super::pagemap_pfns(a, l))) {
-                (Some(mut all), Some(r)) => {
-                    all.extend(r);
-                    Some(all)
-                }
-                _ => None,
-            };
+        let runs = pagemap_runs(&ranges);
+        Ok(PhysPin::publish(ranges, mappings, runs, false, None, None))
+    }
+
+    /// Register device memory whose identity is proven (`device::identify`),
+    /// without opt-in. MMIO (a BAR, a VFIO region) is not probed: the
+    /// kernel's probe copies are byte copies that may touch device
+    /// registers; such mappings are populated whole at mmap time
+    /// (io_remap_pfn_range), so their permissions say all there is.
+    pub fn identified(iovs: &[(usize, usize)], access: u64, id: Identified) -> Result<PhysPin> {
+        let write = needs_write(access);
+        let what = id.device.describe();
+        if let Some(x) = id.mappings.iter().find(|x| !x.read || (write && !x.write)) {
+            return Err(fail!(
+                ffi::FI_EACCES,
+                "fi_mr_reg: access {access:#x} needs {} memory, but the mapping {:#x}-{:#x} of {what} is {}; map it with PROT_READ{}",
+                if write { "readable and writable" } else { "readable" },
+                x.start,
+                x.end,
+                if x.read { "read-only" } else { "not readable" },
+                if write { "|PROT_WRITE" } else { "" }
+            ));
         }
+        let ranges: Vec<(usize, usize)> = iovs.iter().copied().filter(|&(_, l)| l > 0).collect();
+        if !id.device.is_mmio() {
+            for &(a, l) in &ranges {
+                probe(a, l, write)?;
+            }
+        }
+        let (runs, fixed) = match id.runs {
+            Some(r) => (Some(r), true),
+            None => (pagemap_runs(&ranges), false),
+        };
+        Ok(PhysPin::publish(ranges, &id.mappings, runs, fixed, Some(id.device), None))
+    }
+
+    /// Register a dma-buf through the mapping oxmr made of it.
+    pub fn dmabuf(m: super::dmabuf::Mapped, access: u64) -> Result<PhysPin> {
+        let (a, l) = m.data();
+        let mappings = maps::mappings_in(a, l).map_err(|e| fail!(ffi::FI_EIO, "cannot read /proc/self/maps: {e}"))?;
+        let ranges = vec![(a, l)];
+        probe(a, l, needs_write(access))?;
+        let device = m.device();
+        Ok(PhysPin::publish(ranges, &mappings, None, false, Some(device), Some(m)))
+    }
+
+    fn publish(
+        ranges: Vec<(usize, usize)>,
+        mappings: &[Mapping],
+        runs: Option<Vec<(u64, u64)>>,
+        runs_fixed: bool,
+        device: Option<Device>,
+        dmabuf: Option<super::dmabuf::Mapped>,
+    ) -> PhysPin {
         let mut vmas: Vec<VmaId> = mappings.iter().map(VmaId::of).collect();
         vmas.dedup();
+        let fenced = device.as_ref().is_some_and(|d| d.caching() != Caching::Uncached);
         {
             let mut live = LIVE.write().unwrap_or_else(|p| p.into_inner());
-            live.extend_from_slice(&ranges);
+            live.extend(ranges.iter().map(|&(a, l)| (a, l, fenced)));
             LIVE_COUNT.store(live.len(), Ordering::Release);
         }
-        Ok(PhysPin { vmas, ranges, runs, revoked: AtomicBool::new(false) })
+        PhysPin { vmas, ranges, runs, device, runs_fixed, dmabuf, revoked: AtomicBool::new(false) }
     }
 
     /// Whether the mappings are still the ones registered. The first
@@ -370,7 +445,7 @@ impl PhysPin {
                 true
             }
         });
-        if same {
+        if same && !self.runs_fixed {
             if let Some(runs) = &self.runs {
                 let mut now = Vec::new();
                 for &(a, l) in &self.ranges {
@@ -409,7 +484,7 @@ impl Drop for PhysPin {
     fn drop(&mut self) {
         let mut live = LIVE.write().unwrap_or_else(|p| p.into_inner());
         for r in &self.ranges {
-            if let Some(i) = live.iter().position(|x| x == r) {
+            if let Some(i) = live.iter().position(|x| (x.0, x.1) == *r) {
                 live.swap_remove(i);
             }
         }
@@ -440,27 +515,40 @@ fn head_len(addr: usize, len: usize) -> usize {
     ((8 - addr % 8) % 8).min(len)
 }
 
-/// Copy `src` into device memory at `dst`.
+/// Copy `src` into device memory at `dst`: general-purpose register
+/// stores only (volatile: never merged into SIMD or `rep movs`), each
+/// naturally aligned and 8 bytes wide, 4 where the range's edges are only
+/// 4-aligned; 2 and 1 only at an edge that is not 4-aligned (a BAR or VFIO
+/// registration is 4-aligned, and remote accesses to it must be). With
+/// `fenced` (write-combining memory) an `sfence` drains the WC buffers
+/// before it returns, so whatever the caller does next (an ACK, a
+/// completion) is ordered after the data. Never inlined: a test reads its
+/// machine code (`fabtests/unit/mr_peer.c`).
 ///
 /// # Safety
 /// `dst..dst+src.len()` is mapped and writable in this process (a live
 /// device registration checked by the caller).
-pub unsafe fn copy_to_device(dst: usize, src: &[u8]) {
+#[inline(never)]
+pub unsafe fn copy_to_device(dst: usize, src: &[u8], fenced: bool) {
     let head = head_len(dst, src.len());
     let words = (src.len() - head) / 8;
     let tail = head + words * 8;
-    for (off, w) in plan(dst, head).chain(plan(dst + tail, src.len() - tail).map(|(o, w)| (o + tail, w))) {
-        let s = &src[off..off + w];
-        let p = dst + off;
-        // SAFETY: `p` is aligned to `w` (plan) and inside the caller's range.
-        unsafe {
-            match w {
-                4 => std::ptr::write_volatile(p as *mut u32, u32::from_ne_bytes(s.try_into().unwrap_or_default())),
-                2 => std::ptr::write_volatile(p as *mut u16, u16::from_ne_bytes(s.try_into().unwrap_or_default())),
-                _ => std::ptr::write_volatile(p as *mut u8, s[0]),
+    // In address order: the head's narrow accesses, the words, the tail's.
+    let narrow = |from: usize, to: usize| {
+        for (off, w) in plan(dst + from, to - from).map(|(o, w)| (o + from, w)) {
+            let s = &src[off..off + w];
+            let p = dst + off;
+            // SAFETY: `p` is aligned to `w` (plan) and inside the caller's range.
+            unsafe {
+                match w {
+                    4 => std::ptr::write_volatile(p as *mut u32, u32::from_ne_bytes(s.try_into().unwrap_or_default())),
+                    2 => std::ptr::write_volatile(p as *mut u16, u16::from_ne_bytes(s.try_into().unwrap_or_default())),
+                    _ => std::ptr::write_volatile(p as *mut u8, s[0]),
+                }
             }
         }
-    }
+    };
+    narrow(0, head);
     let d = (dst + head) as *mut u64;
     let s = src[head..].as_ptr() as *const u64;
     for i in 0..words {
@@ -468,28 +556,52 @@ pub unsafe fn copy_to_device(dst: usize, src: &[u8]) {
         // `s` has as many bytes (read unaligned).
         unsafe { std::ptr::write_volatile(d.add(i), std::ptr::read_unaligned(s.add(i))) };
     }
+    narrow(tail, src.len());
+    if fenced {
+        store_fence();
+    }
 }
 
-/// Copy device memory at `src` into `dst`.
+/// Drain write-combining buffers (SDM Vol 3 §11.3: WC stores are weakly
+/// ordered until an sfence).
+fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence has no preconditions; SSE is baseline on x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// Copy device memory at `src` into `dst`: the same accesses as
+/// [`copy_to_device`], loads this time, each byte read once and none
+/// outside the range. Never inlined (its machine code is tested).
 ///
 /// # Safety
 /// `src..src+dst.len()` is mapped and readable in this process.
+#[inline(never)]
 pub unsafe fn copy_from_device(dst: &mut [u8], src: usize) {
     let head = head_len(src, dst.len());
     let words = (dst.len() - head) / 8;
     let tail = head + words * 8;
-    for (off, w) in plan(src, head).chain(plan(src + tail, dst.len() - tail).map(|(o, w)| (o + tail, w))) {
-        let p = src + off;
-        let d = &mut dst[off..off + w];
-        // SAFETY: `p` is aligned to `w` (plan) and inside the caller's range.
-        unsafe {
-            match w {
-                4 => d.copy_from_slice(&std::ptr::read_volatile(p as *const u32).to_ne_bytes()),
-                2 => d.copy_from_slice(&std::ptr::read_volatile(p as *const u16).to_ne_bytes()),
-                _ => d[0] = std::ptr::read_volatile(p as *const u8),
+    let len = dst.len();
+    // In address order: the head's narrow accesses, the words, the tail's.
+    let narrow = |dst: &mut [u8], from: usize, to: usize| {
+        for (off, w) in plan(src + from, to - from).map(|(o, w)| (o + from, w)) {
+            let p = src + off;
+            let d = &mut dst[off..off + w];
+            // SAFETY: `p` is aligned to `w` (plan) and inside the caller's range.
+            unsafe {
+                match w {
+                    4 => d.copy_from_slice(&std::ptr::read_volatile(p as *const u32).to_ne_bytes()),
+                    2 => d.copy_from_slice(&std::ptr::read_volatile(p as *const u16).to_ne_bytes()),
+                    _ => d[0] = std::ptr::read_volatile(p as *const u8),
+                }
             }
         }
-    }
+    };
+    narrow(dst, 0, head);
     let s = (src + head) as *const u64;
     let d = dst[head..].as_mut_ptr() as *mut u64;
     for i in 0..words {
@@ -497,6 +609,7 @@ pub unsafe fn copy_from_device(dst: &mut [u8], src: usize) {
         // `d` has as many bytes (written unaligned).
         unsafe { std::ptr::write_unaligned(d.add(i), std::ptr::read_volatile(s.add(i))) };
     }
+    narrow(dst, tail, len);
 }
 
 #[cfg(test)]
@@ -534,7 +647,7 @@ mod tests {
             for len in 0..(64 - start) {
                 dev.fill(0xEE);
                 // SAFETY: inside `dev`.
-                unsafe { copy_to_device(dev.as_mut_ptr() as usize + start, &src[..len]) };
+                unsafe { copy_to_device(dev.as_mut_ptr() as usize + start, &src[..len], start % 2 == 0) };
                 assert_eq!(&dev[start..start + len], &src[..len]);
                 assert!(dev[..start].iter().chain(&dev[start + len..]).all(|&b| b == 0xEE), "no byte outside");
                 let mut back = vec![0u8; len];

@@ -238,6 +238,8 @@ pub struct Pinner {
     /// FI_OXMR_MR_PHYS_FALLBACK: device memory may take the
     /// physical-address fallback without the per-call flag.
     pub phys_fallback: bool,
+    /// Where device identity is read from (FI_OXMR_SYSFS_ROOT).
+    pub sysfs: super::device::Sysfs,
 }
 
 impl Pinner {
@@ -253,7 +255,7 @@ impl Pinner {
             },
             m => (m, None),
         };
-        Pinner { mode, uring, acct: Arc::new(acct), phys_fallback: false }
+        Pinner { mode, uring, acct: Arc::new(acct), phys_fallback: false, sysfs: Default::default() }
     }
 
     /// The mode in force.
@@ -310,6 +312,15 @@ impl Pinner {
                                 }
                             }
                         }
+                        // P2PDMA pages: get_user_pages without
+                        // FOLL_PCI_P2PDMA refuses them.
+                        Some(libc::EREMOTEIO) => {
+                            validate(iovs, access)?;
+                            if let Some(p) = self.device(iovs, access, phys_ok)? {
+                                return Ok(p);
+                            }
+                            return Err(self.unpinnable(iovs));
+                        }
                         Some(libc::ENOMEM) => return Err(self.kernel_enomem(bytes)),
                         Some(libc::ENOSPC) => {
                             return Err(fail!(
@@ -365,6 +376,10 @@ impl Pinner {
     /// allowed, else -FI_EFAULT naming the mapping and the opt-in. `None`
     /// when the range holds no device memory.
     fn device(&self, iovs: &[(usize, usize)], access: u64, phys_ok: bool) -> Result<Option<Pin>> {
+        // Memory of a device oxmr can name registers without opt-in.
+        if let Some(id) = super::device::identify(&self.sysfs, iovs)? {
+            return Ok(Some(Pin::Phys(Box::new(PhysPin::identified(iovs, access, id)?))));
+        }
         match phys::classify(iovs)? {
             phys::Class::NoDevice(_) => Ok(None),
             phys::Class::Mixed(other) => Err(fail!(

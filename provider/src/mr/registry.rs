@@ -102,9 +102,14 @@ pub struct Region {
     pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
     pub pfn0: u64,
-    /// Device memory registered by the physical-address fallback: every
-    /// access checks that its mapping is still the one registered.
+    /// Device memory registered by the physical-address fallback or
+    /// peer-direct: every access checks that its mapping is still the one
+    /// registered.
     pub phys: bool,
+    /// MMIO (a BAR, a VFIO region): remote accesses must be 4-byte aligned
+    /// in offset and length, so that the owner's copies use 4- and 8-byte
+    /// accesses only.
+    pub mmio: bool,
     /// Counter bound with fi_mr_bind, and the remote accesses it counts.
     pub cntr: Mutex<Option<(std::sync::Weak<dyn RmaEvents>, u64)>>,
 }
@@ -135,6 +140,9 @@ pub enum AccessError {
     /// Its memory's protection no longer allows this access (mprotect after
     /// registration).
     Protected,
+    /// MMIO memory (a BAR, a VFIO region) takes 4-byte aligned accesses
+    /// only, and this one's offset or length is not.
+    Misaligned,
 }
 
 impl AccessError {
@@ -142,7 +150,7 @@ impl AccessError {
     pub fn code(self) -> u32 {
         match self {
             AccessError::UnknownKey | AccessError::NotEnabled | AccessError::Revoked => ffi::FI_EKEYREJECTED,
-            AccessError::Overflow | AccessError::OutOfBounds => ffi::FI_EINVAL,
+            AccessError::Overflow | AccessError::OutOfBounds | AccessError::Misaligned => ffi::FI_EINVAL,
             AccessError::Denied | AccessError::Protected => ffi::FI_EACCES,
         }
     }
@@ -325,6 +333,9 @@ impl Registry {
         if access & denied != 0 {
             return Err(AccessError::Protected);
         }
+        if region.mmio && !((addr - region.iova) | len).is_multiple_of(4) {
+            return Err(AccessError::Misaligned);
+        }
         let offset = (addr - region.iova) as usize;
         Ok(Granted { region, offset })
     }
@@ -349,8 +360,26 @@ pub(crate) mod tests {
             pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,
+            mmio: false,
             cntr: Mutex::new(None),
         })
+    }
+
+    #[test]
+    fn mmio_regions_take_aligned_accesses_only() {
+        let r = Registry::new();
+        let k = r.new_key();
+        let rw = ffi::FI_REMOTE_WRITE as u64;
+        let mut reg = Arc::into_inner(region(k, 0x1000, 0x100, rw)).unwrap();
+        reg.mmio = true;
+        // (Offsets count from the region's iova, whatever it is.)
+        reg.iova = 0x1002;
+        r.insert(Arc::new(reg)).unwrap();
+        assert!(r.check(k, 0x1002, 0x100, rw).is_ok());
+        assert!(r.check(k, 0x100a, 8, rw).is_ok());
+        assert_eq!(r.check(k, 0x1003, 4, rw).err(), Some(AccessError::Misaligned), "offset 1");
+        assert_eq!(r.check(k, 0x1006, 6, rw).err(), Some(AccessError::Misaligned), "length 6");
+        assert_eq!(AccessError::Misaligned.code(), ffi::FI_EINVAL);
     }
 
     #[test]

@@ -59,6 +59,7 @@ impl Domain {
         let (cap, source) = account::default_cap(cfg.max_pinned);
         let mut pinner = Pinner::new(cfg.pin_mode, account::Account::new(cap, source));
         pinner.phys_fallback = cfg.phys_fallback;
+        pinner.sysfs = cfg.sysfs.clone();
         Ok(Domain {
             hdr,
             fabric,
