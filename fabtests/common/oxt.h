@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -448,6 +449,44 @@ static inline pid_t oxt_fork(int (*fn)(int sock), int *sock)
 	close(sv[1]);
 	*sock = sv[0];
 	return pid;
+}
+
+/* One command byte over a test's socketpair, each way. */
+static inline void oxt_put(int sock, char c)
+{
+	REQUIRE(write(sock, &c, 1) == 1, "socketpair write");
+}
+
+static inline char oxt_get(int sock)
+{
+	char c;
+	REQUIRE(read(sock, &c, 1) == 1, "socketpair read");
+	return c;
+}
+
+/* Capture what oxmr logs (stderr) between begin and end; end returns it
+ * (the first 8 KiB), to check a refusal's log line. */
+static int oxt_cap_fd = -1, oxt_cap_saved = -1;
+static inline void oxt_capture_begin(void)
+{
+	fflush(stderr);
+	oxt_cap_fd = memfd_create("oxt-log", MFD_CLOEXEC);
+	oxt_cap_saved = dup(2);
+	dup2(oxt_cap_fd, 2);
+}
+
+static inline const char *oxt_capture_end(void)
+{
+	static char log[8192];
+	ssize_t n;
+
+	fflush(stderr);
+	dup2(oxt_cap_saved, 2);
+	close(oxt_cap_saved);
+	n = pread(oxt_cap_fd, log, sizeof log - 1, 0);
+	log[n > 0 ? n : 0] = 0;
+	close(oxt_cap_fd);
+	return log;
 }
 
 static inline void oxt_sleep_ms(int ms)

@@ -155,28 +155,6 @@ static struct oxmr_mr_ops *mr_ops(struct fid_domain *d)
 	return ops;
 }
 
-static int cap_fd = -1, cap_saved = -1;
-static void capture_begin(void)
-{
-	fflush(stderr);
-	cap_fd = memfd_create("oxt-log", MFD_CLOEXEC);
-	cap_saved = dup(2);
-	dup2(cap_fd, 2);
-}
-
-static const char *capture_end(void)
-{
-	static char log[8192];
-	ssize_t n;
-
-	fflush(stderr);
-	dup2(cap_saved, 2);
-	close(cap_saved);
-	n = pread(cap_fd, log, sizeof log - 1, 0);
-	log[n > 0 ? n : 0] = 0;
-	close(cap_fd);
-	return log;
-}
 
 /* Register and expect `want`, with a log line holding `says`. */
 static void refused(struct fid_domain *d, void *buf, size_t len, int want, const char *says)
@@ -184,9 +162,9 @@ static void refused(struct fid_domain *d, void *buf, size_t len, int want, const
 	struct fid_mr *mr;
 	const char *log;
 
-	capture_begin();
+	oxt_capture_begin();
 	int rc = reg(d, buf, len, FI_REMOTE_READ | FI_REMOTE_WRITE, &mr);
-	log = capture_end();
+	log = oxt_capture_end();
 	EXPECT_RC(rc, want);
 	EXPECT(strstr(log, says), "no log line saying \"%s\"; the log: %s", says, log);
 	if (rc == 0)
@@ -325,13 +303,30 @@ static void dmabuf_refusals(void)
 		const char *log;
 		int rc;
 
-		capture_begin();
+		oxt_capture_begin();
 		rc = ops->reg_dmabuf(e.domain, &b, FI_REMOTE_READ, 0, next_key++, 0, &mr, NULL);
-		log = capture_end();
+		log = oxt_capture_end();
 		EXPECT(rc == c[i].want, "%s: rc %d, want %d", c[i].what, rc, c[i].want);
 		EXPECT(strstr(log, c[i].says) && strstr(log, "dma-buf"), "%s: no log line saying \"%s\"; the log: %s",
 		       c[i].what, c[i].says, log);
 		EXPECT(mr == NULL, "%s: an MR came out of a refusal", c[i].what);
+#ifdef FI_MR_DMABUF
+		/* libfabric >= 1.20 headers: the standard path says the same. */
+		{
+			struct fi_mr_dmabuf db = { .fd = c[i].fd, .offset = 0, .len = PS, .base_addr = NULL };
+			struct fi_mr_attr a = { .dmabuf = &db, .iov_count = 1, .access = FI_REMOTE_READ,
+						.requested_key = next_key++, .iface = FI_HMEM_SYSTEM };
+			struct fid_mr *m2 = NULL;
+
+			oxt_capture_begin();
+			rc = fi_mr_regattr(e.domain, &a, FI_MR_DMABUF, &m2);
+			log = oxt_capture_end();
+			EXPECT(rc == c[i].want, "fi_mr_regattr(FI_MR_DMABUF) %s: rc %d, want %d", c[i].what, rc,
+			       c[i].want);
+			EXPECT(strstr(log, c[i].says), "FI_MR_DMABUF %s: no log line saying \"%s\"", c[i].what,
+			       c[i].says);
+		}
+#endif
 		if (i < 3)
 			close(c[i].fd);
 	}
@@ -598,17 +593,6 @@ struct keys {
 	uint64_t key, addr;
 };
 
-static void put(int sock, char c)
-{
-	REQUIRE(write(sock, &c, 1) == 1, "socketpair write");
-}
-
-static char get(int sock)
-{
-	char c;
-	REQUIRE(read(sock, &c, 1) == 1, "socketpair read");
-	return c;
-}
 
 #define RMA_LEN (2 * PS)
 
@@ -633,19 +617,19 @@ static int owner(int sock)
 		(void)fi_cq_read(s.cq, &ent, 1);
 		if (poll(&p, 1, 0) != 1)
 			continue;
-		switch (get(sock)) {
+		switch (oxt_get(sock)) {
 		case 'W': /* what the peer wrote, through our own mapping */
 			oxt_fill(exp, RMA_LEN, 21);
 			oxt_fill(exp + 100, 40, 22);
-			put(sock, memcmp(bar, exp, RMA_LEN) == 0 ? 'y' : 'n');
+			oxt_put(sock, memcmp(bar, exp, RMA_LEN) == 0 ? 'y' : 'n');
 			break;
 		case 'F': /* new bytes for the peer to read */
 			oxt_fill(bar, RMA_LEN, 23);
-			put(sock, 'f');
+			oxt_put(sock, 'f');
 			break;
 		case 'U':
 			munmap(bar, RMA_LEN);
-			put(sock, 'u');
+			oxt_put(sock, 'u');
 			break;
 		case 'D':
 			fi_close(&mr->fid);
@@ -672,12 +656,12 @@ static void driver(int sock)
 	oxt_fill(buf, 40, 22);
 	EXPECT_RC(fi_write(s.ep, buf, 40, NULL, s.peer, k.addr + 100, k.key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
-	put(sock, 'W');
-	EXPECT(get(sock) == 'y', "the owner's BAR mapping holds other bytes");
+	oxt_put(sock, 'W');
+	EXPECT(oxt_get(sock) == 'y', "the owner's BAR mapping holds other bytes");
 
 	OXT_GROUP("RMA read out of the BAR registration (8 KiB, and 12 bytes at +4092) equals the owner's bytes");
-	put(sock, 'F');
-	EXPECT(get(sock) == 'f', "owner");
+	oxt_put(sock, 'F');
+	EXPECT(oxt_get(sock) == 'f', "owner");
 	memset(buf, 0, RMA_LEN);
 	EXPECT_RC(fi_read(s.ep, buf, RMA_LEN, NULL, s.peer, k.addr, k.key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
@@ -694,14 +678,14 @@ static void driver(int sock)
 	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EINVAL);
 
 	OXT_GROUP("after munmap the old key is rejected (FI_EKEYREJECTED)");
-	put(sock, 'U');
-	EXPECT(get(sock) == 'u', "owner did not unmap");
+	oxt_put(sock, 'U');
+	EXPECT(oxt_get(sock) == 'u', "owner did not unmap");
 	EXPECT_RC(fi_write(s.ep, buf, 64, NULL, s.peer, k.addr, k.key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
 	EXPECT_RC(fi_read(s.ep, buf, 64, NULL, s.peer, k.addr, k.key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
 
-	put(sock, 'D');
+	oxt_put(sock, 'D');
 	oxt_side_close(&s);
 	free(buf);
 	free(exp);

@@ -218,28 +218,6 @@ static int dead_maps_fd(void)
 }
 
 /* Run `call` with stderr captured; returns what it logged (static buffer). */
-static int cap_fd = -1, cap_saved = -1;
-static void capture_begin(void)
-{
-	fflush(stderr);
-	cap_fd = memfd_create("oxt-log", MFD_CLOEXEC);
-	cap_saved = dup(2);
-	dup2(cap_fd, 2);
-}
-
-static const char *capture_end(void)
-{
-	static char log[8192];
-	ssize_t n;
-
-	fflush(stderr);
-	dup2(cap_saved, 2);
-	close(cap_saved);
-	n = pread(cap_fd, log, sizeof log - 1, 0);
-	log[n > 0 ? n : 0] = 0;
-	close(cap_fd);
-	return log;
-}
 
 static void part1(void)
 {
@@ -262,9 +240,9 @@ static void part1(void)
 		printf("# FI_OXMR_MR_PHYS_FALLBACK=1: the refusal without opt-in is checked by the run without it\n");
 	} else {
 		OXT_GROUP("without opt-in: -FI_EFAULT and a log line naming the mapping and the variable");
-		capture_begin();
+		oxt_capture_begin();
 		rc = reg(e.domain, ring + PS, DATA_LEN, FI_REMOTE_READ, 0, &mr);
-		log = capture_end();
+		log = oxt_capture_end();
 		EXPECT_RC(rc, -FI_EFAULT);
 		EXPECT(strstr(log, "VM_PFNMAP") && strstr(log, "FI_OXMR_MR_PHYS_FALLBACK"),
 		       "the log line should name the mapping and the variable; got: %s", log);
@@ -516,17 +494,6 @@ static int wait_any(struct oxt_side *s, void *a, void *b)
 	return -1;
 }
 
-static void put(int sock, char c)
-{
-	REQUIRE(write(sock, &c, 1) == 1, "socketpair write");
-}
-
-static char get(int sock)
-{
-	char c;
-	REQUIRE(read(sock, &c, 1) == 1, "socketpair read");
-	return c;
-}
 
 /* The owner: serves RMA and answers the child's commands. */
 static int owner(int sock, bool bench)
@@ -589,12 +556,12 @@ static int owner(int sock, bool bench)
 		}
 		if (poll(&p, 1, 0) != 1)
 			continue;
-		c = get(sock);
+		c = oxt_get(sock);
 		switch (c) {
 		case 'T': /* the tail as written by the child, through our mapping */
 			oxt_fill(exp, TAIL_LEN, 1);
 			oxt_fill(exp + 5, 13, 2);
-			put(sock, memcmp(ring + TAIL_OFF, exp, TAIL_LEN) == 0 ? 'y' : 'n');
+			oxt_put(sock, memcmp(ring + TAIL_OFF, exp, TAIL_LEN) == 0 ? 'y' : 'n');
 			break;
 		case 'S': /* send from device memory: large, then eager at an odd offset */
 			EXPECT_RC(fi_send(s.ep, ring + PS, DATA_LEN, fi_mr_desc(mdata), s.peer, &sctx[0]), 0);
@@ -612,19 +579,19 @@ static int owner(int sock, bool bench)
 				else if (got == -FI_EAVAIL)
 					break;
 			}
-			put(sock, (done & 3) == 3 ? 'y' : 'n');
+			oxt_put(sock, (done & 3) == 3 ? 'y' : 'n');
 			break;
 		case 'R': /* receive into device memory */
 			EXPECT_RC(fi_recv(s.ep, ring + TAIL_OFF, TAIL_LEN, fi_mr_desc(mtail), FI_ADDR_UNSPEC, &rctx), 0);
-			put(sock, 'r');
+			oxt_put(sock, 'r');
 			break;
 		case 'V':
-			put(sock, (done & 4) && oxt_same((unsigned char *)ring + TAIL_OFF, TAIL_LEN, 3) ? 'y' : 'n');
+			oxt_put(sock, (done & 4) && oxt_same((unsigned char *)ring + TAIL_OFF, TAIL_LEN, 3) ? 'y' : 'n');
 			break;
 		case 'U': /* unmap the ring: its keys must die with it */
 			munmap(ring, RING_LEN);
 			close(fd);
-			put(sock, 'u');
+			oxt_put(sock, 'u');
 			break;
 		case 'M': { /* a new ring at the same address, and a registration of its tail */
 			char *r2 = perf_ring(DATA_PAGES, ring, &fd);
@@ -640,13 +607,13 @@ static int owner(int sock, bool bench)
 			REQUIRE(mmap(ring, RING_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
 				     -1, 0) == ring, "mmap over the ring");
 			close(fd);
-			put(sock, 'a');
+			oxt_put(sock, 'a');
 			break;
 		case 'Z': { /* nothing was written into the anonymous memory */
 			bool zero = true;
 			for (size_t i = 0; i < RING_LEN; i++)
 				zero &= ring[i] == 0;
-			put(sock, zero ? 'y' : 'n');
+			oxt_put(sock, zero ? 'y' : 'n');
 			break;
 		}
 		case 'D':
@@ -717,8 +684,8 @@ static void driver(int sock, int bench_iters)
 	EXPECT_RC(fi_read(s.ep, buf, TAIL_LEN, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	EXPECT(memcmp(buf, exp, TAIL_LEN) == 0, "read back differs from what was written");
-	put(sock, 'T');
-	EXPECT(get(sock) == 'y', "the owner sees other bytes through its mapping");
+	oxt_put(sock, 'T');
+	EXPECT(oxt_get(sock) == 'y', "the owner sees other bytes through its mapping");
 
 	OXT_GROUP("RMA read of the data pages (64 KiB, and 100 bytes at an odd offset) equals the owner's view");
 	memset(buf, 0, DATA_LEN);
@@ -734,24 +701,24 @@ static void driver(int sock, int bench_iters)
 	memset(buf, 0, DATA_LEN);
 	EXPECT_RC(fi_recv(s.ep, buf, DATA_LEN, NULL, FI_ADDR_UNSPEC, &ctx), 0);
 	EXPECT_RC(fi_recv(s.ep, small, 2000, NULL, FI_ADDR_UNSPEC, &ctx2), 0);
-	put(sock, 'S');
+	oxt_put(sock, 'S');
 	/* The eager message completes first: the large one is pushed by its owner. */
 	EXPECT_RC(wait_any(&s, &ctx, &ctx2), 0);
 	EXPECT_RC(wait_any(&s, &ctx, &ctx2), 0);
 	EXPECT(memcmp(buf, snap, DATA_LEN) == 0, "large send differs");
 	EXPECT(memcmp(small, snap + PS + 1, 2000) == 0, "eager send differs");
-	put(sock, 's');
-	EXPECT(get(sock) == 'y', "the owner's sends did not complete");
+	oxt_put(sock, 's');
+	EXPECT(oxt_get(sock) == 'y', "the owner's sends did not complete");
 
 	OXT_GROUP("a receive into device memory");
-	put(sock, 'R');
-	EXPECT(get(sock) == 'r', "owner not ready");
+	oxt_put(sock, 'R');
+	EXPECT(oxt_get(sock) == 'r', "owner not ready");
 	oxt_fill(buf, TAIL_LEN, 3);
 	EXPECT_RC(fi_send(s.ep, buf, TAIL_LEN, NULL, s.peer, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 	oxt_sleep_ms(50);
-	put(sock, 'V');
-	EXPECT(get(sock) == 'y', "the owner's device memory does not hold the message");
+	oxt_put(sock, 'V');
+	EXPECT(oxt_get(sock) == 'y', "the owner's device memory does not hold the message");
 
 	OXT_GROUP("the peer's own device memory as local RMA buffers");
 	mine = perf_ring(DATA_PAGES, NULL, &fd);
@@ -788,8 +755,8 @@ static void driver(int sock, int bench_iters)
 	}
 
 	OXT_GROUP("after munmap the old keys are rejected (FI_EKEYREJECTED)");
-	put(sock, 'U');
-	EXPECT(get(sock) == 'u', "owner did not unmap");
+	oxt_put(sock, 'U');
+	EXPECT(oxt_get(sock) == 'u', "owner did not unmap");
 	EXPECT_RC(fi_read(s.ep, buf, 100, NULL, s.peer, k.data_addr, k.data_key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
 	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
@@ -797,7 +764,7 @@ static void driver(int sock, int bench_iters)
 
 	OXT_GROUP("a new ring at the same address: the old key stays rejected, the new registration works");
 	old_tail = k.tail_key;
-	put(sock, 'M');
+	oxt_put(sock, 'M');
 	REQUIRE(read(sock, &k.tail_key, 8) == 8, "new key");
 	EXPECT(k.tail_key != old_tail, "the new registration reused the old key");
 	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, old_tail, &ctx), 0);
@@ -807,16 +774,16 @@ static void driver(int sock, int bench_iters)
 	EXPECT_RC(oxt_wait_one(&s, &ctx), 0);
 
 	OXT_GROUP("anonymous memory replaces the ring: the key is rejected and nothing is written into it");
-	put(sock, 'A');
-	EXPECT(get(sock) == 'a', "owner did not replace the mapping");
+	oxt_put(sock, 'A');
+	EXPECT(oxt_get(sock) == 'a', "owner did not replace the mapping");
 	EXPECT_RC(fi_write(s.ep, small, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
 	EXPECT_RC(fi_read(s.ep, buf, 100, NULL, s.peer, k.tail_addr, k.tail_key, &ctx), 0);
 	EXPECT_RC(oxt_wait_one(&s, &ctx), FI_EKEYREJECTED);
-	put(sock, 'Z');
-	EXPECT(get(sock) == 'y', "bytes were written into the memory that replaced the ring");
+	oxt_put(sock, 'Z');
+	EXPECT(oxt_get(sock) == 'y', "bytes were written into the memory that replaced the ring");
 
-	put(sock, 'D');
+	oxt_put(sock, 'D');
 	oxt_side_close(&s);
 }
 

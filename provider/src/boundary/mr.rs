@@ -112,15 +112,7 @@ pub unsafe extern "C" fn reg(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_mr_reg", || {
-        let req = Request {
-            iovs: Ranges::One((buf as usize, len)),
-            access,
-            offset,
-            requested_key,
-            flags,
-            iface: ffi::FI_HMEM_SYSTEM,
-            dmabuf: None,
-        };
+        let req = Request::system(Ranges::One((buf as usize, len)), access, offset, requested_key, flags);
         // SAFETY: C contract of fi_mr_reg.
         unsafe { reg_common(domain, req, out, context) }
     })
@@ -140,15 +132,7 @@ pub unsafe extern "C" fn regv(
     guard_int("fi_mr_regv", || {
         // SAFETY: C contract of fi_mr_regv.
         let iovs = unsafe { iovs_of(iov, count) }?;
-        let req = Request {
-            iovs: iovs.into(),
-            access,
-            offset,
-            requested_key,
-            flags,
-            iface: ffi::FI_HMEM_SYSTEM,
-            dmabuf: None,
-        };
+        let req = Request::system(iovs.into(), access, offset, requested_key, flags);
         // SAFETY: as above.
         unsafe { reg_common(domain, req, out, context) }
     })
@@ -481,18 +465,13 @@ unsafe extern "C" fn ext_reg_dmabuf(
         // SAFETY: non-NULL oxmr_mr_dmabuf of the application.
         let b = unsafe { dmabuf.read() };
         let req = Request {
-            iovs: Vec::new().into(),
-            access,
-            offset,
-            requested_key,
-            flags,
-            iface: ffi::FI_HMEM_SYSTEM,
             dmabuf: Some(crate::mr::dmabuf::Request {
                 fd: b.fd,
                 offset: b.offset,
                 len: b.len as u64,
                 base_addr: b.base_addr as u64,
             }),
+            ..Request::system(Vec::new().into(), access, offset, requested_key, flags)
         };
         // SAFETY: a domain fid of the application; `out` checked there.
         unsafe { reg_common(domain as *mut ffi::fid, req, out as *mut *mut ffi::fid_mr, context) }

@@ -62,6 +62,14 @@ pub struct Request {
     pub dmabuf: Option<dmabuf::Request>,
 }
 
+impl Request {
+    /// A registration of host memory (FI_HMEM_SYSTEM), as fi_mr_reg and
+    /// fi_mr_regv ask for it.
+    pub fn system(iovs: Ranges, access: u64, offset: u64, requested_key: u64, flags: u64) -> Self {
+        Request { iovs, access, offset, requested_key, flags, iface: ffi::FI_HMEM_SYSTEM, dmabuf: None }
+    }
+}
+
 /// Registration counters (exported through the extension API).
 #[derive(Default)]
 pub struct Stats {
