@@ -56,6 +56,24 @@ MUTATIONS = {
         "    fn touched_since(&self, since: u64, a: usize, l: usize) -> bool {\n"
         "        if since < u64::MAX {\n            return false;\n        }\n",
     ),
+    # A BAR registration must lie inside its BAR.
+    "bar-bounds": (
+        "provider/src/mr/device.rs",
+        "if piece_off + (hi - lo) as u64 > end + 1 {",
+        "if piece_off > end + 1 {",
+    ),
+    # Remote accesses to MMIO memory are 4-byte aligned.
+    "mmio-align": (
+        "provider/src/mr/registry.rs",
+        "if region.mmio && !((addr - region.iova) | len).is_multiple_of(4) {",
+        "if false && region.mmio {",
+    ),
+    # Only what the kernel says is a dma-buf registers as one.
+    "dmabuf-magic": (
+        "provider/src/mr/dmabuf.rs",
+        "if sf.f_type as i64 != DMA_BUF_MAGIC {",
+        "if false {",
+    ),
 }
 
 if __name__ == "__main__":

@@ -392,6 +392,11 @@ impl PhysPin {
             Some(r) => (Some(r), true),
             None => (pagemap_runs(&ranges), false),
         };
+        tracing::info!(
+            "fi_mr_reg: {} bytes at {:#x} are {what}: registered as device memory (not pinned; served through this process's mapping, revoked with it)",
+            ranges.iter().map(|r| r.1).sum::<usize>(),
+            ranges.first().map_or(0, |r| r.0)
+        );
         Ok(PhysPin::publish(ranges, &id.mappings, runs, fixed, Some(id.device), None))
     }
 
