@@ -42,7 +42,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -466,13 +465,15 @@ static inline char oxt_get(int sock)
 
 /* Capture what oxmr logs (stderr) between begin and end; end returns it
  * (the first 8 KiB), to check a refusal's log line. */
-static int oxt_cap_fd = -1, oxt_cap_saved = -1;
+static FILE *oxt_cap_file;
+static int oxt_cap_saved = -1;
 static inline void oxt_capture_begin(void)
 {
 	fflush(stderr);
-	oxt_cap_fd = memfd_create("oxt-log", MFD_CLOEXEC);
+	oxt_cap_file = tmpfile();
+	REQUIRE(oxt_cap_file, "tmpfile for the log capture: %s", strerror(errno));
 	oxt_cap_saved = dup(2);
-	dup2(oxt_cap_fd, 2);
+	dup2(fileno(oxt_cap_file), 2);
 }
 
 static inline const char *oxt_capture_end(void)
@@ -483,9 +484,9 @@ static inline const char *oxt_capture_end(void)
 	fflush(stderr);
 	dup2(oxt_cap_saved, 2);
 	close(oxt_cap_saved);
-	n = pread(oxt_cap_fd, log, sizeof log - 1, 0);
+	n = pread(fileno(oxt_cap_file), log, sizeof log - 1, 0);
 	log[n > 0 ? n : 0] = 0;
-	close(oxt_cap_fd);
+	fclose(oxt_cap_file);
 	return log;
 }
 
