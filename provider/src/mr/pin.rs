@@ -378,6 +378,26 @@ impl Pinner {
     fn device(&self, iovs: &[(usize, usize)], access: u64, phys_ok: bool) -> Result<Option<Pin>> {
         // Memory of a device oxmr can name registers without opt-in.
         if let Some(id) = super::device::identify(&self.sysfs, iovs)? {
+            // (Under the real /sys, a BAR or VFIO mapping is VM_IO|VM_PFNMAP:
+            // the kernel must say so too. A simulated tree is plain files.)
+            if id.device.is_mmio() && !self.sysfs.simulated {
+                let mut sm = Vec::new();
+                for &(a, l) in iovs.iter().filter(|x| x.1 > 0) {
+                    sm.extend(
+                        maps::smaps_in(a, l).map_err(|e| fail!(ffi::FI_EIO, "cannot read /proc/self/smaps: {e}"))?,
+                    );
+                }
+                if let Some(x) = sm.iter().find(|x| x.kind() != Kind::DevicePfn) {
+                    return Err(fail!(
+                        ffi::FI_EFAULT,
+                        "fi_mr_reg: {:#x}-{:#x} maps {}, but /proc/self/smaps does not show it as device memory (no io/pf flags): not registered as {}",
+                        x.start,
+                        x.end,
+                        x.path,
+                        id.device.describe()
+                    ));
+                }
+            }
             return Ok(Some(Pin::Phys(Box::new(PhysPin::identified(iovs, access, id)?))));
         }
         match phys::classify(iovs)? {
@@ -408,5 +428,30 @@ impl Pinner {
 
     fn unpinnable(&self, iovs: &[(usize, usize)]) -> crate::error::Error {
         fail!(ffi::FI_EFAULT, "fi_mr_reg: the kernel cannot pin this memory: {}", explain_unpinnable(iovs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::account::CapSource;
+    use super::super::device::tests::{Tree, BAR0};
+    use super::*;
+
+    #[test]
+    fn under_the_real_sysfs_a_bar_must_be_device_memory_to_the_kernel_too() {
+        // The synthetic tree taken as the real /sys (not simulated): its
+        // files are tmpfs, which smaps does not show as io/pf, so what
+        // names a BAR by path alone is refused.
+        let t = Tree::new("real");
+        let mut p = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
+        p.sysfs = super::super::device::Sysfs { root: t.root.clone(), simulated: false };
+        let m = t.map("resource0", BAR0, 0x1000);
+        let rw = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
+        assert_eq!(p.device(&[(m.0, 0x1000)], rw, false).err().map(|e| e.code()), Some(ffi::FI_EFAULT));
+        p.sysfs.simulated = true;
+        assert!(
+            matches!(p.device(&[(m.0, 0x1000)], rw, false), Ok(Some(Pin::Phys(_)))),
+            "simulated: the path is enough"
+        );
     }
 }
