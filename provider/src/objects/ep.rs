@@ -337,7 +337,7 @@ impl Ep {
             return Ok(());
         };
         let s = self.state();
-        if self.domain.fabric.config.wire == crate::config::Wire::Tcp {
+        if self.domain.fabric.config.wire != crate::config::Wire::Shm {
             if let Some(l) = &s.listener {
                 region.take_tcp(l, "fi_enable")?;
             }

@@ -254,18 +254,26 @@ pub struct Inbox {
     /// (Frames handed up, frames read.)
     popped: u64,
     read: u64,
+    /// Polls so far: the listener is asked for new connections every
+    /// `ACCEPT_EVERY`th (an endpoint that also takes shared memory polls
+    /// its TCP side on every empty poll, and an accept is a system call).
+    polls: u32,
 }
+
+/// See `Inbox::polls`.
+const ACCEPT_EVERY: u32 = 16;
 
 impl Inbox {
     /// Receive at `listener` (the endpoint's, bound at its name).
     pub fn new(listener: TcpListener, me: Hello) -> io::Result<Inbox> {
         listener.set_nonblocking(true)?;
-        Ok(Inbox { listener, me, conns: Vec::new(), frames: VecDeque::new(), popped: 0, read: 0 })
+        Ok(Inbox { listener, me, conns: Vec::new(), frames: VecDeque::new(), popped: 0, read: 0, polls: 0 })
     }
 
     /// Accept what waits, read what the connections hold, cut frames.
     fn poll(&mut self) {
-        loop {
+        self.polls = self.polls.wrapping_add(1);
+        while self.polls % ACCEPT_EVERY == 1 {
             match self.listener.accept() {
                 Ok((sock, _)) => {
                     if sock.set_nonblocking(true).is_ok() {

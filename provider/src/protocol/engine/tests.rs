@@ -606,6 +606,43 @@ fn a_tcp_frame_naming_another_sender_is_dropped() {
     assert_eq!(&buf, b"8 bytes!");
 }
 
+#[test]
+fn a_shared_memory_frame_naming_a_peer_reached_over_tcp_is_dropped() {
+    // Under FI_OXMR_WIRE=auto, b reaches 198.51.100.7 (not an address of
+    // this host) over TCP, so a frame that names it but came through b's
+    // local queue is not its: dropped. The same frame naming a (on
+    // 127.77.0.1, loopback: shared memory) is delivered (the control).
+    VIA.with(|c| c.set(Via::Loop));
+    let (a, mut b) = pair();
+    assert_eq!(b.eng.dial.wire, crate::config::Wire::Auto, "the default wire");
+    let far: SocketAddr = "198.51.100.7:4000".parse().unwrap();
+    let mut buf = [0u8; 8];
+    recv(&mut b, 1, &mut buf, ffi::FI_ADDR_UNSPEC, None);
+    let link = Link::open(&b.addr, &a.eng.dial).expect("b's inbox");
+    let frame = |name: &SocketAddr| {
+        let mut h = Hdr { op: op::EAGER, len: 8, ..Default::default() };
+        let e = crate::info::addr::encode(name);
+        h.name[..e.len()].copy_from_slice(&e);
+        h.pid = std::process::id();
+        let mut hb = [0u8; HDR_MAX];
+        let hl = h.encode(&mut hb);
+        let mut f = hb[..hl].to_vec();
+        f.extend_from_slice(b"8 bytes!");
+        f
+    };
+    link.send(&[&frame(&far)]).expect("sent");
+    for _ in 0..200 {
+        b.eng.progress();
+    }
+    assert!(read(&b).is_none(), "a local frame naming a TCP peer was delivered");
+    link.send(&[&frame(&a.addr)]).expect("sent");
+    for _ in 0..200 {
+        b.eng.progress();
+    }
+    assert_eq!(ok(read(&b).expect("the same frame naming a is delivered")).op_context, 1);
+    assert_eq!(&buf, b"8 bytes!");
+}
+
 /// Each test above (but the forged-frame one, which writes into a loopback
 /// queue), over the loopback wire and over TCP (real sockets on 127.0.0.1,
 /// in this process): the engine must behave the same on both.
