@@ -180,6 +180,9 @@ extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
 # The whole transfer suite over the TCP wire (both processes, real sockets
 # on 127.0.0.1; docs/wire.md "TCP").
 extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
+# Without the TCP wire (FI_OXMR_WIRE=shm): no FI_REMOTE_COMM, no
+# destination on another host.
+extra_run "getinfo[FI_OXMR_WIRE=shm]" getinfo FI_OXMR_WIRE=shm
 # Queued RMA writes each copied alone (no runs copied together).
 extra_run "xfer[FI_OXMR_SHM_WRITE_BATCH=0]" xfer FI_OXMR_SHM_WRITE_BATCH=0
 # Registrations the cache does not hold are watched (and revoked) too.

@@ -134,6 +134,12 @@ impl Ep {
         if extra != 0 {
             return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: caps {extra:#x} are not supported for this endpoint type"));
         }
+        if info.caps & ffi::FI_REMOTE_COMM as u64 != 0 && domain.fabric.config.wire == crate::config::Wire::Shm {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_endpoint: FI_REMOTE_COMM asked, but FI_OXMR_WIRE=shm reaches this host only; unset FI_OXMR_WIRE (auto) or set it to tcp"
+            ));
+        }
         if info.ep.tx_ctx_cnt > 1 || info.ep.rx_ctx_cnt > 1 {
             return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: shared or multiple contexts are not supported"));
         }
