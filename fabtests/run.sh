@@ -180,6 +180,8 @@ extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
 # The whole transfer suite over the TCP wire (both processes, real sockets
 # on 127.0.0.1; docs/wire.md "TCP").
 extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
+# Tagged FI_PEEK/FI_CLAIM/FI_DISCARD over TCP too.
+extra_run "probe[FI_OXMR_WIRE=tcp]" probe FI_OXMR_WIRE=tcp
 # Without the TCP wire (FI_OXMR_WIRE=shm): no FI_REMOTE_COMM, no
 # destination on another host.
 extra_run "getinfo[FI_OXMR_WIRE=shm]" getinfo FI_OXMR_WIRE=shm

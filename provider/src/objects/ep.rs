@@ -308,6 +308,12 @@ impl Ep {
         self.with_engine(|e| e.recv(ctx, iovs, src, tag, flags))
     }
 
+    /// fi_trecvmsg with FI_PEEK, FI_CLAIM or FI_DISCARD (see
+    /// `Engine::probe`).
+    pub fn probe(&self, ctx: usize, iovs: Iovs, src: u64, tag: (u64, u64), flags: u64) -> Result<()> {
+        self.with_engine(|e| e.probe(ctx, iovs, src, tag, flags))
+    }
+
     /// Post an RMA read or write.
     pub fn rma(&self, o: RmaOp) -> Result<()> {
         self.with_engine(|e| e.rma(o))

@@ -65,7 +65,7 @@ impl Engine {
                         }
                     }
                 };
-                let u = Unexpected { hdr: h, from, pid, data, iovs, gone: false };
+                let u = Unexpected { hdr: h, from, pid, data, iovs, gone: false, claimed: None };
                 match self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
                     Some(i) => {
                         let mut p = self.posted[q].remove(i).expect("position is in range");
