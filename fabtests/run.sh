@@ -252,6 +252,24 @@ extra_run "mr_cache[FI_OXMR_MR_CACHE_ENABLE=0]" mr_cache FI_OXMR_MR_CACHE_ENABLE
 extra_run "mr_cache[FI_OXMR_MR_CACHE_MONITOR=none]" mr_cache FI_OXMR_MR_CACHE_MONITOR=none
 extra_run "mr_cache[FI_OXMR_MR_CACHE_EXPLICIT=0]" mr_cache FI_OXMR_MR_CACHE_EXPLICIT=0
 
+# Open MPI 4.1 over oxmr (cm PML, ofi MTL): a data-checked program with
+# two ranks on this host and with the ranks in two network namespaces
+# joined by a veth pair, which fabtests/mpi.sh creates and deletes.
+total=$((total + 1))
+echo "=== mpi"
+mpi_rc=0
+bash "$here/mpi.sh" "$provdir" >"$out" 2>&1 || mpi_rc=$?
+cat "$out"
+if [ "$mpi_rc" -eq 0 ]; then
+	echo "PASS mpi"
+	passed+=("mpi")
+elif [ "$mpi_rc" -eq 77 ] && grep -q '^skip - mpi: ' "$out"; then
+	skip_as "mpi" "$(grep '^skip - mpi: ' "$out" | tail -n 1 | sed 's/^skip - mpi: //')"
+else
+	echo "FAIL mpi (exit status $mpi_rc)"
+	failed+=("mpi")
+fi
+
 echo
 echo "summary: ${#passed[@]} passed, ${#failed[@]} failed, ${#skipped[@]} skipped (of $total)"
 if [ ${#skipped[@]} -ne 0 ]; then

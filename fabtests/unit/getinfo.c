@@ -744,13 +744,13 @@ static void test_remote_comm(void)
 	memcpy(hints->src_addr, &src, sizeof(src));
 	hints->src_addrlen = sizeof(src);
 	hints->addr_format = FI_SOCKADDR_IN;
-	/* 192.0.2.1: TEST-NET-1, never an address of this host. */
-	EXPECT_RC(fi_getinfo(OXT_VERSION, "192.0.2.1", "4000", 0, hints, &info), shm_only ? -FI_ENODATA : 0);
+	/* 198.51.100.1: TEST-NET-2, never an address of a test machine. */
+	EXPECT_RC(fi_getinfo(OXT_VERSION, "198.51.100.1", "4000", 0, hints, &info), shm_only ? -FI_ENODATA : 0);
 	if (info && !shm_only) {
 		dest = info->dest_addr;
 		EXPECT(dest && info->dest_addrlen == sizeof(*dest) && dest->sin_family == AF_INET &&
-			       dest->sin_addr.s_addr == htonl(0xc0000201) && dest->sin_port == htons(4000),
-		       "the answer's dest_addr is not 192.0.2.1:4000");
+			       dest->sin_addr.s_addr == htonl(0xc6336401) && dest->sin_port == htons(4000),
+		       "the answer's dest_addr is not 198.51.100.1:4000");
 	}
 	fi_freeinfo(info);
 	info = NULL;

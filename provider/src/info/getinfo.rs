@@ -501,17 +501,17 @@ mod tests {
         assert!(l.iter().all(|i| i.domain.caps & both == both), "so does its domain");
         let msg = Hints { ep: Some(EpAttr { type_: ffi::FI_EP_MSG, ..Default::default() }), ..h.clone() };
         assert_eq!(ask(None, None, 0, Some(&msg)).unwrap_err().code(), ffi::FI_ENODATA, "MSG has no data path");
-        // A destination on another host (TEST-NET-1), from an explicit
+        // A destination on another host (TEST-NET-2), from an explicit
         // source (no routing lookup): resolved and handed back.
         let from = Hints { src: Some("127.0.0.1:0".parse().unwrap()), ..Default::default() };
-        let l = ask(Some("192.0.2.1"), Some("4000"), 0, Some(&from)).unwrap();
-        assert_eq!(l[0].dest, Some("192.0.2.1:4000".parse().unwrap()));
+        let l = ask(Some("198.51.100.1"), Some("4000"), 0, Some(&from)).unwrap();
+        assert_eq!(l[0].dest, Some("198.51.100.1:4000".parse().unwrap()));
         // Without the TCP wire (FI_OXMR_WIRE=shm): neither.
         let shm = |node, hints| {
             getinfo(&Request { version: V, node, service: Some("4000"), flags: 0, hints, remote: false }, &lo())
         };
         assert_eq!(shm(None, Some(&h)).unwrap_err().code(), ffi::FI_ENODATA);
-        assert_eq!(shm(Some("192.0.2.1"), Some(&from)).unwrap_err().code(), ffi::FI_ENODATA);
+        assert_eq!(shm(Some("198.51.100.1"), Some(&from)).unwrap_err().code(), ffi::FI_ENODATA);
         let l = shm(Some("127.0.0.1"), None).unwrap();
         assert!(l
             .iter()
