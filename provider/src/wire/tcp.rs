@@ -307,7 +307,7 @@ impl Inbox {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+                Err(_) => accept = false,
             }
         }
         if self.conns.is_empty() {
