@@ -2,11 +2,12 @@
 # Install what building and testing oxmr needs on Debian bookworm (as root,
 # or with sudo): libfabric 1.17 headers and tools, a C compiler, libclang
 # for bindgen, cbindgen for the extension header, and what the man page and
-# Debian package checks use (groff, man-db, dpkg-dev). Idempotent.
+# Debian package checks use (groff, man-db, dpkg-dev), and Open MPI for
+# fabtests/mpi.sh (openmpi-bin, libopenmpi-dev). Idempotent.
 set -euo pipefail
 
 need=()
-for p in libfabric-dev libfabric-bin pkg-config gcc clang libclang-dev iproute2 util-linux groff-base man-db dpkg-dev; do
+for p in libfabric-dev libfabric-bin pkg-config gcc clang libclang-dev iproute2 util-linux groff-base man-db dpkg-dev openmpi-bin libopenmpi-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if ((${#need[@]})); then

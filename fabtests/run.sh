@@ -190,6 +190,11 @@ extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
 # The whole transfer suite over the TCP wire (both processes, real sockets
 # on 127.0.0.1; docs/wire.md "TCP").
 extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
+# Tagged FI_PEEK/FI_CLAIM/FI_DISCARD over TCP too.
+extra_run "probe[FI_OXMR_WIRE=tcp]" probe FI_OXMR_WIRE=tcp
+# Without the TCP wire (FI_OXMR_WIRE=shm): no FI_REMOTE_COMM, no
+# destination on another host.
+extra_run "getinfo[FI_OXMR_WIRE=shm]" getinfo FI_OXMR_WIRE=shm
 # Queued RMA writes each copied alone (no runs copied together).
 extra_run "xfer[FI_OXMR_SHM_WRITE_BATCH=0]" xfer FI_OXMR_SHM_WRITE_BATCH=0
 # Registrations the cache does not hold are watched (and revoked) too.
@@ -265,6 +270,24 @@ fi
 extra_run "mr_cache[FI_OXMR_MR_CACHE_ENABLE=0]" mr_cache FI_OXMR_MR_CACHE_ENABLE=0
 extra_run "mr_cache[FI_OXMR_MR_CACHE_MONITOR=none]" mr_cache FI_OXMR_MR_CACHE_MONITOR=none
 extra_run "mr_cache[FI_OXMR_MR_CACHE_EXPLICIT=0]" mr_cache FI_OXMR_MR_CACHE_EXPLICIT=0
+
+# Open MPI 4.1 over oxmr (cm PML, ofi MTL): a data-checked program with
+# two ranks on this host and with the ranks in two network namespaces
+# joined by a veth pair, which fabtests/mpi.sh creates and deletes.
+total=$((total + 1))
+echo "=== mpi"
+mpi_rc=0
+bash "$here/mpi.sh" "$provdir" >"$out" 2>&1 || mpi_rc=$?
+cat "$out"
+if [ "$mpi_rc" -eq 0 ]; then
+	echo "PASS mpi"
+	passed+=("mpi")
+elif [ "$mpi_rc" -eq 77 ] && grep -q '^skip - mpi: ' "$out"; then
+	skip_as "mpi" "$(grep '^skip - mpi: ' "$out" | tail -n 1 | sed 's/^skip - mpi: //')"
+else
+	echo "FAIL mpi (exit status $mpi_rc)"
+	failed+=("mpi")
+fi
 
 echo
 echo "summary: ${#passed[@]} passed, ${#failed[@]} failed, ${#skipped[@]} skipped (of $total)"

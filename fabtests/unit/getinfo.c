@@ -712,25 +712,55 @@ static void test_mr_mode(void)
 	}
 }
 
-/* Same host only until the TCP wire exists: no FI_REMOTE_COMM. */
-static void test_same_host_only(void)
+/*
+ * Peers on other hosts: FI_REMOTE_COMM (with FI_LOCAL_COMM) is offered and a
+ * destination elsewhere resolves, unless FI_OXMR_WIRE=shm (this host only:
+ * both get -FI_ENODATA). The destination is asked from an explicit source
+ * (127.0.0.1), so the answer does not depend on this machine's routes.
+ */
+static void test_remote_comm(void)
 {
 	struct fi_info *hints, *info = NULL;
+	const char *wire = getenv("FI_OXMR_WIRE");
+	int shm_only = wire && strcmp(wire, "shm") == 0;
+	struct sockaddr_in src = { .sin_family = AF_INET };
+	const struct sockaddr_in *dest;
 
-	OXT_GROUP("same host only: FI_REMOTE_COMM and a destination elsewhere get -FI_ENODATA; a local one works");
+	OXT_GROUP(shm_only ? "FI_OXMR_WIRE=shm: FI_REMOTE_COMM and a destination elsewhere get -FI_ENODATA; a local one works"
+			   : "FI_REMOTE_COMM offered with FI_LOCAL_COMM; a destination on another host resolves");
 	hints = oxt_hints(FI_EP_RDM);
-	hints->caps = FI_MSG | FI_REMOTE_COMM;
-	EXPECT_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", "4000", 0, hints, &info), -FI_ENODATA);
+	hints->caps = FI_MSG | FI_TAGGED | FI_REMOTE_COMM;
+	EXPECT_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", "4000", 0, hints, &info), shm_only ? -FI_ENODATA : 0);
+	for (struct fi_info *i = info; i; i = i->next) {
+		EXPECT((i->caps & (FI_LOCAL_COMM | FI_REMOTE_COMM)) == (FI_LOCAL_COMM | FI_REMOTE_COMM),
+		       "an answer to FI_REMOTE_COMM has caps 0x%llx", (unsigned long long)i->caps);
+		EXPECT(i->domain_attr->caps & FI_REMOTE_COMM, "its domain lacks FI_REMOTE_COMM");
+	}
 	fi_freeinfo(info);
 	info = NULL;
 	hints->caps = FI_MSG;
-	/* 192.0.2.1: TEST-NET-1, never an address of this host. */
-	EXPECT_RC(fi_getinfo(OXT_VERSION, "192.0.2.1", "4000", 0, hints, &info), -FI_ENODATA);
+	src.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	hints->src_addr = malloc(sizeof(src));
+	memcpy(hints->src_addr, &src, sizeof(src));
+	hints->src_addrlen = sizeof(src);
+	hints->addr_format = FI_SOCKADDR_IN;
+	/* 198.51.100.1: TEST-NET-2, never an address of a test machine. */
+	EXPECT_RC(fi_getinfo(OXT_VERSION, "198.51.100.1", "4000", 0, hints, &info), shm_only ? -FI_ENODATA : 0);
+	if (info && !shm_only) {
+		dest = info->dest_addr;
+		EXPECT(dest && info->dest_addrlen == sizeof(*dest) && dest->sin_family == AF_INET &&
+			       dest->sin_addr.s_addr == htonl(0xc6336401) && dest->sin_port == htons(4000),
+		       "the answer's dest_addr is not 198.51.100.1:4000");
+	}
 	fi_freeinfo(info);
 	info = NULL;
+	free(hints->src_addr);
+	hints->src_addr = NULL;
+	hints->src_addrlen = 0;
 	EXPECT_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", "4000", 0, hints, &info), 0);
 	if (info) {
-		EXPECT(!(info->caps & FI_REMOTE_COMM), "an answer offers FI_REMOTE_COMM");
+		EXPECT(!!(info->caps & FI_REMOTE_COMM) == !shm_only, "FI_REMOTE_COMM %s offered",
+		       shm_only ? "is" : "is not");
 		EXPECT(info->caps & FI_LOCAL_COMM, "an answer lacks FI_LOCAL_COMM");
 	}
 	fi_freeinfo(info);
@@ -741,7 +771,7 @@ int main(int argc, char **argv)
 {
 	(void)argc;
 	oxt_init(argv[0]);
-	test_same_host_only();
+	test_remote_comm();
 	test_no_hints();
 	test_addresses();
 	test_refusals();

@@ -45,10 +45,12 @@ pub struct Config {
 /// Which wire carries an endpoint's frames (FI_OXMR_WIRE).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wire {
-    /// Shared memory (same host only).
+    /// Per peer: shared memory to a peer whose address is one of this
+    /// network namespace's own (loopback included), TCP to any other.
+    Auto,
+    /// Shared memory to every peer (same host only).
     Shm,
-    /// TCP to every peer, same host included (experimental: both sides
-    /// set it; fi_getinfo does not offer FI_REMOTE_COMM yet).
+    /// TCP to every peer, same host included (both sides set it).
     Tcp,
 }
 
@@ -72,7 +74,7 @@ impl Default for Config {
             write_batch: WRITE_BATCH,
             sender_jobs: true,
             pair_recv: true,
-            wire: Wire::Shm,
+            wire: Wire::Auto,
         }
     }
 }

@@ -161,6 +161,14 @@ unsafe extern "C" fn msg_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg, flags
         Ok(f) => f,
         Err(e) => return e.to_c() as isize,
     };
+    if flags & PROBE_FLAGS != 0 {
+        return guard_ssize(NAME, || {
+            Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "{NAME}: FI_PEEK, FI_CLAIM and FI_DISCARD apply to tagged receives only (fi_trecvmsg)"
+            ))
+        });
+    }
     // SAFETY: as above.
     unsafe { recv_common(NAME, ep, m.context, iovs(m.msg_iov, m.iov_count), m.addr, None, Some(flags)) }
 }
@@ -279,22 +287,33 @@ unsafe extern "C" fn tagged_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tag
     const NAME: &str = "fi_trecvmsg";
     // SAFETY: C contract of fi_trecvmsg.
     let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
-    if flags & (ffi::FI_PEEK as u64 | ffi::FI_CLAIM as u64 | ffi::FI_DISCARD as u64) != 0 {
-        return with_unsupported(NAME, "FI_PEEK/FI_CLAIM/FI_DISCARD are not implemented yet");
-    }
     let flags = match msg_flags(NAME, flags) {
         Ok(f) => f,
         Err(e) => return e.to_c() as isize,
     };
+    if flags & PROBE_FLAGS != 0 {
+        if flags & ffi::FI_CLAIM as u64 != 0 && m.context.is_null() {
+            return guard_ssize(NAME, || {
+                Err(fail!(
+                    ffi::FI_EINVAL,
+                    "{NAME}: FI_CLAIM needs a struct fi_context as the message's context (it names the claimed message); it is NULL"
+                ))
+            });
+        }
+        // SAFETY: as above.
+        let v = unsafe { iovs(m.msg_iov, m.iov_count) };
+        // SAFETY: as above.
+        return unsafe { with_ep(NAME, ep, |ep| ep.probe(m.context as usize, v?, m.addr, (m.tag, m.ignore), flags)) };
+    }
     // SAFETY: as above.
     unsafe {
         recv_common(NAME, ep, m.context, iovs(m.msg_iov, m.iov_count), m.addr, Some((m.tag, m.ignore)), Some(flags))
     }
 }
 
-fn with_unsupported(name: &'static str, why: &'static str) -> isize {
-    guard_ssize(name, || Err(fail!(ffi::FI_ENOSYS, "{name}: {why}")))
-}
+/// fi_trecvmsg's flags that look for an unexpected message rather than
+/// post a receive (fi_tagged(3)).
+const PROBE_FLAGS: u64 = ffi::FI_PEEK as u64 | ffi::FI_CLAIM as u64 | ffi::FI_DISCARD as u64;
 
 unsafe extern "C" fn tagged_send(
     ep: *mut fid_ep,

@@ -102,7 +102,7 @@ pub(crate) const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"wire",
         kind: ffi::FI_PARAM_STRING,
-        help: c"Which wire carries RDM endpoints' data: shm (shared memory, same host) or tcp (TCP to every peer, same host included; experimental, set it on both sides) (default: shm)",
+        help: c"Which wire carries RDM endpoints' data, per peer: auto (shared memory to a peer whose address is one of this network namespace's own, loopback included; TCP to any other), shm (shared memory to every peer, same host only) or tcp (TCP to every peer, same host included). Set it alike on both sides (default: auto)",
     },
     ParamDef {
         name: c"shm_write_batch",
@@ -186,11 +186,12 @@ pub fn define_and_load() {
     let sender_jobs = get_bool(c"shm_sender_jobs").unwrap_or(true);
     let pair_recv = get_bool(c"shm_pair_recv").unwrap_or(true);
     let wire = match get_str(c"wire").as_deref().map(str::trim) {
-        None | Some("") | Some("shm") => crate::config::Wire::Shm,
+        None | Some("") | Some("auto") => crate::config::Wire::Auto,
+        Some("shm") => crate::config::Wire::Shm,
         Some("tcp") => crate::config::Wire::Tcp,
         Some(other) => {
-            tracing::warn!("FI_OXMR_WIRE={other} is not shm or tcp; using shm");
-            crate::config::Wire::Shm
+            tracing::warn!("FI_OXMR_WIRE={other} is not auto, shm or tcp; using auto");
+            crate::config::Wire::Auto
         }
     };
     let _ = CONFIG.set(Config {

@@ -90,6 +90,7 @@ unsafe extern "C" fn oxmr_getinfo(
             service: service.as_deref(),
             flags,
             hints: hints.as_ref(),
+            remote: params::config().wire != crate::config::Wire::Shm,
         };
         let list = getinfo::getinfo(&req, &ifaces)?;
         let c = info::list_to_c(&list);

@@ -74,11 +74,12 @@ pub(crate) const RX_CAPS: u64 = b(ffi::FI_MSG)
     | ffi::FI_VARIABLE_MSG as u64
     | b(ffi::FI_COLLECTIVE);
 
-/// Domain-level capabilities: communication on this host only. (No
-/// FI_REMOTE_COMM until the TCP wire carries data between hosts: an
-/// application that needs it gets -FI_ENODATA, not an endpoint whose sends
-/// all fail.)
-pub(crate) const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64;
+/// Domain-level capabilities: peers on this host (shared memory) and on
+/// others (TCP). getinfo takes FI_REMOTE_COMM away where the TCP wire is
+/// not used (FI_OXMR_WIRE=shm) and for FI_EP_MSG, which has no data path
+/// yet: an application that needs it gets -FI_ENODATA, not an endpoint
+/// whose sends all fail.
+pub(crate) const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_COMM as u64;
 
 /// What an RDM endpoint of oxmr can do.
 pub(crate) const RDM_CAPS: u64 = b(ffi::FI_MSG)
@@ -105,7 +106,7 @@ pub(crate) const MSG_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_REMOTE_READ)
     | b(ffi::FI_REMOTE_WRITE)
     | ffi::FI_RMA_EVENT as u64
-    | DOMAIN_CAPS;
+    | ffi::FI_LOCAL_COMM as u64;
 
 /// Transmit op flags an application may set as defaults.
 pub(crate) const TX_OP_FLAGS: u64 = ffi::FI_INJECT as u64
@@ -235,7 +236,7 @@ pub fn template(ep_type: u32) -> Info {
             max_ep_srx_ctx: 0,
             cntr_cnt: OBJ_LIMIT,
             mr_iov_limit: MR_IOV_LIMIT,
-            caps: DOMAIN_CAPS,
+            caps: caps & DOMAIN_CAPS,
             mode: 0,
             auth_key_size: 0,
             max_err_data: 0,

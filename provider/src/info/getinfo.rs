@@ -35,6 +35,10 @@ pub struct Request<'a> {
     pub service: Option<&'a str>,
     pub flags: u64,
     pub hints: Option<&'a Hints>,
+    /// Whether peers on other hosts can be reached (the TCP wire is in
+    /// use: FI_OXMR_WIRE is auto or tcp): FI_REMOTE_COMM is offered and a
+    /// destination elsewhere is resolved.
+    pub remote: bool,
 }
 
 fn nodata(why: impl AsRef<str>) -> Error {
@@ -120,12 +124,12 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
         (src, hints.dest)
     };
 
-    // Same host only until the TCP wire exists (no FI_REMOTE_COMM): a
+    // Same host only without the TCP wire (no FI_REMOTE_COMM): a
     // destination elsewhere is refused here rather than on every send.
-    if let Some(d) = dest {
+    if let Some(d) = dest.filter(|_| !req.remote) {
         if !d.ip().is_loopback() && !d.ip().is_unspecified() && addr::route_source(&d) != Some(d.ip()) {
             return Err(nodata(format!(
-                "destination {d} is not on this host; oxmr carries data between processes of one host only so far (the TCP wire is not implemented yet)"
+                "destination {d} is not on this host, and FI_OXMR_WIRE=shm carries data between processes of one host only; unset FI_OXMR_WIRE (auto: TCP to other hosts) or set it to tcp"
             )));
         }
     }
@@ -168,6 +172,10 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
                 }
             }
             let mut info = attrs::template(ep_type);
+            if !req.remote {
+                info.caps &= !(ffi::FI_REMOTE_COMM as u64);
+                info.domain.caps &= !(ffi::FI_REMOTE_COMM as u64);
+            }
             info.addr_format = addr::format_of(src);
             info.src = Some(*src);
             info.dest = dest;
@@ -407,9 +415,9 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             refuse_if!(exceeds(asked, ours), "domain {what} {asked} above oxmr's {ours}");
         }
         refuse_if!(
-            d.caps & !attrs::DOMAIN_CAPS & !offered != 0,
+            d.caps & !info.domain.caps & !offered != 0,
             "domain caps {:#x} not offered",
-            d.caps & !attrs::DOMAIN_CAPS & !offered
+            d.caps & !info.domain.caps & !offered
         );
         refuse_if!(d.auth_key_size > 0, "authorization keys are not supported");
         if d.threading != ffi::FI_THREAD_UNSPEC {
@@ -423,7 +431,7 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
         }
         info.domain.av_type = d.av_type;
         if d.caps != 0 {
-            info.domain.caps = d.caps & (attrs::DOMAIN_CAPS | offered);
+            info.domain.caps = d.caps & (info.domain.caps | offered);
         }
     }
     Ok(info)
@@ -441,7 +449,7 @@ mod tests {
     }
 
     fn ask(node: Option<&str>, service: Option<&str>, flags: u64, hints: Option<&Hints>) -> Result<Vec<Info>> {
-        getinfo(&Request { version: V, node, service, flags, hints }, &lo())
+        getinfo(&Request { version: V, node, service, flags, hints, remote: true }, &lo())
     }
 
     #[test]
@@ -482,6 +490,32 @@ mod tests {
         assert!(l.iter().all(|i| i.ep.type_ == ffi::FI_EP_RDM), "MSG has no FI_TAGGED");
         assert_eq!(l[0].caps & PRIMARY_CAPS, ffi::FI_TAGGED as u64);
         assert_ne!(l[0].caps & ffi::FI_SOURCE as u64, 0, "secondary caps are added");
+    }
+
+    #[test]
+    fn remote_comm_and_other_hosts_only_with_the_tcp_wire() {
+        let h = Hints { caps: ffi::FI_TAGGED as u64 | ffi::FI_REMOTE_COMM as u64, ..Default::default() };
+        let l = ask(None, None, 0, Some(&h)).unwrap();
+        let both = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_COMM as u64;
+        assert!(l.iter().all(|i| i.ep.type_ == ffi::FI_EP_RDM && i.caps & both == both), "RDM offers both");
+        assert!(l.iter().all(|i| i.domain.caps & both == both), "so does its domain");
+        let msg = Hints { ep: Some(EpAttr { type_: ffi::FI_EP_MSG, ..Default::default() }), ..h.clone() };
+        assert_eq!(ask(None, None, 0, Some(&msg)).unwrap_err().code(), ffi::FI_ENODATA, "MSG has no data path");
+        // A destination on another host (TEST-NET-2), from an explicit
+        // source (no routing lookup): resolved and handed back.
+        let from = Hints { src: Some("127.0.0.1:0".parse().unwrap()), ..Default::default() };
+        let l = ask(Some("198.51.100.1"), Some("4000"), 0, Some(&from)).unwrap();
+        assert_eq!(l[0].dest, Some("198.51.100.1:4000".parse().unwrap()));
+        // Without the TCP wire (FI_OXMR_WIRE=shm): neither.
+        let shm = |node, hints| {
+            getinfo(&Request { version: V, node, service: Some("4000"), flags: 0, hints, remote: false }, &lo())
+        };
+        assert_eq!(shm(None, Some(&h)).unwrap_err().code(), ffi::FI_ENODATA);
+        assert_eq!(shm(Some("198.51.100.1"), Some(&from)).unwrap_err().code(), ffi::FI_ENODATA);
+        let l = shm(Some("127.0.0.1"), None).unwrap();
+        assert!(l
+            .iter()
+            .all(|i| i.caps & both == ffi::FI_LOCAL_COMM as u64 && i.domain.caps & both == ffi::FI_LOCAL_COMM as u64));
     }
 
     #[test]

@@ -134,6 +134,12 @@ impl Ep {
         if extra != 0 {
             return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: caps {extra:#x} are not supported for this endpoint type"));
         }
+        if info.caps & ffi::FI_REMOTE_COMM as u64 != 0 && domain.fabric.config.wire == crate::config::Wire::Shm {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_endpoint: FI_REMOTE_COMM asked, but FI_OXMR_WIRE=shm reaches this host only; unset FI_OXMR_WIRE (auto) or set it to tcp"
+            ));
+        }
         if info.ep.tx_ctx_cnt > 1 || info.ep.rx_ctx_cnt > 1 {
             return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: shared or multiple contexts are not supported"));
         }
@@ -302,6 +308,12 @@ impl Ep {
         self.with_engine(|e| e.recv(ctx, iovs, src, tag, flags))
     }
 
+    /// fi_trecvmsg with FI_PEEK, FI_CLAIM or FI_DISCARD (see
+    /// `Engine::probe`).
+    pub fn probe(&self, ctx: usize, iovs: Iovs, src: u64, tag: (u64, u64), flags: u64) -> Result<()> {
+        self.with_engine(|e| e.probe(ctx, iovs, src, tag, flags))
+    }
+
     /// Post an RMA read or write.
     pub fn rma(&self, o: RmaOp) -> Result<()> {
         self.with_engine(|e| e.rma(o))
@@ -337,7 +349,7 @@ impl Ep {
             return Ok(());
         };
         let s = self.state();
-        if self.domain.fabric.config.wire == crate::config::Wire::Tcp {
+        if self.domain.fabric.config.wire != crate::config::Wire::Shm {
             if let Some(l) = &s.listener {
                 region.take_tcp(l, "fi_enable")?;
             }

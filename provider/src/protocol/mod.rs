@@ -158,6 +158,13 @@ impl Hdr {
         at
     }
 
+    /// The IPv4 address of a header's sender, read in place (None: an
+    /// IPv6 sender, or too short to tell).
+    pub fn sender_v4(b: &[u8]) -> Option<std::net::Ipv4Addr> {
+        let a = b.get(28..32)?;
+        (b.get(26)? & 0xf == 4).then(|| std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]))
+    }
+
     /// The protocol version a header was written in (None: too short to
     /// tell).
     pub fn version_of(b: &[u8]) -> Option<u8> {
@@ -277,6 +284,19 @@ pub fn decode_iovs(b: &[u8], n: usize) -> Option<Vec<(usize, usize)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ipv4_sender_is_read_in_place() {
+        for (a, want) in [("10.1.2.3:4567", Some([10, 1, 2, 3])), ("[::1]:9", None)] {
+            let name = crate::info::addr::encode(&a.parse().unwrap());
+            let mut h = Hdr { op: op::EAGER, len: 8, msg_id: 3, ..Default::default() };
+            h.name[..name.len()].copy_from_slice(&name);
+            let mut b = [0u8; HDR_MAX];
+            let n = h.encode(&mut b);
+            assert_eq!(Hdr::sender_v4(&b[..n]), want.map(std::net::Ipv4Addr::from), "{a}");
+            assert_eq!(Hdr::sender_v4(&b[..20]), None, "too short");
+        }
+    }
 
     #[test]
     fn a_header_of_another_version_does_not_decode() {

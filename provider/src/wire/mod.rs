@@ -10,8 +10,12 @@
 //!
 //! - `shm`: the same-host wire (shared-memory queues, CMA copies, and the
 //!   shared copies offload, `shm::share`, which only shm links offer).
-//! - `tcp`: TCP to any peer (experimental: FI_OXMR_WIRE=tcp); copies
-//!   always push.
+//! - `tcp`: TCP to peers on other hosts (and to every peer under
+//!   FI_OXMR_WIRE=tcp); copies always push.
+//!
+//! Which wire reaches a peer is `Dial::route`: by default (FI_OXMR_WIRE=
+//! auto) shared memory for a peer whose address is one of this network
+//! namespace's own, TCP for any other.
 //! - `loopback` (tests only): in-process queues whose copies always push.
 
 #[cfg(test)]
@@ -20,7 +24,7 @@ pub mod shm;
 pub mod tcp;
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 
 pub use crate::config::Wire;
 
@@ -89,11 +93,17 @@ pub enum Copied {
     Failed(io::Error),
 }
 
-/// How an endpoint reaches its peers: the wire, and who it says it is.
-#[derive(Clone, Copy, Debug)]
+/// How an endpoint reaches its peers: the wire for each (FI_OXMR_WIRE,
+/// and under `auto` this network namespace's own addresses), and who it
+/// says it is.
+#[derive(Clone, Debug)]
 pub struct Dial {
     pub wire: Wire,
     pub hello: tcp::Hello,
+    /// The addresses of this network namespace's interfaces when the dial
+    /// was made (`auto`: a peer at one of them, or at a loopback address,
+    /// is on this host and gets shared memory).
+    local: std::sync::Arc<[IpAddr]>,
 }
 
 impl Dial {
@@ -102,8 +112,33 @@ impl Dial {
         let mut n = [0u8; 28];
         let e = crate::info::addr::encode(name);
         n[..e.len()].copy_from_slice(&e);
-        Dial { wire, hello: tcp::Hello { version: tcp::VERSION, name: n, epoch, pid: std::process::id() } }
+        let local = match wire {
+            Wire::Auto => crate::sys::ifaddrs().into_iter().map(|i| i.ip).collect(),
+            _ => std::sync::Arc::from([]),
+        };
+        Dial { wire, hello: tcp::Hello { version: tcp::VERSION, name: n, epoch, pid: std::process::id() }, local }
     }
+
+    /// The wire that carries frames to and from the endpoint named `to`:
+    /// shared memory or TCP (never `Auto`). A frame that arrives on the
+    /// other wire is not taken as that endpoint's (`Engine::sent_by`).
+    pub fn route(&self, to: &SocketAddr) -> Wire {
+        match self.wire {
+            Wire::Auto if is_local(to.ip(), &self.local) => Wire::Shm,
+            Wire::Auto => Wire::Tcp,
+            w => w,
+        }
+    }
+}
+
+/// Whether `ip` is on this host: a loopback address (all of 127.0.0.0/8
+/// and ::1 reach this network namespace) or one of `local`.
+fn is_local(ip: IpAddr, local: &[IpAddr]) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    ip.is_loopback() || local.contains(&ip)
 }
 
 /// A link to one peer's endpoint.
@@ -123,7 +158,7 @@ impl Link {
         if let Some(q) = loopback::Queue::find(to) {
             return Ok(Link::Loop(q));
         }
-        if dial.wire == Wire::Tcp {
+        if dial.route(to) == Wire::Tcp {
             return tcp::Link::open(to, &dial.hello).map(Link::Tcp);
         }
         let region = shm::region::Region::open(to).map_err(|e| {
@@ -437,6 +472,26 @@ impl Inbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wire_is_chosen_per_peer_by_its_address() {
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let auto = Dial::new(Wire::Auto, &me, 1);
+        let at = |s: &str| -> SocketAddr { s.parse().unwrap() };
+        for local in ["127.0.0.1:9", "127.77.0.1:9", "[::1]:9", "[::ffff:127.0.0.1]:9"] {
+            assert_eq!(auto.route(&at(local)), Wire::Shm, "{local} is on this host");
+        }
+        for iface in crate::sys::ifaddrs() {
+            let a = SocketAddr::new(iface.ip, 9);
+            assert_eq!(auto.route(&a), Wire::Shm, "{a} is an address of {}", iface.name);
+        }
+        // (Documentation ranges: never an address of a test machine.)
+        for far in ["198.51.100.7:9", "203.0.113.1:9", "[2001:db8::1]:9"] {
+            assert_eq!(auto.route(&at(far)), Wire::Tcp, "{far} is another host");
+        }
+        assert_eq!(Dial::new(Wire::Tcp, &me, 1).route(&at("127.0.0.1:9")), Wire::Tcp, "tcp: even this host");
+        assert_eq!(Dial::new(Wire::Shm, &me, 1).route(&at("198.51.100.7:9")), Wire::Shm, "shm: every peer");
+    }
 
     #[test]
     fn a_peer_of_another_wire_version_is_refused_naming_both() {

@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{LinkState, OpenError, WireError, MAX_FRAME};
 
@@ -254,18 +254,51 @@ pub struct Inbox {
     /// (Frames handed up, frames read.)
     popped: u64,
     read: u64,
+    /// Polls so far, and when the listener was last asked for new
+    /// connections: at most every `ACCEPT_GAP`, the clock read every
+    /// `CLOCK_EVERY`th poll (an endpoint that also takes shared memory
+    /// polls its TCP side on every empty poll, many millions a second when
+    /// it spins, and an accept is a system call).
+    polls: u32,
+    accepted_at: Instant,
+    /// Where reads land before they are cut into frames (kept: an array
+    /// on the stack would be zeroed on every poll).
+    chunk: Box<[u8]>,
 }
+
+/// See `Inbox::polls`.
+const ACCEPT_GAP: Duration = Duration::from_micros(200);
+const CLOCK_EVERY: u32 = 16;
 
 impl Inbox {
     /// Receive at `listener` (the endpoint's, bound at its name).
     pub fn new(listener: TcpListener, me: Hello) -> io::Result<Inbox> {
         listener.set_nonblocking(true)?;
-        Ok(Inbox { listener, me, conns: Vec::new(), frames: VecDeque::new(), popped: 0, read: 0 })
+        Ok(Inbox {
+            listener,
+            me,
+            conns: Vec::new(),
+            frames: VecDeque::new(),
+            popped: 0,
+            read: 0,
+            polls: 0,
+            accepted_at: Instant::now() - ACCEPT_GAP,
+            chunk: vec![0u8; 64 << 10].into_boxed_slice(),
+        })
     }
 
     /// Accept what waits, read what the connections hold, cut frames.
     fn poll(&mut self) {
-        loop {
+        self.polls = self.polls.wrapping_add(1);
+        let mut accept = false;
+        if self.polls % CLOCK_EVERY == 1 {
+            let now = Instant::now();
+            accept = now.duration_since(self.accepted_at) >= ACCEPT_GAP;
+            if accept {
+                self.accepted_at = now;
+            }
+        }
+        while accept {
             match self.listener.accept() {
                 Ok((sock, _)) => {
                     if sock.set_nonblocking(true).is_ok() {
@@ -274,13 +307,17 @@ impl Inbox {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+                Err(_) => accept = false,
             }
         }
-        let mut chunk = [0u8; 64 << 10];
+        if self.conns.is_empty() {
+            return;
+        }
+        // (Kept between polls: an array here would be zeroed on every one.)
+        let chunk = &mut self.chunk[..];
         for c in &mut self.conns {
             loop {
-                match (&c.sock).read(&mut chunk) {
+                match (&c.sock).read(chunk) {
                     Ok(0) => {
                         c.closed = true;
                         break;

@@ -136,6 +136,9 @@ struct Unexpected {
     /// An RTS whose sender's endpoint closed before a receive matched it:
     /// its buffers may belong to something else now (see `peer_gone`).
     gone: bool,
+    /// The context of the FI_PEEK|FI_CLAIM that claimed it: then only an
+    /// FI_CLAIM receive with that context takes it (fi_tagged(3)).
+    claimed: Option<usize>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

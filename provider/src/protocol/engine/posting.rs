@@ -144,7 +144,9 @@ impl Engine {
         let (t, ignore) = tag.unwrap_or((0, 0));
         let mut p = Posted { ctx, iovs, src, tag: t, ignore, credit, seq: 0 };
         let q = tagged as usize;
-        if let Some(i) = self.unexpected[q].iter().position(|u| matches(&p, tagged, u.hdr.tag, &u.from)) {
+        if let Some(i) =
+            self.unexpected[q].iter().position(|u| u.claimed.is_none() && matches(&p, tagged, u.hdr.tag, &u.from))
+        {
             // (The application's call, not a progress call: a copy started
             // here is not overlapped with messages behind it.)
             self.busy = false;
@@ -155,6 +157,98 @@ impl Engine {
         }
         self.posted[q].push_back(p);
         Ok(())
+    }
+
+    /// fi_trecvmsg with FI_PEEK, FI_CLAIM or FI_DISCARD (fi_tagged(3)),
+    /// `flags` the call's. FI_PEEK looks for an unexpected tagged message
+    /// that a receive of `tag`/`src` would match (after one progress call,
+    /// so what has arrived is seen) and reports it without consuming it: a
+    /// completion with its length, tag, CQ data and source (no data: `buf`
+    /// is NULL), or an error completion FI_ENOMSG. With FI_CLAIM it is
+    /// also set aside for the FI_CLAIM receive with the same context (no
+    /// other receive or peek sees it); with FI_DISCARD it is dropped
+    /// (its sender is answered as if it had been received). FI_CLAIM
+    /// alone receives the message claimed with `ctx` into `iovs` (or drops
+    /// it, with FI_DISCARD). Every such call gives one completion.
+    pub fn probe(&mut self, ctx: usize, iovs: Iovs, src: u64, tag: (u64, u64), flags: u64) -> Result<()> {
+        let peek = flags & ffi::FI_PEEK as u64 != 0;
+        let discard = flags & ffi::FI_DISCARD as u64 != 0;
+        if !peek && flags & ffi::FI_CLAIM as u64 == 0 {
+            return Err(fail!(ffi::FI_EINVAL, "fi_trecvmsg: FI_DISCARD needs FI_PEEK or FI_CLAIM with it"));
+        }
+        let cq = self.b.rx_cq.clone().ok_or_else(|| {
+            fail!(ffi::FI_ENOCQ, "fi_trecvmsg: FI_PEEK/FI_CLAIM report through a CQ bound for FI_RECV; bind one")
+        })?;
+        // (-FI_EAGAIN while the CQ has no room: the report must fit.)
+        let credit = cq.reserve()?;
+        if !peek {
+            let Some(i) = self.unexpected[1].iter().position(|u| u.claimed == Some(ctx)) else {
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_trecvmsg(FI_CLAIM): no message is claimed with context {ctx:#x}; claim one with FI_PEEK|FI_CLAIM and the same context first"
+                ));
+            };
+            let u = self.unexpected[1].remove(i).expect("position is in range");
+            if discard {
+                let e = self.peeked(ctx, u.hdr, u.from);
+                self.discard(u);
+                credit.complete(e);
+                return Ok(());
+            }
+            self.busy = false;
+            let p =
+                Posted { ctx, iovs, src: None, tag: u.hdr.tag, ignore: 0, credit: Some(credit), seq: self.matched() };
+            self.deliver(p, u);
+            return Ok(());
+        }
+        let src = if src == ffi::FI_ADDR_UNSPEC || !self.b.directed { None } else { Some(self.resolve(src)?) };
+        self.progress();
+        let want = Posted { ctx, iovs, src, tag: tag.0, ignore: tag.1, credit: None, seq: 0 };
+        let Some(i) =
+            self.unexpected[1].iter().position(|u| u.claimed.is_none() && matches(&want, true, u.hdr.tag, &u.from))
+        else {
+            drop(credit);
+            cq.push_error(CqError {
+                op_context: ctx,
+                flags: ffi::FI_RECV as u64 | ffi::FI_TAGGED as u64,
+                tag: tag.0,
+                err: ffi::FI_ENOMSG as i32,
+                prov_errno: ffi::FI_ENOMSG as i32,
+                src: ffi::FI_ADDR_NOTAVAIL,
+                ..Default::default()
+            });
+            return Ok(());
+        };
+        let (hdr, from) = (self.unexpected[1][i].hdr, self.unexpected[1][i].from);
+        let e = self.peeked(ctx, hdr, from);
+        if discard {
+            let u = self.unexpected[1].remove(i).expect("position is in range");
+            self.discard(u);
+        } else if flags & ffi::FI_CLAIM as u64 != 0 {
+            self.unexpected[1][i].claimed = Some(ctx);
+        }
+        credit.complete(e);
+        Ok(())
+    }
+
+    /// The completion of a peek (or discard) that found `u`.
+    fn peeked(&mut self, ctx: usize, hdr: Hdr, from: SocketAddr) -> CqEntry {
+        let mut flags = ffi::FI_RECV as u64 | ffi::FI_TAGGED as u64;
+        if hdr.flags & flag::CQ_DATA != 0 {
+            flags |= ffi::FI_REMOTE_CQ_DATA as u64;
+        }
+        let src = self.src_fi_addr(&from);
+        CqEntry { op_context: ctx, flags, len: hdr.len as usize, buf: 0, data: hdr.data, tag: hdr.tag, src }
+    }
+
+    /// Drop an unexpected message the application discarded: its sender,
+    /// if it waits (rendezvous, delivery complete), is answered as if it
+    /// had been received, so its send completes and its buffers are its
+    /// own again.
+    fn discard(&mut self, u: Unexpected) {
+        if !u.gone && (u.hdr.op == op::RTS || u.hdr.flags & flag::NEED_ACK != 0) {
+            self.push_ctrl(u.from, Hdr { op: op::ACK, msg_id: u.hdr.msg_id, status: 0, ..Default::default() });
+        }
     }
 
     /// fi_cancel of a posted receive.

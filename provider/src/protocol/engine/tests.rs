@@ -565,6 +565,89 @@ fn remote_cq_data_of_a_write_reaches_the_target_cq() {
     }
 }
 
+const PEEK: u64 = ffi::FI_PEEK as u64;
+const CLAIM: u64 = ffi::FI_CLAIM as u64;
+const DISCARD: u64 = ffi::FI_DISCARD as u64;
+
+/// b's peek (`flags`) for `tag` from anyone, repeated (as MPI_Probe does)
+/// until it finds a message or a bound: its completion, None if every
+/// try said FI_ENOMSG. Each try gives exactly one completion.
+fn peek(a: &mut Side, b: &mut Side, ctx: usize, tag: u64, flags: u64) -> Option<CqEntry> {
+    for _ in 0..2000 {
+        b.eng.probe(ctx, Iovs::default(), ffi::FI_ADDR_UNSPEC, (tag, 0), flags).expect("peek posted");
+        match read(b).expect("a peek completes at once") {
+            Got::Ok(e) => {
+                assert!(read(b).is_none(), "one completion per peek");
+                return Some(e);
+            }
+            Got::Err(e) => assert_eq!((e.err as u32, e.op_context, e.tag), (ffi::FI_ENOMSG, ctx, tag), "{e:?}"),
+        }
+        a.eng.progress();
+    }
+    None
+}
+
+fn peek_claim_and_discard_find_unexpected_messages_without_consuming_them() {
+    let (mut a, mut b) = pair();
+    let tagged_recv = (ffi::FI_RECV | ffi::FI_TAGGED) as u64;
+    // Nothing sent: FI_ENOMSG.
+    assert!(peek(&mut a, &mut b, 1, 5, PEEK).is_none(), "found a message nobody sent");
+    // A peek reports length, tag and source, and leaves the message.
+    send(&mut a, 100, b"hello", Some(5));
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 100);
+    let e = peek(&mut a, &mut b, 2, 5, PEEK).expect("the peek finds the send");
+    assert_eq!((e.op_context, e.len, e.tag, e.flags, e.buf), (2, 5, 5, tagged_recv, 0));
+    assert_eq!(e.src, 0, "FI_SOURCE: a is fi_addr 0 at b");
+    assert!(peek(&mut a, &mut b, 3, 6, PEEK).is_none(), "another tag is not found");
+    let e = peek(&mut a, &mut b, 4, 5, PEEK).expect("not consumed by the first peek");
+    assert_eq!(e.op_context, 4);
+    let mut buf = [0u8; 5];
+    recv(&mut b, 5, &mut buf, ffi::FI_ADDR_UNSPEC, Some((5, 0)));
+    assert_eq!(ok(read(&b).expect("matched at post time")).op_context, 5);
+    assert_eq!(&buf, b"hello");
+    assert!(peek(&mut a, &mut b, 6, 5, PEEK).is_none(), "received: gone");
+
+    // FI_PEEK|FI_CLAIM sets a rendezvous send aside for the FI_CLAIM
+    // receive with the same context: no other receive or peek sees it.
+    let big: Vec<u8> = (0..3 * EAGER_MAX).map(|i| (i * 7 + 1) as u8).collect();
+    send(&mut a, 101, &big, Some(6));
+    let e = peek(&mut a, &mut b, 10, 6, PEEK | CLAIM).expect("the claim finds the rendezvous send");
+    assert_eq!((e.op_context, e.len, e.tag), (10, big.len(), 6));
+    assert!(peek(&mut a, &mut b, 11, 6, PEEK).is_none(), "a claimed message is not peeked again");
+    let mut other = [0u8; 6];
+    recv(&mut b, 12, &mut other, ffi::FI_ADDR_UNSPEC, Some((6, 0)));
+    assert!(read(&b).is_none(), "a receive took the claimed message");
+    send(&mut a, 102, b"second", Some(6));
+    assert_eq!(ok(next(&mut a, &mut b, 1)).op_context, 12);
+    assert_eq!(&other, b"second");
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 102);
+    let wrong = b.eng.probe(13, Iovs::default(), ffi::FI_ADDR_UNSPEC, (6, 0), CLAIM);
+    assert_eq!(wrong.map_err(|e| e.code()).err(), Some(ffi::FI_EINVAL), "FI_CLAIM with a context that claimed nothing");
+    let mut got = vec![0u8; big.len()];
+    b.eng.probe(10, iov_mut(&mut got), ffi::FI_ADDR_UNSPEC, (0, 0), CLAIM).expect("the claimed receive");
+    let e = ok(next(&mut a, &mut b, 1));
+    assert_eq!((e.op_context, e.len, e.tag), (10, big.len(), 6));
+    assert!(got == big, "the claimed receive's data");
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 101, "the claimed send completes");
+
+    // FI_PEEK|FI_DISCARD drops a rendezvous send; its sender completes.
+    send(&mut a, 103, &big, Some(7));
+    let e = peek(&mut a, &mut b, 20, 7, PEEK | DISCARD).expect("found");
+    assert_eq!((e.op_context, e.len), (20, big.len()));
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 103, "a discarded send completes");
+    assert!(peek(&mut a, &mut b, 21, 7, PEEK).is_none(), "discarded: gone");
+    // FI_CLAIM|FI_DISCARD drops a claimed one.
+    send(&mut a, 104, b"claimed", Some(8));
+    assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 104);
+    assert_eq!(peek(&mut a, &mut b, 30, 8, PEEK | CLAIM).expect("found").op_context, 30);
+    b.eng.probe(30, Iovs::default(), ffi::FI_ADDR_UNSPEC, (0, 0), CLAIM | DISCARD).expect("discarded");
+    let e = ok(read(&b).expect("the discard completes"));
+    assert_eq!((e.op_context, e.len, e.tag), (30, 7, 8));
+    assert!(peek(&mut a, &mut b, 31, 8, PEEK).is_none(), "claimed and discarded: gone");
+    let wrong = b.eng.probe(32, Iovs::default(), ffi::FI_ADDR_UNSPEC, (0, 0), DISCARD);
+    assert_eq!(wrong.map_err(|e| e.code()).err(), Some(ffi::FI_EINVAL), "FI_DISCARD alone");
+}
+
 #[test]
 fn a_tcp_frame_naming_another_sender_is_dropped() {
     // b receives over TCP; a connection whose hello names a carries a
@@ -606,6 +689,43 @@ fn a_tcp_frame_naming_another_sender_is_dropped() {
     assert_eq!(&buf, b"8 bytes!");
 }
 
+#[test]
+fn a_shared_memory_frame_naming_a_peer_reached_over_tcp_is_dropped() {
+    // Under FI_OXMR_WIRE=auto, b reaches 198.51.100.7 (not an address of
+    // this host) over TCP, so a frame that names it but came through b's
+    // local queue is not its: dropped. The same frame naming a (on
+    // 127.77.0.1, loopback: shared memory) is delivered (the control).
+    VIA.with(|c| c.set(Via::Loop));
+    let (a, mut b) = pair();
+    assert_eq!(b.eng.dial.wire, crate::config::Wire::Auto, "the default wire");
+    let far: SocketAddr = "198.51.100.7:4000".parse().unwrap();
+    let mut buf = [0u8; 8];
+    recv(&mut b, 1, &mut buf, ffi::FI_ADDR_UNSPEC, None);
+    let link = Link::open(&b.addr, &a.eng.dial).expect("b's inbox");
+    let frame = |name: &SocketAddr| {
+        let mut h = Hdr { op: op::EAGER, len: 8, ..Default::default() };
+        let e = crate::info::addr::encode(name);
+        h.name[..e.len()].copy_from_slice(&e);
+        h.pid = std::process::id();
+        let mut hb = [0u8; HDR_MAX];
+        let hl = h.encode(&mut hb);
+        let mut f = hb[..hl].to_vec();
+        f.extend_from_slice(b"8 bytes!");
+        f
+    };
+    link.send(&[&frame(&far)]).expect("sent");
+    for _ in 0..200 {
+        b.eng.progress();
+    }
+    assert!(read(&b).is_none(), "a local frame naming a TCP peer was delivered");
+    link.send(&[&frame(&a.addr)]).expect("sent");
+    for _ in 0..200 {
+        b.eng.progress();
+    }
+    assert_eq!(ok(read(&b).expect("the same frame naming a is delivered")).op_context, 1);
+    assert_eq!(&buf, b"8 bytes!");
+}
+
 /// Each test above (but the forged-frame one, which writes into a loopback
 /// queue), over the loopback wire and over TCP (real sockets on 127.0.0.1,
 /// in this process): the engine must behave the same on both.
@@ -627,6 +747,7 @@ macro_rules! over_both {
 }
 
 over_both!(
+    peek_claim_and_discard_find_unexpected_messages_without_consuming_them,
     an_endpoint_writes_into_and_reads_its_own_registration,
     remote_cq_data_of_a_write_reaches_the_target_cq,
     tagged_receives_match_by_tag_ignore_bits_and_source,

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Open MPI over oxmr: fabtests/mpi/check.c (point-to-point 0 B..4 MiB with
+# every byte checked, MPI_Probe/MPI_Iprobe, MPI_Mprobe/MPI_Mrecv,
+# MPI_Allreduce and MPI_Bcast) with two ranks through Open MPI's cm PML and
+# ofi MTL, selecting oxmr:
+#
+#   1. a control run whose program corrupts one received byte on purpose
+#      (OXMR_MPI_CHECK_BREAK=1): it must fail, or the checks prove nothing;
+#   2. both ranks on this host (shared memory: no pull over TCP in oxmr's log);
+#   3. the ranks in two network namespaces joined by a veth pair
+#      (198.18.0.1/24 and 198.18.0.2/24, created here and deleted on exit,
+#      also on failure): mpirun runs in the first, and its plm_rsh_agent
+#      starts the other rank's daemon with `ip netns exec` in the second.
+#      oxmr's log must show the large messages pulled from the peer's
+#      198.18.0.x address (the TCP wire's push path).
+#
+# usage: fabtests/mpi.sh <dir-containing-liboxmr-fi.so>
+# Exits 0 when every run did what it must, 1 otherwise (a failed check, a
+# hang: each run is bounded by `timeout`), 77 with a "skip - mpi: ..." line
+# when this machine lacks what it needs (not root, no mpicc or ip).
+set -euo pipefail
+
+[ $# -eq 1 ] && [ -f "$1/liboxmr-fi.so" ] || {
+	echo "usage: $0 <dir-containing-liboxmr-fi.so>" >&2
+	exit 2
+}
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+provdir="$(cd "$1" && pwd)"
+
+skip() {
+	echo "skip - mpi: $*"
+	exit 77
+}
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+for t in mpicc mpirun ip timeout; do
+	command -v "$t" >/dev/null || skip "$t is missing (ci/setup.sh installs openmpi-bin, libopenmpi-dev and iproute2)"
+done
+
+# (Namespaces of an earlier run that was killed before its trap ran.)
+for ns in $(ip netns list | awk '{print $1}' | grep '^oxmr-mpi-[0-9]*-[ab]$' || true); do
+	pid="${ns#oxmr-mpi-}"
+	pid="${pid%-*}"
+	kill -0 "$pid" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+done
+
+tmp="$(mktemp -d)"
+# (Unique per run: two runs at once, or one left over, never collide.)
+nsa="oxmr-mpi-$$-a"
+nsb="oxmr-mpi-$$-b"
+cleanup() {
+	ip netns del "$nsa" 2>/dev/null || true
+	ip netns del "$nsb" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+mpicc -std=gnu11 -O1 -g -Wall -Wextra -Werror -o "$tmp/check" "$here/mpi/check.c"
+
+export FI_PROVIDER_PATH="$provdir" FI_PROVIDER=oxmr
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2
+	--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include oxmr
+	-x FI_PROVIDER_PATH -x FI_PROVIDER -x FI_LOG_LEVEL -x FI_LOG_PROV -x OXMR_MPI_CHECK_BREAK)
+export FI_LOG_LEVEL=debug FI_LOG_PROV=oxmr OXMR_MPI_CHECK_BREAK=0
+failed=0
+
+# run <label> <expect: pass|fail> <command...>: the job's output in
+# $tmp/out, oxmr's log (stderr) in $tmp/log.
+run() {
+	local label="$1" expect="$2" rc=0
+	shift 2
+	echo "--- mpi: $label"
+	timeout -k 5 120 "$@" >"$tmp/out" 2>"$tmp/log" || rc=$?
+	cat "$tmp/out"
+	grep -a -e 'rank [0-9]: FAIL' -e '<warn>' -e 'rror' "$tmp/log" | tail -n 20 || true
+	if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+		echo "FAIL mpi: $label: no end within 120 s (a hang)"
+		failed=1
+		return 1
+	fi
+	if [ "$expect" = fail ]; then
+		if [ "$rc" -ne 0 ] && grep -q "FAIL" "$tmp/log"; then
+			echo "ok - mpi: $label: failed as it must (exit $rc)"
+			return 0
+		fi
+		echo "FAIL mpi: $label: a corrupted byte went unnoticed (exit $rc)"
+		failed=1
+		return 1
+	fi
+	if [ "$rc" -ne 0 ] || ! grep -q "^check: 0 of [1-9][0-9]* checks failed" "$tmp/out"; then
+		echo "FAIL mpi: $label: exit $rc"
+		failed=1
+		return 1
+	fi
+	echo "ok - mpi: $label"
+}
+
+OXMR_MPI_CHECK_BREAK=1 run "control: a corrupted byte fails the program" fail "${mpi[@]}" "$tmp/check" || true
+
+if run "two ranks on this host" pass "${mpi[@]}" "$tmp/check"; then
+	if grep -q "pulling .* bytes from" "$tmp/log"; then
+		echo "FAIL mpi: two ranks on this host: oxmr pulled data from its peer (the TCP wire's path) between processes of one host"
+		failed=1
+	fi
+fi
+
+ip netns add "$nsa"
+ip netns add "$nsb"
+ip link add "oxm$$a" type veth peer name "oxm$$b"
+ip link set "oxm$$a" netns "$nsa"
+ip link set "oxm$$b" netns "$nsb"
+ip -n "$nsa" addr add 198.18.0.1/24 dev "oxm$$a"
+ip -n "$nsb" addr add 198.18.0.2/24 dev "oxm$$b"
+for ns in "$nsa" "$nsb"; do
+	ip -n "$ns" link set lo up
+done
+ip -n "$nsa" link set "oxm$$a" up
+ip -n "$nsb" link set "oxm$$b" up
+
+# mpirun's remote shell: `agent [options] <host> <command...>` runs the
+# command in the namespace that owns <host>'s address.
+cat >"$tmp/agent" <<EOF
+#!/bin/sh
+while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
+host="\$1"
+shift
+case "\$host" in
+198.18.0.1) ns="$nsa" ;;
+198.18.0.2) ns="$nsb" ;;
+*) echo "mpi.sh agent: no namespace for host \$host" >&2; exit 1 ;;
+esac
+exec ip netns exec "\$ns" /bin/sh -c "\$*"
+EOF
+chmod +x "$tmp/agent"
+printf '198.18.0.1 slots=1\n198.18.0.2 slots=1\n' >"$tmp/hosts"
+
+if run "two ranks in two network namespaces (198.18.0.1, 198.18.0.2)" pass \
+	ip netns exec "$nsa" "${mpi[@]}" --hostfile "$tmp/hosts" --mca plm_rsh_agent "$tmp/agent" \
+	--mca oob_tcp_if_include 198.18.0.0/24 "$tmp/check"; then
+	for who in 198.18.0.1 198.18.0.2; do
+		if ! grep -q "pulling 4194304 bytes from $who:" "$tmp/log"; then
+			echo "FAIL mpi: two namespaces: oxmr's log shows no 4 MiB message pulled from $who (the TCP wire)"
+			failed=1
+		fi
+	done
+fi
+
+if [ "$failed" -ne 0 ]; then
+	echo "mpi: FAILED"
+	exit 1
+fi
+echo "mpi: all runs passed"
