@@ -258,6 +258,9 @@ else
 	extra_run "mr_phys[uid 65534]" mr_phys "${nobody[@]}"
 fi
 
+# Stale memory through the network: the peer's RMA read over TCP.
+extra_run "mr_stale[FI_OXMR_WIRE=tcp]" mr_stale FI_OXMR_WIRE=tcp
+
 # Peer-direct (mr_peer.c): its BAR registration served over the TCP wire
 # too; the dma-buf accept path where the kernel has udmabuf.
 extra_run "mr_peer[FI_OXMR_WIRE=tcp]" mr_peer FI_OXMR_WIRE=tcp
