@@ -264,9 +264,13 @@ impl Link {
         }
     }
 
-    /// The largest frame a send takes.
+    /// The largest frame a send takes (every link takes `MAX_FRAME`;
+    /// TCP more, for the push path's DATA frames).
     pub fn max_frame(&self) -> usize {
-        MAX_FRAME
+        match self {
+            Link::Tcp(_) => tcp::TCP_MAX_FRAME,
+            _ => MAX_FRAME,
+        }
     }
 
     /// The process that owns the peer's endpoint, as the wire itself

@@ -10,7 +10,7 @@
 //! and pid. The acceptor answers with its own hello, so the opener learns
 //! the peer's epoch (a restarted peer at the same address has another) and
 //! refuses a peer of another version, naming both. Then each frame is a
-//! 4-byte little-endian length and the frame; a length over `MAX_FRAME`
+//! 4-byte little-endian length and the frame; a length over `TCP_MAX_FRAME`
 //! closes the connection (a lying or broken peer cannot make us buffer
 //! without bound).
 //!
@@ -35,6 +35,12 @@ const HELLO_LEN: usize = 48;
 /// Bytes a link queues for a peer whose socket is full before a send
 /// answers `Full` (flow control, as a full shm queue).
 const OUT_MAX: usize = 4 << 20;
+/// The largest frame on a TCP connection: the push path's DATA frames
+/// carry up to this much (one frame per 8 KiB, the shared-memory cell,
+/// cost a frame header, a queue entry and a wake-up each); a longer
+/// length prefix closes the connection.
+pub(crate) const TCP_MAX_FRAME: usize = 256 << 10;
+const _: () = assert!(TCP_MAX_FRAME >= MAX_FRAME && 2 * TCP_MAX_FRAME <= OUT_MAX);
 /// How long opening a link may wait for the peer's hello.
 const OPEN_WAIT: Duration = Duration::from_secs(2);
 
@@ -362,9 +368,9 @@ impl Inbox {
             if let Some(from) = c.peer {
                 while c.buf.len() - at >= 4 {
                     let n = u32::from_le_bytes(c.buf[at..at + 4].try_into().unwrap_or_default()) as usize;
-                    if n > MAX_FRAME {
+                    if n > TCP_MAX_FRAME {
                         tracing::warn!(
-                            "closing the TCP connection from {from}: a frame of {n} bytes (the most is {MAX_FRAME}); a broken or lying peer"
+                            "closing the TCP connection from {from}: a frame of {n} bytes (the most is {TCP_MAX_FRAME}); a broken or lying peer"
                         );
                         c.closed = true;
                         break;
@@ -469,10 +475,10 @@ mod tests {
         }
         assert_eq!((state, bad.epoch()), (LinkState::Closed, 0), "a peer of wire version 99 stays unopened");
         assert!(bad.send(&[b"x"]).is_err());
-        // A frame over MAX_FRAME: the connection is closed, nothing handed up.
+        // A frame over TCP_MAX_FRAME: the connection is closed, nothing handed up.
         let mut raw = TcpStream::connect(at).unwrap();
         raw.write_all(&hello(&me, 1).encode()).unwrap();
-        raw.write_all(&((MAX_FRAME as u32) + 1).to_le_bytes()).unwrap();
+        raw.write_all(&((TCP_MAX_FRAME as u32) + 1).to_le_bytes()).unwrap();
         for _ in 0..200 {
             inbox.poll();
             std::thread::sleep(Duration::from_micros(200));

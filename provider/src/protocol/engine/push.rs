@@ -102,8 +102,14 @@ impl Engine {
                 a.status = ffi::FI_EKEYREJECTED;
             }
         }
+        // (As much as one frame of the link takes: 8 KiB cells on shared
+        // memory, larger frames on TCP.)
+        let chunk = match self.peers.get(&st.to).map(|p| p.link.max_frame()) {
+            Some(m) if m > MAX_FRAME => m - HDR_MAX,
+            _ => EAGER_MAX,
+        };
         while st.off < st.total {
-            let n = (st.total - st.off).min(EAGER_MAX);
+            let n = (st.total - st.off).min(chunk);
             let mut data = Vec::with_capacity(n);
             // SAFETY: our own buffers of a pending operation (valid until
             // it completes) or a registration held by the stream.
