@@ -1,6 +1,9 @@
-//! The TCP wire (first slice: plain non-blocking sockets; io_uring, SEND_ZC
-//! from registered memory and non-blocking connection setup are still to
-//! come, see docs/wire.md "TCP").
+//! The TCP wire (plain non-blocking sockets; io_uring and SEND_ZC from
+//! registered memory are still to come, see docs/wire.md "TCP").
+//!
+//! Nothing here waits: a link's connect runs in the kernel while frames
+//! queue behind it (bounded, `OUT_MAX`), and fails the link if refused or
+//! not up within `CONNECT_WAIT`.
 //!
 //! A connection carries frames one way: the side that opened it sends, the
 //! side that accepted it (at the endpoint's listener, whose address is the
@@ -35,8 +38,10 @@ const HELLO_LEN: usize = 48;
 /// Bytes a link queues for a peer whose socket is full before a send
 /// answers `Full` (flow control, as a full shm queue).
 const OUT_MAX: usize = 4 << 20;
-/// How long opening a link may wait for the peer's hello.
-const OPEN_WAIT: Duration = Duration::from_secs(2);
+/// How long a connect may stay in progress before the link fails with
+/// ETIMEDOUT (the kernel's own SYN retries take minutes). Nothing waits
+/// for it: frames queue meanwhile.
+pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(3);
 
 /// Who an endpoint is, as its hello says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,11 +74,31 @@ impl Hello {
     }
 }
 
+/// Where a link's connection stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// The kernel is still connecting (since then): frames queue.
+    Connecting(Instant),
+    /// Connected: queued frames go out.
+    Up,
+    /// The connect failed (the errno: ECONNREFUSED, or ETIMEDOUT after
+    /// `CONNECT_WAIT`, EHOSTUNREACH...): the link is closed.
+    Failed(i32),
+}
+
+/// A hello as it goes on the wire (tests that play a peer).
+#[cfg(test)]
+pub(crate) fn hello_bytes(h: &Hello) -> [u8; HELLO_LEN] {
+    h.encode()
+}
+
 /// What an opened link knows, and what it has not sent yet.
 struct Out {
-    /// Bytes queued behind a full socket.
+    /// Bytes queued behind a full socket, or behind a connect in progress
+    /// (our hello first).
     queued: VecDeque<u8>,
     state: LinkState,
+    setup: Setup,
     /// The peer's hello, once it arrived (its first bytes so far).
     peer: Option<Hello>,
     got: Vec<u8>,
@@ -87,18 +112,25 @@ pub struct Link {
 }
 
 impl Link {
-    /// Connect to the endpoint named `to` and send our hello (`me`). The
-    /// kernel completes the connection at the peer's listener without the
-    /// peer's help; its hello, which answers ours once the peer next polls,
-    /// is read when it is there (`epoch`, `state`). (The connect itself
-    /// waits for at most `OPEN_WAIT`: this slice's connection setup.)
+    /// Start connecting to the endpoint named `to`, our hello (`me`)
+    /// queued first. Nothing waits: the connect goes on in the kernel
+    /// (the peer's listener completes it without the peer's help), frames
+    /// sent meanwhile queue (within `OUT_MAX`) and go out from `flush`
+    /// once it is up; one that fails, or is not up within `CONNECT_WAIT`,
+    /// closes the link (`setup` says why). The peer's hello, which answers
+    /// ours once the peer next polls, is read when it is there (`epoch`).
+    /// An error here is a refusal the kernel knew at once.
     pub fn open(to: &SocketAddr, me: &Hello) -> Result<Link, OpenError> {
-        let sock = TcpStream::connect_timeout(to, OPEN_WAIT).map_err(OpenError::Unreachable)?;
+        let (sock, up) = crate::sys::connect_start(to).map_err(OpenError::Unreachable)?;
         let _ = sock.set_nodelay(true);
-        let io = |e: io::Error| OpenError::Unreachable(e);
-        sock.set_nonblocking(true).map_err(io)?;
-        let out =
-            Out { queued: me.encode().into_iter().collect(), state: LinkState::Open, peer: None, got: Vec::new() };
+        let setup = if up { Setup::Up } else { Setup::Connecting(Instant::now()) };
+        let out = Out {
+            queued: me.encode().into_iter().collect(),
+            state: LinkState::Open,
+            setup,
+            peer: None,
+            got: Vec::new(),
+        };
         let l = Link { sock, to: *to, out: Mutex::new(out) };
         {
             let mut o = l.out();
@@ -107,9 +139,41 @@ impl Link {
         Ok(l)
     }
 
+    /// Move a connect in progress on: up, failed, or out of time. (Two
+    /// system calls, only while connecting.)
+    fn advance(&self, o: &mut Out) {
+        let Setup::Connecting(since) = o.setup else { return };
+        let failed = match self.sock.take_error() {
+            Ok(Some(e)) => Some(e.raw_os_error().unwrap_or(libc::EIO)),
+            Err(e) => Some(e.raw_os_error().unwrap_or(libc::EIO)),
+            Ok(None) if self.sock.peer_addr().is_ok() => {
+                o.setup = Setup::Up;
+                None
+            }
+            Ok(None) if since.elapsed() >= CONNECT_WAIT => Some(libc::ETIMEDOUT),
+            Ok(None) => None,
+        };
+        if let Some(errno) = failed {
+            tracing::warn!(
+                "connecting to {} over TCP failed: {}{}",
+                self.to,
+                io::Error::from_raw_os_error(errno),
+                if errno == libc::ETIMEDOUT {
+                    format!(" (no answer within {} s)", CONNECT_WAIT.as_secs())
+                } else {
+                    String::new()
+                }
+            );
+            o.setup = Setup::Failed(errno);
+            o.state = LinkState::Closed;
+            o.queued.clear();
+        }
+    }
+
     /// Read the peer's hello if it is there (never waits).
     fn read_hello(&self, o: &mut Out) {
-        if o.peer.is_some() || o.state != LinkState::Open {
+        self.advance(o);
+        if o.peer.is_some() || o.state != LinkState::Open || o.setup != Setup::Up {
             return;
         }
         let mut b = [0u8; HELLO_LEN];
@@ -143,8 +207,12 @@ impl Link {
         self.out.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Write what is queued; the state after.
+    /// Write what is queued (once connected); the state after.
     fn push_out(&self, o: &mut Out) {
+        self.advance(o);
+        if o.setup != Setup::Up {
+            return;
+        }
         while !o.queued.is_empty() {
             let (a, _) = o.queued.as_slices();
             match (&self.sock).write(a) {
@@ -166,7 +234,7 @@ impl Link {
     }
 
     /// Send one frame in parts: queued whole, written as far as the socket
-    /// takes it now.
+    /// takes it now (nothing, while connecting).
     pub fn send(&self, parts: &[&[u8]]) -> Result<(), WireError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut o = self.out();
@@ -184,17 +252,24 @@ impl Link {
             o.queued.extend(p.iter().copied());
         }
         self.push_out(&mut o);
-        if o.state == LinkState::Closed {
+        if o.state != LinkState::Open {
             return Err(WireError::Closed);
         }
         Ok(())
     }
 
-    /// Write what waits; whether something still does.
+    /// Write what waits (connecting on first); whether something still does.
     pub fn flush(&self) -> bool {
         let mut o = self.out();
         self.push_out(&mut o);
         !o.queued.is_empty() && o.state == LinkState::Open
+    }
+
+    /// Where the connection stands (moves a connect in progress on).
+    pub fn setup(&self) -> Setup {
+        let mut o = self.out();
+        self.advance(&mut o);
+        o.setup
     }
 
     /// The peer's epoch, once its hello arrived (0: not yet).
@@ -216,8 +291,9 @@ impl Link {
         self.out().state != LinkState::Open
     }
 
-    /// Where the link stands: the peer never sends on our connection, so a
-    /// read that finds the end of the stream (or an error) means it closed.
+    /// Where the link stands: the peer never sends on our connection after
+    /// its hello, so a read that finds the end of the stream (or an error,
+    /// a reset) means it closed; a connect that failed is `Unreachable`.
     pub fn state(&self) -> LinkState {
         let mut o = self.out();
         self.read_hello(&mut o);
@@ -230,7 +306,10 @@ impl Link {
                 Err(_) => o.state = LinkState::Closed,
             }
         }
-        o.state
+        match o.setup {
+            Setup::Failed(errno) => LinkState::Unreachable(errno),
+            _ => o.state,
+        }
     }
 }
 
@@ -241,6 +320,8 @@ struct InConn {
     buf: Vec<u8>,
     /// The sender, once its hello arrived (and ours went back).
     peer: Option<SocketAddr>,
+    /// The epoch its hello gave.
+    epoch: u32,
     closed: bool,
 }
 
@@ -251,6 +332,9 @@ pub struct Inbox {
     conns: Vec<InConn>,
     /// Frames read and not yet handed up, with their connection's sender.
     frames: VecDeque<(Vec<u8>, SocketAddr)>,
+    /// The hellos of connections accepted (address, epoch), not yet taken
+    /// by the engine.
+    hellos: Vec<(SocketAddr, u32)>,
     /// (Frames handed up, frames read.)
     popped: u64,
     read: u64,
@@ -279,6 +363,7 @@ impl Inbox {
             me,
             conns: Vec::new(),
             frames: VecDeque::new(),
+            hellos: Vec::new(),
             popped: 0,
             read: 0,
             polls: 0,
@@ -303,7 +388,7 @@ impl Inbox {
                 Ok((sock, _)) => {
                     if sock.set_nonblocking(true).is_ok() {
                         let _ = sock.set_nodelay(true);
-                        self.conns.push(InConn { sock, buf: Vec::new(), peer: None, closed: false });
+                        self.conns.push(InConn { sock, buf: Vec::new(), peer: None, epoch: 0, closed: false });
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -315,6 +400,8 @@ impl Inbox {
         }
         // (Kept between polls: an array here would be zeroed on every one.)
         let chunk = &mut self.chunk[..];
+        // Connections whose hello arrived in this poll.
+        let mut fresh: Vec<(SocketAddr, u32)> = Vec::new();
         for c in &mut self.conns {
             loop {
                 match (&c.sock).read(chunk) {
@@ -339,6 +426,8 @@ impl Inbox {
                             // (Small, on a fresh socket: taken at once.)
                             let _ = (&c.sock).write_all(&self.me.encode());
                             c.peer = Some(a);
+                            c.epoch = h.epoch;
+                            fresh.push((a, h.epoch));
                             at = HELLO_LEN;
                         }
                         None => c.closed = true,
@@ -379,6 +468,24 @@ impl Inbox {
             }
             c.buf.drain(..at);
         }
+        // A hello of another epoch from an address we had a connection
+        // from: the endpoint there was replaced (closed and reopened, or
+        // its process restarted), and the new connection replaces the old
+        // one. Every hello goes up (`take_hellos`): the engine fails what
+        // it had pending with an endpoint of another epoch there.
+        for (a, epoch) in fresh {
+            let mut replaced = false;
+            for c in self.conns.iter_mut().filter(|c| c.peer == Some(a) && c.epoch != epoch && !c.closed) {
+                c.closed = true;
+                replaced = true;
+            }
+            if replaced {
+                tracing::warn!(
+                    "a new endpoint (epoch {epoch:#x}) at {a} connected: closing the connection of the one before it"
+                );
+            }
+            self.hellos.push((a, epoch));
+        }
         self.conns.retain(|c| !c.closed);
     }
 
@@ -399,6 +506,12 @@ impl Inbox {
         self.popped += 1;
         f(&frame, !self.frames.is_empty(), from);
         true
+    }
+
+    /// The hellos that arrived since the last call (the sender's address
+    /// and epoch): a peer whose epoch changed was replaced.
+    pub fn take_hellos(&mut self) -> Vec<(SocketAddr, u32)> {
+        std::mem::take(&mut self.hellos)
     }
 
     /// (Frames handed up, frames read.)
@@ -431,6 +544,8 @@ mod tests {
         assert_eq!(link.epoch(), 0, "the peer's hello comes once it polls");
         let mut got = Vec::new();
         for _ in 0..2000 {
+            // (Queued behind the connect until it is up: flush sends.)
+            link.flush();
             while inbox.pop(|f, _, from| got.push((f.to_vec(), from))) {}
             if got.len() == 2 {
                 break;
@@ -460,6 +575,7 @@ mod tests {
         let bad = Link::open(&at2, &hello(&me, 9)).unwrap();
         let mut state = LinkState::Open;
         for _ in 0..2000 {
+            bad.flush();
             other.poll();
             state = bad.state();
             if state != LinkState::Open {
@@ -489,5 +605,94 @@ mod tests {
             std::thread::sleep(Duration::from_micros(200));
         }
         assert_eq!(state, LinkState::Closed);
+    }
+
+    /// Connect and wait for the setup to settle (a bounded count of polls).
+    fn settle(link: &Link) -> Setup {
+        for _ in 0..20_000 {
+            match link.setup() {
+                Setup::Connecting(_) => std::thread::sleep(Duration::from_micros(100)),
+                s => return s,
+            }
+        }
+        link.setup()
+    }
+
+    #[test]
+    fn a_connect_never_waits_and_a_refused_one_fails_the_link() {
+        // A port nobody listens on (bound, then closed): the connect starts
+        // and returns at once (loopback refuses after connect returned);
+        // frames queue behind it; the refusal closes the link.
+        let nobody = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        match Link::open(&nobody, &hello(&me, 1)) {
+            Ok(link) => {
+                let _ = link.send(&[b"queued while connecting"]);
+                assert_eq!(settle(&link), Setup::Failed(libc::ECONNREFUSED));
+                assert_eq!(link.state(), LinkState::Unreachable(libc::ECONNREFUSED));
+                assert!(link.closed() && link.send(&[b"x"]).is_err(), "a failed link takes nothing");
+                assert!(!link.flush(), "nothing waits on a failed link");
+            }
+            Err(OpenError::Unreachable(e)) => assert_eq!(e.raw_os_error(), Some(libc::ECONNREFUSED)),
+            Err(e) => panic!("refused for another reason: {e:?}"),
+        }
+        // A listener that is there: up, and what queued meanwhile arrives.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 5)).unwrap();
+        let link = Link::open(&at, &hello(&me, 2)).unwrap();
+        link.send(&[b"first"]).unwrap();
+        assert_eq!(settle(&link), Setup::Up);
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            link.flush();
+            while inbox.pop(|f, _, _| got.push(f.to_vec())) {}
+            if !got.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(got, vec![b"first".to_vec()]);
+    }
+
+    #[test]
+    fn a_hello_of_a_new_epoch_replaces_the_connection_from_that_address() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 5)).unwrap();
+        let peer: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let mut old = TcpStream::connect(at).unwrap();
+        old.write_all(&hello(&peer, 10).encode()).unwrap();
+        for _ in 0..200 {
+            inbox.poll();
+            if inbox.conns.iter().any(|c| c.peer.is_some()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(inbox.take_hellos(), vec![(peer, 10)]);
+        assert_eq!(inbox.conns.len(), 1);
+        let mut new = TcpStream::connect(at).unwrap();
+        new.write_all(&hello(&peer, 11).encode()).unwrap();
+        let mut restarts = Vec::new();
+        for _ in 0..2000 {
+            inbox.poll();
+            restarts = inbox.take_hellos();
+            if !restarts.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(restarts, vec![(peer, 11)]);
+        assert_eq!(inbox.conns.len(), 1, "the old connection is closed");
+        assert_eq!(inbox.conns[0].epoch, 11);
+        // The old one sees its end.
+        old.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 64];
+        let mut n = old.read(&mut b).unwrap_or(0);
+        if n == HELLO_LEN {
+            n = old.read(&mut b).unwrap_or(0);
+        }
+        assert_eq!(n, 0, "the replaced connection was closed");
     }
 }

@@ -52,6 +52,9 @@ impl Engine {
                 std::panic::resume_unwind(panic);
             }
         }
+        if let Some(hellos) = self.rx.as_mut().map(|r| r.take_hellos()).filter(|h| !h.is_empty()) {
+            self.peers_restarted(hellos);
+        }
         if serve || self.unserved >= SERVE_EVERY {
             self.unserved = 0;
             self.serve_deferred();

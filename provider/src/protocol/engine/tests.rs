@@ -760,3 +760,85 @@ over_both!(
     cancel_gives_ecanceled_and_a_peer_that_closes_fails_what_it_owed,
     remote_writes_into_memory_made_read_only_are_refused_and_the_owner_lives,
 );
+
+/// Progress `s` alone until it has a completion (a bounded count).
+fn next_alone(s: &mut Side) -> Got {
+    for _ in 0..100_000 {
+        s.eng.progress();
+        if let Some(g) = read(s) {
+            return g;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    panic!("no completion in 100000 progress calls");
+}
+
+#[test]
+fn operations_queued_behind_a_refused_connect_fail_with_econnrefused() {
+    // a (TCP) posts an eager send, a rendezvous send and an RMA write to a
+    // port nobody listens on: none waits for the connect; each fails
+    // with an error completion FI_ECONNREFUSED once the refusal is known
+    // (or, had the kernel refused inside connect, the call itself does).
+    VIA.with(|c| c.set(Via::Tcp));
+    let mut a = side();
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    a.av.insert(&[Some(nobody)]);
+    let small = [1u8; 16];
+    let big = vec![2u8; 64 << 10];
+    let mut w = vec![3u8; 64];
+    let posted = [
+        a.eng.send(TxOp { ctx: 1, iovs: iov(&small), dest: 0, tag: None, data: None, flags: None }),
+        a.eng.send(TxOp { ctx: 2, iovs: iov(&big), dest: 0, tag: Some(5), data: None, flags: None }),
+        a.eng.rma(RmaOp {
+            ctx: 3,
+            iovs: iov_mut(&mut w),
+            dest: 0,
+            addr: 0,
+            key: 0,
+            data: None,
+            flags: None,
+            read: false,
+        }),
+    ];
+    let mut failed = Vec::new();
+    for (i, r) in posted.into_iter().enumerate() {
+        match r {
+            Ok(()) => {
+                let e = err(next_alone(&mut a));
+                assert_eq!(e.err as u32, ffi::FI_ECONNREFUSED, "operation {}", e.op_context);
+                failed.push(e.op_context);
+            }
+            Err(e) => {
+                assert_eq!(e.code(), ffi::FI_ECONNREFUSED, "operation {}", i + 1);
+                failed.push(i + 1);
+            }
+        }
+    }
+    failed.sort();
+    assert_eq!(failed, vec![1, 2, 3], "every operation failed once");
+    assert!(read(&a).is_none(), "nothing more");
+}
+
+#[test]
+fn a_peer_restarted_at_its_address_fails_what_was_pending_with_the_old_one() {
+    // a's rendezvous send waits for b's ACK (b has posted no receive);
+    // then a hello of a new epoch arrives at a from b's address (a new
+    // endpoint there): the send fails with FI_ECONNABORTED, and a's next
+    // send opens a new link.
+    VIA.with(|c| c.set(Via::Tcp));
+    let (mut a, mut b) = pair();
+    let big = vec![2u8; 64 << 10];
+    a.eng.send(TxOp { ctx: 7, iovs: iov(&big), dest: 0, tag: None, data: None, flags: None }).expect("posted");
+    run(&mut a, &mut b, |a, b| !b.eng.unexpected[0].is_empty() && a.eng.peers.list.iter().any(|p| p.link.epoch() != 0));
+    let old = a.eng.peers.list[0].link.epoch();
+    let mut h = a.eng.dial.hello;
+    let e = crate::info::addr::encode(&b.addr);
+    h.name = [0u8; 28];
+    h.name[..e.len()].copy_from_slice(&e);
+    h.epoch = old.wrapping_add(1).max(1);
+    let mut raw = std::net::TcpStream::connect(a.addr).expect("a's listener");
+    std::io::Write::write_all(&mut raw, &crate::wire::tcp::hello_bytes(&h)).expect("hello sent");
+    let e = err(next_alone(&mut a));
+    assert_eq!((e.op_context, e.err as u32), (7, ffi::FI_ECONNABORTED));
+    assert!(a.eng.peers.list.is_empty(), "the old link is gone");
+}
