@@ -455,6 +455,15 @@ impl Inbox {
         p
     }
 
+    /// Close the connection the frame `pop` handed up last came on (TCP:
+    /// it sent a frame that does not hold together, or that names another
+    /// sender), dropping what else it sent; nothing on other wires.
+    pub fn reject_last(&mut self) {
+        if let Some(t) = &mut self.tcp {
+            t.reject_last();
+        }
+    }
+
     /// The hellos of TCP connections accepted since the last call (the
     /// sender's address and epoch: a new epoch at an address is a new
     /// endpoint there).

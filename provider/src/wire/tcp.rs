@@ -323,6 +323,8 @@ struct InConn {
     /// The epoch its hello gave.
     epoch: u32,
     closed: bool,
+    /// Which connection it is (frames carry it, see `Inbox::reject_last`).
+    id: u64,
 }
 
 /// An endpoint's TCP inbox: its listener and the connections peers opened.
@@ -330,8 +332,13 @@ pub struct Inbox {
     listener: TcpListener,
     me: Hello,
     conns: Vec<InConn>,
-    /// Frames read and not yet handed up, with their connection's sender.
-    frames: VecDeque<(Vec<u8>, SocketAddr)>,
+    /// Frames read and not yet handed up, with their connection's sender
+    /// and id.
+    frames: VecDeque<(Vec<u8>, SocketAddr, u64)>,
+    /// Connections accepted so far (the last one's id), and the connection
+    /// of the frame handed up last.
+    next_conn: u64,
+    last: Option<u64>,
     /// The hellos of connections accepted (address, epoch), not yet taken
     /// by the engine.
     hellos: Vec<(SocketAddr, u32)>,
@@ -363,6 +370,8 @@ impl Inbox {
             me,
             conns: Vec::new(),
             frames: VecDeque::new(),
+            next_conn: 0,
+            last: None,
             hellos: Vec::new(),
             popped: 0,
             read: 0,
@@ -388,7 +397,9 @@ impl Inbox {
                 Ok((sock, _)) => {
                     if sock.set_nonblocking(true).is_ok() {
                         let _ = sock.set_nodelay(true);
-                        self.conns.push(InConn { sock, buf: Vec::new(), peer: None, epoch: 0, closed: false });
+                        self.next_conn += 1;
+                        let id = self.next_conn;
+                        self.conns.push(InConn { sock, buf: Vec::new(), peer: None, epoch: 0, closed: false, id });
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -418,6 +429,9 @@ impl Inbox {
                     }
                 }
             }
+            // (Ended by the peer: said below if it ended in the middle of
+            // something, unless the bytes it sent are refused anyway.)
+            let ended = std::mem::take(&mut c.closed);
             let mut at = 0;
             if c.peer.is_none() && c.buf.len() >= HELLO_LEN {
                 match Hello::decode(&c.buf[..HELLO_LEN]) {
@@ -430,7 +444,10 @@ impl Inbox {
                             fresh.push((a, h.epoch));
                             at = HELLO_LEN;
                         }
-                        None => c.closed = true,
+                        None => {
+                            tracing::warn!("refusing a TCP connection whose hello names no valid address");
+                            c.closed = true;
+                        }
                     },
                     Some(h) => {
                         // (Ours goes back first: the opener says whose
@@ -461,12 +478,26 @@ impl Inbox {
                     if c.buf.len() - at < 4 + n {
                         break;
                     }
-                    self.frames.push_back((c.buf[at + 4..at + 4 + n].to_vec(), from));
+                    self.frames.push_back((c.buf[at + 4..at + 4 + n].to_vec(), from, c.id));
                     self.read += 1;
                     at += 4 + n;
                 }
             }
             c.buf.drain(..at);
+            if ended && !c.closed && !c.buf.is_empty() {
+                match c.peer {
+                    None => tracing::warn!(
+                        "closing a TCP connection that ended inside its hello ({} of {HELLO_LEN} bytes): not an oxmr peer, or one that stopped while connecting",
+                        c.buf.len()
+                    ),
+                    Some(from) => tracing::warn!(
+                        "the TCP connection from {from} ended inside a frame ({} bytes of it): the peer stopped in the middle of a send",
+                        c.buf.len()
+                    ),
+                }
+                c.buf.clear();
+            }
+            c.closed |= ended;
         }
         // A hello of another epoch from an address we had a connection
         // from: the endpoint there was replaced (closed and reopened, or
@@ -502,10 +533,24 @@ impl Inbox {
         if !self.ready() {
             return false;
         }
-        let Some((frame, from)) = self.frames.pop_front() else { return false };
+        let Some((frame, from, id)) = self.frames.pop_front() else { return false };
         self.popped += 1;
+        self.last = Some(id);
         f(&frame, !self.frames.is_empty(), from);
         true
+    }
+
+    /// Close the connection of the frame handed up last, and drop the
+    /// frames it sent after it (counted as consumed).
+    pub fn reject_last(&mut self) {
+        let Some(id) = self.last.take() else { return };
+        for c in self.conns.iter_mut().filter(|c| c.id == id) {
+            c.closed = true;
+        }
+        let before = self.frames.len();
+        self.frames.retain(|f| f.2 != id);
+        self.popped += (before - self.frames.len()) as u64;
+        self.conns.retain(|c| !c.closed);
     }
 
     /// The hellos that arrived since the last call (the sender's address

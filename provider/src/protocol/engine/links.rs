@@ -43,6 +43,10 @@ impl Engine {
         let route = self.dial.route(&to);
         let wire = if route == Wire::Tcp { "TCP" } else { "shm" };
         let link = Link::open(&to, &self.dial).map_err(|e| match e {
+            // (A TCP connect the kernel refused at once: as one refused later.)
+            OpenError::Unreachable(e) if route == Wire::Tcp && e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                fail!(ffi::FI_ECONNREFUSED, "{}", unreachable_why(&to, &e, route))
+            }
             OpenError::Unreachable(e) => fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e, route)),
             OpenError::Version { theirs, ours } => fail!(
                 ffi::FI_EHOSTUNREACH,

@@ -651,8 +651,9 @@ fn peek_claim_and_discard_find_unexpected_messages_without_consuming_them() {
 #[test]
 fn a_tcp_frame_naming_another_sender_is_dropped() {
     // b receives over TCP; a connection whose hello names a carries a
-    // send whose header names c: dropped, the receive stays posted. The
-    // same frame naming a is delivered (the control).
+    // send whose header names c: dropped and the connection closed, the
+    // receive stays posted. The same frame naming a, on a new connection,
+    // is delivered (the control).
     VIA.with(|c| c.set(Via::Tcp));
     let (a, mut b) = pair();
     let c: SocketAddr = "127.0.0.1:9".parse().unwrap();
@@ -676,10 +677,22 @@ fn a_tcp_frame_naming_another_sender_is_dropped() {
         link.flush();
     }
     assert!(read(&b).is_none(), "a frame naming c on a's connection was delivered");
+    let mut state = LinkState::Open;
+    for _ in 0..2000 {
+        b.eng.progress();
+        state = link.state();
+        if state != LinkState::Open {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    assert_eq!(state, LinkState::Closed, "b closed the connection that carried the forged frame");
+    let link = Link::open(&b.addr, &a.eng.dial).expect("b's listener");
     link.send(&[&frame(&a.addr)]).expect("sent");
     let mut got = None;
     for _ in 0..2000 {
         b.eng.progress();
+        link.flush();
         got = read(&b);
         if got.is_some() {
             break;
