@@ -855,3 +855,143 @@ fn a_peer_restarted_at_its_address_fails_what_was_pending_with_the_old_one() {
     assert_eq!((e.op_context, e.err as u32), (7, ffi::FI_ECONNABORTED));
     assert!(a.eng.peers.list.is_empty(), "the old link is gone");
 }
+
+/// Whether the raw connection `s` was closed by the other side (reads
+/// what is there without waiting; the peer's hello answer is skipped).
+fn closed_by_peer(s: &mut std::net::TcpStream) -> bool {
+    let mut b = [0u8; 256];
+    loop {
+        match std::io::Read::read(s, &mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn random_frames_over_tcp_never_panic_and_an_unsound_one_closes_its_connection() {
+    // A seeded loop (OXMR_FUZZ_SEED, OXMR_FUZZ_ROUNDS): a raw connection
+    // to b says it is a (a valid hello), then sends frames built from
+    // random headers (every kind, unknown kinds, random flags, counts,
+    // lengths, ids, keys), bodies that fit the header or not, and random
+    // corruptions. b must never panic; a frame that does not decode, lies
+    // about its body or names another sender closes the connection, and
+    // nothing after it is taken; sound frames keep it open.
+    VIA.with(|c| c.set(Via::Tcp));
+    let (mut a, mut b) = pair();
+    let seed: u64 = std::env::var("OXMR_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_f00d);
+    let rounds: usize = std::env::var("OXMR_FUZZ_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000) / 5;
+    println!("OXMR_FUZZ_SEED={seed}");
+    let mut x = seed.max(1);
+    let mut rnd = move || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let name_of = |s: &SocketAddr| {
+        let mut n = [0u8; 28];
+        let e = crate::info::addr::encode(s);
+        n[..e.len()].copy_from_slice(&e);
+        n
+    };
+    let other: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let (mut sound_seen, mut unsound_seen) = (0, 0);
+    for round in 0..rounds {
+        let mut raw = std::net::TcpStream::connect(b.addr).expect("b's listener");
+        // (a's own hello: its name and epoch.)
+        let hello = a.eng.dial.hello;
+        std::io::Write::write_all(&mut raw, &crate::wire::tcp::hello_bytes(&hello)).unwrap();
+        raw.set_nonblocking(true).unwrap();
+        for _ in 0..1 + rnd() % 6 {
+            let small = |v: u64, m: u64| match v % 3 {
+                0 => 0,
+                _ => v % m,
+            };
+            let mut h = Hdr {
+                op: (rnd() % 12) as u8,
+                flags: rnd() as u8,
+                iov_count: (rnd() % 4) as u16,
+                len: if rnd() % 4 == 0 { rnd() } else { rnd() % 9000 },
+                tag: rnd(),
+                data: small(rnd(), u64::MAX),
+                msg_id: small(rnd(), u64::MAX),
+                rma_addr: small(rnd(), u64::MAX),
+                rma_key: small(rnd(), u64::MAX),
+                status: small(rnd(), 300) as u32,
+                pid: rnd() as u32,
+                ..Default::default()
+            };
+            h.name = if rnd() % 8 == 0 { name_of(&other) } else { name_of(&a.addr) };
+            let body: Vec<u8> = if rnd() % 2 == 0 {
+                match h.op {
+                    op::EAGER | op::WRITE_INLINE => {
+                        h.len %= 4000;
+                        (0..h.len).map(|_| rnd() as u8).collect()
+                    }
+                    op::RTS | op::WRITE | op::READ => {
+                        let mut v = Vec::new();
+                        for i in 0..h.iov_count as u64 {
+                            v.extend((rnd() & !7).to_le_bytes());
+                            v.extend((if i == 0 { h.len % (1 << 20) } else { rnd() % 100 }).to_le_bytes());
+                        }
+                        h.len %= 1 << 20;
+                        v
+                    }
+                    _ => (0..rnd() % 64).map(|_| rnd() as u8).collect(),
+                }
+            } else {
+                (0..rnd() % 300).map(|_| rnd() as u8).collect()
+            };
+            let mut hb = [0u8; HDR_MAX];
+            let hl = h.encode(&mut hb);
+            let mut f = hb[..hl].to_vec();
+            f.extend_from_slice(&body);
+            if rnd() % 5 == 0 {
+                let i = (rnd() as usize) % f.len();
+                f[i] ^= 1 << (rnd() % 8);
+            }
+            f.truncate(MAX_FRAME);
+            let sound = Hdr::decode(&f).is_some_and(|(h, hl)| {
+                crate::protocol::frame_lies(&h, &f[hl..]).is_none() && crate::info::addr::parse(&h.name) == Some(a.addr)
+            });
+            let mut framed = (f.len() as u32).to_le_bytes().to_vec();
+            framed.extend_from_slice(&f);
+            std::io::Write::write_all(&mut raw, &framed).unwrap();
+            if sound {
+                sound_seen += 1;
+                for _ in 0..20 {
+                    b.eng.progress();
+                    a.eng.progress();
+                }
+                continue;
+            }
+            unsound_seen += 1;
+            let mut closed = false;
+            for _ in 0..4000 {
+                b.eng.progress();
+                a.eng.progress();
+                if closed_by_peer(&mut raw) {
+                    closed = true;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            assert!(closed, "round {round}: an unsound frame did not close its connection: {:?}", Hdr::decode(&f));
+            break;
+        }
+        // Every message b kept as unexpected holds together.
+        for q in &b.eng.unexpected {
+            for u in q {
+                assert!(
+                    u.hdr.op != op::EAGER || u.data.len() as u64 == u.hdr.len,
+                    "round {round}: a lying eager send was kept"
+                );
+            }
+        }
+    }
+    println!("{sound_seen} sound and {unsound_seen} unsound frames");
+    assert!(sound_seen > 0 && unsound_seen > 0, "the loop made both kinds");
+}
