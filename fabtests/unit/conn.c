@@ -4,7 +4,8 @@
  * processes through the real libfabric:
  *
  *   1. a connect refused: every operation queued behind it (eager send,
- *      rendezvous send, RMA write) fails with FI_ECONNREFUSED, one log line;
+ *      rendezvous send, RMA write) fails with FI_ECONNREFUSED, with a log line
+ *      (one per connect tried);
  *   2. (two hosts only) a connect to an address nobody answers at: the send
  *      returns at once and fails with FI_EHOSTUNREACH, bounded;
  *   3. a SIGKILLed peer: its pending rendezvous send, RMA read and
@@ -322,7 +323,7 @@ static void t_refused(struct ep *p)
 	int queued = 0;
 	const char *log;
 
-	OXT_GROUP("1. a connect refused fails what was queued behind it with FI_ECONNREFUSED, one log line");
+	OXT_GROUP("1. a connect refused fails what was queued behind it with FI_ECONNREFUSED, with a log line");
 	fa = insert(p, &nobody);
 	oxt_capture_begin();
 	rc[0] = fi_send(p->ep, p->buf, 16, NULL, fa, ctx[0]);
@@ -346,14 +347,19 @@ static void t_nobody(struct ep *p)
 	void *ctx[1] = { &c };
 	const char *v = getenv("OXT_ADDR_NOBODY");
 	struct sockaddr_in nobody;
+	const char *log;
 	double t0;
 
 	OXT_GROUP("2. a connect nobody answers: the send returns at once and fails with FI_EHOSTUNREACH, bounded");
 	REQUIRE(v && *v, "OXT_ADDR_NOBODY is not set (fabtests/run.sh sets it with the namespaces)");
 	nobody = oxt_sin(v, 9);
 	t0 = oxt_now_ms();
+	oxt_capture_begin();
 	EXPECT_RC(fi_send(p->ep, p->buf, 16, NULL, insert(p, &nobody), ctx[0]), 0);
 	expect_failed(p, ctx, 1, FI_EHOSTUNREACH, "a send to an address no host has");
+	log = oxt_capture_end();
+	EXPECT(strstr(log, "could not be connected to over TCP") && strstr(log, v),
+	       "no log line says %s could not be connected to:\n%s", v, log);
 	printf("# failed after %.0f ms\n", oxt_now_ms() - t0);
 }
 

@@ -154,7 +154,8 @@ impl Link {
             Ok(None) => None,
         };
         if let Some(errno) = failed {
-            tracing::warn!(
+            // (Debug: the engine logs what fails with it, and what to do.)
+            tracing::debug!(
                 "connecting to {} over TCP failed: {}{}",
                 self.to,
                 io::Error::from_raw_os_error(errno),

@@ -87,10 +87,10 @@ impl Engine {
             Err(WireError::Full) => Err(Error::quiet(ffi::FI_EAGAIN)),
             Err(WireError::Closed) => {
                 // (A connect that failed already: this one fails with it.)
+                // (`link_down` logs the one line that says why.)
                 if let Some(LinkState::Unreachable(errno)) = self.peers.get(&to).map(|p| p.link.state()) {
                     self.link_down(to, LinkState::Unreachable(errno));
-                    let (code, why) = peers::unreachable(errno);
-                    return Err(fail!(code, "{to} {why}"));
+                    return Err(Error::quiet(peers::unreachable(errno).0));
                 }
                 // The endpoint we knew there closed; another may have
                 // opened under the same address since.
