@@ -36,20 +36,11 @@ for t in mpicc mpirun ip timeout; do
 	command -v "$t" >/dev/null || skip "$t is missing (ci/setup.sh installs openmpi-bin, libopenmpi-dev and iproute2)"
 done
 
-# (Namespaces of an earlier run that was killed before its trap ran.)
-for ns in $(ip netns list | awk '{print $1}' | grep '^oxmr-mpi-[0-9]*-[ab]$' || true); do
-	pid="${ns#oxmr-mpi-}"
-	pid="${pid%-*}"
-	kill -0 "$pid" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
-done
-
 tmp="$(mktemp -d)"
-# (Unique per run: two runs at once, or one left over, never collide.)
-nsa="oxmr-mpi-$$-a"
-nsb="oxmr-mpi-$$-b"
+# shellcheck source=fabtests/netns.sh
+. "$here/netns.sh"
 cleanup() {
-	ip netns del "$nsa" 2>/dev/null || true
-	ip netns del "$nsb" 2>/dev/null || true
+	netns_down
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -104,18 +95,10 @@ if run "two ranks on this host" pass "${mpi[@]}" "$tmp/check"; then
 	fi
 fi
 
-ip netns add "$nsa"
-ip netns add "$nsb"
-ip link add "oxm$$a" type veth peer name "oxm$$b"
-ip link set "oxm$$a" netns "$nsa"
-ip link set "oxm$$b" netns "$nsb"
-ip -n "$nsa" addr add 198.18.0.1/24 dev "oxm$$a"
-ip -n "$nsb" addr add 198.18.0.2/24 dev "oxm$$b"
-for ns in "$nsa" "$nsb"; do
-	ip -n "$ns" link set lo up
-done
-ip -n "$nsa" link set "oxm$$a" up
-ip -n "$nsb" link set "oxm$$b" up
+# (Unique per run: two runs at once, or one left over, never collide.)
+netns_up mpi
+nsa="$NETNS_A"
+nsb="$NETNS_B"
 
 # mpirun's remote shell: `agent [options] <host> <command...>` runs the
 # command in the namespace that owns <host>'s address.

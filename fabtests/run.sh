@@ -274,6 +274,31 @@ extra_run "mr_cache[FI_OXMR_MR_CACHE_ENABLE=0]" mr_cache FI_OXMR_MR_CACHE_ENABLE
 extra_run "mr_cache[FI_OXMR_MR_CACHE_MONITOR=none]" mr_cache FI_OXMR_MR_CACHE_MONITOR=none
 extra_run "mr_cache[FI_OXMR_MR_CACHE_EXPLICIT=0]" mr_cache FI_OXMR_MR_CACHE_EXPLICIT=0
 
+# Two hosts: two network namespaces joined by a veth pair (fabtests/netns.sh,
+# deleted on exit), each program in the first and its peer processes in the
+# second (OXT_NETNS_PEER: they setns into it), so that every transfer
+# crosses the veth pair over TCP under the default wire choice (auto):
+# conn.c's refused, unanswered, killed and restarted peers and raw sockets
+# sending garbage; xfer.c's whole RDM operation set with its error groups
+# (it checks that a TCP connection to its peer's endpoint carried them).
+if [ "$(id -u)" -ne 0 ]; then
+	skip_run "conn[two hosts]" "needs root (network namespaces, setns)"
+	skip_run "xfer[two hosts]" "needs root (network namespaces, setns)"
+elif ! command -v ip >/dev/null; then
+	skip_run "conn[two hosts]" "ip (iproute2) is missing"
+	skip_run "xfer[two hosts]" "ip (iproute2) is missing"
+else
+	# shellcheck source=fabtests/netns.sh
+	. "$here/netns.sh"
+	trap 'rm -f "$out"; netns_down' EXIT
+	netns_up run
+	two_hosts=(OXT_NETNS_PEER="$NETNS_B" OXT_ADDR_SELF="$NETNS_ADDR_A" OXT_ADDR_PEER="$NETNS_ADDR_B"
+		OXT_ADDR_NOBODY="$NETNS_ADDR_NOBODY" ip netns exec "$NETNS_A")
+	extra_run "conn[two hosts]" conn "${two_hosts[@]}"
+	extra_run "xfer[two hosts]" xfer "${two_hosts[@]}"
+	netns_down
+fi
+
 # Open MPI 4.1 over oxmr (cm PML, ofi MTL): a data-checked program with
 # two ranks on this host and with the ranks in two network namespaces
 # joined by a veth pair, which fabtests/mpi.sh creates and deletes.

@@ -42,7 +42,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -525,6 +527,48 @@ static inline struct sockaddr_in6 oxt_sin6(const char *ip, uint16_t port)
 		exit(1);
 	}
 	return s;
+}
+
+/*
+ * Two hosts (fabtests/netns.sh, run from fabtests/run.sh): the program runs
+ * in one network namespace and its peer process enters another one,
+ * OXT_NETNS_PEER (setns: root), so that every transfer between them crosses
+ * the veth pair over TCP. OXT_ADDR_SELF and OXT_ADDR_PEER are the addresses
+ * each side opens its endpoint on. Unset: one host, both on 127.0.0.1.
+ */
+static bool oxt_peer_side;
+static inline bool oxt_two_hosts(void)
+{
+	const char *v = getenv("OXT_NETNS_PEER");
+
+	return v && *v;
+}
+
+/* The address this side's endpoint opens on. */
+static inline const char *oxt_addr(void)
+{
+	const char *v = getenv(oxt_peer_side ? "OXT_ADDR_PEER" : "OXT_ADDR_SELF");
+
+	return oxt_two_hosts() && v && *v ? v : "127.0.0.1";
+}
+
+/* In a peer process, before it opens anything: be the peer host (enter its
+ * network namespace when there are two). */
+static inline void oxt_become_peer(void)
+{
+	const char *ns = getenv("OXT_NETNS_PEER");
+	char path[256];
+	int fd;
+
+	oxt_peer_side = true;
+	if (!oxt_two_hosts())
+		return;
+	snprintf(path, sizeof path, "/run/netns/%s", ns);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	REQUIRE(fd >= 0, "open %s (OXT_NETNS_PEER): %s", path, strerror(errno));
+	/* (CLONE_NEWNET: sched.h names it only under _GNU_SOURCE.) */
+	REQUIRE(syscall(SYS_setns, fd, 0x40000000) == 0, "setns %s: %s", path, strerror(errno));
+	close(fd);
 }
 
 /* Hints that select oxmr (also without FI_PROVIDER) and an endpoint type. */

@@ -1,6 +1,9 @@
 /*
- * xfer: the same-host data path between processes (docs/wire.md,
- * fi_msg(3), fi_tagged(3), fi_rma(3), fi_cq(3)).
+ * xfer: the data path between processes (docs/wire.md, fi_msg(3),
+ * fi_tagged(3), fi_rma(3), fi_cq(3)): on one host (shared memory, or TCP
+ * with FI_OXMR_WIRE=tcp), or with the child on another host
+ * (fabtests/run.sh's "xfer[two hosts]": OXT_NETNS_PEER, the child enters
+ * that network namespace, and every transfer crosses a veth pair over TCP).
  *
  * The program forks; the parent and the child each open their own fabric,
  * domain and RDM endpoint after the fork (the child also a second endpoint,
@@ -57,15 +60,17 @@ static size_t eager_max(void)
 }
 #define RING_CELLS 256 /* docs/wire.md: cells per endpoint queue */
 
-/* FI_OXMR_WIRE=tcp: the same tests over the TCP wire (docs/wire.md, "TCP"),
- * where what is shm-specific differs: the flow-control bound (socket
- * buffers and a 4 MiB link queue, not 256 cells) and any order between two
- * endpoints' messages (two connections). */
+/* FI_OXMR_WIRE=tcp, or the two processes on two hosts (fabtests/run.sh's
+ * network namespaces, OXT_NETNS_PEER: the child enters the peer's): the
+ * same tests over the TCP wire (docs/wire.md, "TCP"), where what is
+ * shm-specific differs: the flow-control bound (socket buffers and a 4 MiB
+ * link queue, not 256 cells) and any order between two endpoints' messages
+ * (two connections). */
 static bool over_tcp(void)
 {
 	const char *v = getenv("FI_OXMR_WIRE");
 
-	return v && !strcmp(v, "tcp");
+	return (v && !strcmp(v, "tcp")) || oxt_two_hosts();
 }
 #define TMO_MS 10000   /* one completion */
 #define CTL_TMO_MS 20000 /* one control message */
@@ -595,7 +600,7 @@ static void node_open(struct node *n, bool two_eps, size_t buflen)
 	struct fi_info *hints = xfer_hints();
 	uint64_t acc = FI_SEND | FI_RECV | FI_READ | FI_WRITE;
 
-	REQUIRE_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, hints,
+	REQUIRE_RC(fi_getinfo(OXT_VERSION, oxt_addr(), NULL, FI_SOURCE, hints,
 			      &n->info),
 		   0);
 	fi_freeinfo(hints);
@@ -2433,6 +2438,7 @@ static void d_child(int fd)
 	REQUIRE(d != NULL, "calloc");
 	alarm(30);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	oxt_become_peer();
 	d->ctl = fd;
 	node_open(d, false, MiB + 4096);
 	exchange(d, &peer);
@@ -2478,8 +2484,8 @@ static void t_dead(struct node *n, const char *self)
 		n->ctl = sv[0]; /* the parent, talking to the new child */
 		exchange(n, &dh);
 		dfa = av_insert(&n->e1, dh.name1);
-		snprintf(path, sizeof path, "/dev/shm/oxmr-127.0.0.1-%u",
-			 port_of(dh.name1));
+		snprintf(path, sizeof path, "/dev/shm/oxmr-%s-%u",
+			 inet_ntoa(((const struct sockaddr_in *)dh.name1)->sin_addr), port_of(dh.name1));
 		EXPECT(shm_exists(path), "%s: the live peer's queue file is missing", path);
 
 		/* it sends 1 MiB (RTS) to us and never progresses */
@@ -2533,9 +2539,11 @@ static void t_dead(struct node *n, const char *self)
 
 		fill(n->tx, 64, 19002);
 		r = fi_send(n->e1.ep, n->tx, 64, n->txd, dfa, CTX(124));
-		EXPECT(r == -FI_EHOSTUNREACH,
-		       "a send to the dead peer whose queue file is left: expected -FI_EHOSTUNREACH, got %s",
-		       oxt_rcstr(r, rc, sizeof rc));
+		/* (Over TCP its listener is gone with it: the kernel refuses
+		 * the connect at once on loopback.) */
+		EXPECT(r == (over_tcp() ? -FI_ECONNREFUSED : -FI_EHOSTUNREACH),
+		       "a send to the dead peer whose queue file is left: expected %s, got %s",
+		       over_tcp() ? "-FI_ECONNREFUSED" : "-FI_EHOSTUNREACH", oxt_rcstr(r, rc, sizeof rc));
 		EXPECT_NONE(&n->e1, 50, "after the refused send to the dead peer");
 	}
 
@@ -2644,6 +2652,33 @@ static void run_groups(struct node *n, const struct hello *peer)
 	SYNC(n);
 }
 
+/* Two hosts: whether this network namespace has a TCP connection to the
+ * endpoint named `name` (/proc/net/tcp, any state but LISTEN): proof that
+ * the transfers crossed the veth pair over TCP rather than through
+ * /dev/shm, which the namespaces share. */
+static bool tcp_connection_to(const void *name)
+{
+	const struct sockaddr_in *s = name;
+	char line[256], want[32];
+	bool found = false;
+	FILE *f = fopen("/proc/net/tcp", "r");
+
+	if (!f)
+		return false;
+	/* (rem_address: the IPv4 address as the 32-bit word in host order,
+	 * then the port, both in hex) */
+	snprintf(want, sizeof want, "%08X:%04X", s->sin_addr.s_addr, ntohs(s->sin_port));
+	while (!found && fgets(line, sizeof line, f)) {
+		char local[32], rem[32];
+		unsigned st;
+
+		if (sscanf(line, " %*s %31s %31s %x", local, rem, &st) == 3 && !strcmp(rem, want) && st != 0x0A)
+			found = true;
+	}
+	fclose(f);
+	return found;
+}
+
 int main(int argc, char **argv)
 {
 	static struct node n;
@@ -2664,6 +2699,7 @@ int main(int argc, char **argv)
 		oxt_prog = "xfer[child]";
 		alarm(OXT_WATCHDOG_S);
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		oxt_become_peer();
 		close(sv[0]);
 		n.ctl = sv[1];
 	} else {
@@ -2679,6 +2715,12 @@ int main(int argc, char **argv)
 		n.peer2 = av_insert(&n.e2, peer.name1);
 
 	run_groups(&n, &peer);
+
+	if (n.parent && oxt_two_hosts()) {
+		OXT_GROUP("two hosts: the transfers crossed a TCP connection to the child's endpoint");
+		EXPECT(tcp_connection_to(peer.name1), "no TCP connection to %s:%u in /proc/net/tcp",
+		       inet_ntoa(((const struct sockaddr_in *)peer.name1)->sin_addr), port_of(peer.name1));
+	}
 
 	if (!n.parent) {
 		OXT_GROUP("child: close");

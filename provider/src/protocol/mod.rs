@@ -265,6 +265,33 @@ pub fn encode_iovs(iovs: &[(usize, usize)]) -> Vec<u8> {
     v
 }
 
+/// What is wrong with a frame whose header decoded as `h` and whose body
+/// is `body`, judged by the frame alone (None: nothing this can tell).
+/// Every kind whose body the header describes is checked: inline data as
+/// long as the header's length, iovs exactly `iov_count` pairs that name
+/// at least that length, ACKS ids as many as it counts; an unknown kind
+/// is wrong too. (The shm wire's queue is written by local processes,
+/// which the engine answers with FI_EINVAL instead; a TCP connection that
+/// sends such a frame is closed.)
+pub fn frame_lies(h: &Hdr, body: &[u8]) -> Option<String> {
+    let n = h.iov_count as usize;
+    match h.op {
+        op::EAGER | op::WRITE_INLINE if body.len() as u64 != h.len => {
+            Some(format!("a message of kind {} says {} bytes and carries {}", h.op, h.len, body.len()))
+        }
+        op::RTS | op::WRITE | op::READ if body.len() != n * 16 => {
+            Some(format!("a request of kind {} counts {n} iovs and carries {} bytes of them", h.op, body.len()))
+        }
+        op::RTS | op::WRITE | op::READ => {
+            let named = decode_iovs(body, n)?.iter().fold(0u64, |s, x| s.saturating_add(x.1 as u64));
+            (named < h.len).then(|| format!("a request of {} bytes whose iovs name {named}", h.len))
+        }
+        op::ACKS if body.len() < n * 8 => Some(format!("an ACKS that counts {n} ids and carries {} bytes", body.len())),
+        op::EAGER..=op::ACKS => None,
+        other => Some(format!("a message of unknown kind {other}")),
+    }
+}
+
 /// Decode `n` (addr, len) pairs.
 pub fn decode_iovs(b: &[u8], n: usize) -> Option<Vec<(usize, usize)>> {
     if b.len() < n * 16 {

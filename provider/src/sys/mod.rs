@@ -1,15 +1,18 @@
 //! Thin safe wrappers over the system calls the objects need (eventfd,
-//! epoll, poll, getifaddrs, getrandom, fork detection), and the data
+//! epoll, poll, getifaddrs, getrandom, fork detection, a TCP connect that
+//! does not wait), and the data
 //! path's spin lock. Unsafe code for
 //! syscalls lives here; every wrapper returns `std::io::Result` or plain
 //! data.
 
 mod ifaddrs;
+mod net;
 mod process;
 mod spin;
 mod wait;
 
 pub use ifaddrs::{ifaddrs, Iface};
+pub use net::connect_start;
 pub use process::{random_u32, random_u64, token as process_token};
 pub use spin::{SpinGuard, SpinLock};
 pub use wait::WaitFd;

@@ -77,6 +77,9 @@ pub enum LinkState {
     Closed,
     /// The peer's process is gone (it exited without closing).
     Dead,
+    /// The connection never came up (TCP: the errno of the failed or
+    /// timed-out connect): nothing we sent reached the peer.
+    Unreachable(i32),
 }
 
 /// What a copy of the peer's memory did.
@@ -310,6 +313,15 @@ impl Link {
         }
     }
 
+    /// Whether the link's connection is still being set up (TCP: frames
+    /// sent meanwhile queue; `state` says `Unreachable` if it fails).
+    pub fn connecting(&self) -> bool {
+        match self {
+            Link::Tcp(t) => matches!(t.setup(), tcp::Setup::Connecting(_)),
+            _ => false,
+        }
+    }
+
     /// Whether the link queues frames behind a full socket, which
     /// `flush` writes later (TCP).
     pub fn buffers(&self) -> bool {
@@ -445,6 +457,22 @@ impl Inbox {
             p = (p.0 + a, p.1 + b);
         }
         p
+    }
+
+    /// Close the connection the frame `pop` handed up last came on (TCP:
+    /// it sent a frame that does not hold together, or that names another
+    /// sender), dropping what else it sent; nothing on other wires.
+    pub fn reject_last(&mut self) {
+        if let Some(t) = &mut self.tcp {
+            t.reject_last();
+        }
+    }
+
+    /// The hellos of TCP connections accepted since the last call (the
+    /// sender's address and epoch: a new epoch at an address is a new
+    /// endpoint there).
+    pub fn take_hellos(&mut self) -> Vec<(SocketAddr, u32)> {
+        self.tcp.as_mut().map_or_else(Vec::new, |t| t.take_hellos())
     }
 
     /// Tell peers whether we have work of our own waiting (see

@@ -1,6 +1,9 @@
-//! The TCP wire (first slice: plain non-blocking sockets; io_uring, SEND_ZC
-//! from registered memory and non-blocking connection setup are still to
-//! come, see docs/wire.md "TCP").
+//! The TCP wire (plain non-blocking sockets; io_uring and SEND_ZC from
+//! registered memory are still to come, see docs/wire.md "TCP").
+//!
+//! Nothing here waits: a link's connect runs in the kernel while frames
+//! queue behind it (bounded, `OUT_MAX`), and fails the link if refused or
+//! not up within `CONNECT_WAIT`.
 //!
 //! A connection carries frames one way: the side that opened it sends, the
 //! side that accepted it (at the endpoint's listener, whose address is the
@@ -41,8 +44,10 @@ const OUT_MAX: usize = 4 << 20;
 /// length prefix closes the connection.
 pub(crate) const TCP_MAX_FRAME: usize = 256 << 10;
 const _: () = assert!(TCP_MAX_FRAME >= MAX_FRAME && 2 * TCP_MAX_FRAME <= OUT_MAX);
-/// How long opening a link may wait for the peer's hello.
-const OPEN_WAIT: Duration = Duration::from_secs(2);
+/// How long a connect may stay in progress before the link fails with
+/// ETIMEDOUT (the kernel's own SYN retries take minutes). Nothing waits
+/// for it: frames queue meanwhile.
+pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(3);
 
 /// Who an endpoint is, as its hello says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,11 +80,31 @@ impl Hello {
     }
 }
 
+/// Where a link's connection stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// The kernel is still connecting (since then): frames queue.
+    Connecting(Instant),
+    /// Connected: queued frames go out.
+    Up,
+    /// The connect failed (the errno: ECONNREFUSED, or ETIMEDOUT after
+    /// `CONNECT_WAIT`, EHOSTUNREACH...): the link is closed.
+    Failed(i32),
+}
+
+/// A hello as it goes on the wire (tests that play a peer).
+#[cfg(test)]
+pub(crate) fn hello_bytes(h: &Hello) -> [u8; HELLO_LEN] {
+    h.encode()
+}
+
 /// What an opened link knows, and what it has not sent yet.
 struct Out {
-    /// Bytes queued behind a full socket.
+    /// Bytes queued behind a full socket, or behind a connect in progress
+    /// (our hello first).
     queued: VecDeque<u8>,
     state: LinkState,
+    setup: Setup,
     /// The peer's hello, once it arrived (its first bytes so far).
     peer: Option<Hello>,
     got: Vec<u8>,
@@ -93,18 +118,25 @@ pub struct Link {
 }
 
 impl Link {
-    /// Connect to the endpoint named `to` and send our hello (`me`). The
-    /// kernel completes the connection at the peer's listener without the
-    /// peer's help; its hello, which answers ours once the peer next polls,
-    /// is read when it is there (`epoch`, `state`). (The connect itself
-    /// waits for at most `OPEN_WAIT`: this slice's connection setup.)
+    /// Start connecting to the endpoint named `to`, our hello (`me`)
+    /// queued first. Nothing waits: the connect goes on in the kernel
+    /// (the peer's listener completes it without the peer's help), frames
+    /// sent meanwhile queue (within `OUT_MAX`) and go out from `flush`
+    /// once it is up; one that fails, or is not up within `CONNECT_WAIT`,
+    /// closes the link (`setup` says why). The peer's hello, which answers
+    /// ours once the peer next polls, is read when it is there (`epoch`).
+    /// An error here is a refusal the kernel knew at once.
     pub fn open(to: &SocketAddr, me: &Hello) -> Result<Link, OpenError> {
-        let sock = TcpStream::connect_timeout(to, OPEN_WAIT).map_err(OpenError::Unreachable)?;
+        let (sock, up) = crate::sys::connect_start(to).map_err(OpenError::Unreachable)?;
         let _ = sock.set_nodelay(true);
-        let io = |e: io::Error| OpenError::Unreachable(e);
-        sock.set_nonblocking(true).map_err(io)?;
-        let out =
-            Out { queued: me.encode().into_iter().collect(), state: LinkState::Open, peer: None, got: Vec::new() };
+        let setup = if up { Setup::Up } else { Setup::Connecting(Instant::now()) };
+        let out = Out {
+            queued: me.encode().into_iter().collect(),
+            state: LinkState::Open,
+            setup,
+            peer: None,
+            got: Vec::new(),
+        };
         let l = Link { sock, to: *to, out: Mutex::new(out) };
         {
             let mut o = l.out();
@@ -113,9 +145,42 @@ impl Link {
         Ok(l)
     }
 
+    /// Move a connect in progress on: up, failed, or out of time. (Two
+    /// system calls, only while connecting.)
+    fn advance(&self, o: &mut Out) {
+        let Setup::Connecting(since) = o.setup else { return };
+        let failed = match self.sock.take_error() {
+            Ok(Some(e)) => Some(e.raw_os_error().unwrap_or(libc::EIO)),
+            Err(e) => Some(e.raw_os_error().unwrap_or(libc::EIO)),
+            Ok(None) if self.sock.peer_addr().is_ok() => {
+                o.setup = Setup::Up;
+                None
+            }
+            Ok(None) if since.elapsed() >= CONNECT_WAIT => Some(libc::ETIMEDOUT),
+            Ok(None) => None,
+        };
+        if let Some(errno) = failed {
+            // (Debug: the engine logs what fails with it, and what to do.)
+            tracing::debug!(
+                "connecting to {} over TCP failed: {}{}",
+                self.to,
+                io::Error::from_raw_os_error(errno),
+                if errno == libc::ETIMEDOUT {
+                    format!(" (no answer within {} s)", CONNECT_WAIT.as_secs())
+                } else {
+                    String::new()
+                }
+            );
+            o.setup = Setup::Failed(errno);
+            o.state = LinkState::Closed;
+            o.queued.clear();
+        }
+    }
+
     /// Read the peer's hello if it is there (never waits).
     fn read_hello(&self, o: &mut Out) {
-        if o.peer.is_some() || o.state != LinkState::Open {
+        self.advance(o);
+        if o.peer.is_some() || o.state != LinkState::Open || o.setup != Setup::Up {
             return;
         }
         let mut b = [0u8; HELLO_LEN];
@@ -149,8 +214,12 @@ impl Link {
         self.out.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Write what is queued; the state after.
+    /// Write what is queued (once connected); the state after.
     fn push_out(&self, o: &mut Out) {
+        self.advance(o);
+        if o.setup != Setup::Up {
+            return;
+        }
         while !o.queued.is_empty() {
             let (a, _) = o.queued.as_slices();
             match (&self.sock).write(a) {
@@ -172,7 +241,7 @@ impl Link {
     }
 
     /// Send one frame in parts: queued whole, written as far as the socket
-    /// takes it now.
+    /// takes it now (nothing, while connecting).
     pub fn send(&self, parts: &[&[u8]]) -> Result<(), WireError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut o = self.out();
@@ -190,17 +259,24 @@ impl Link {
             o.queued.extend(p.iter().copied());
         }
         self.push_out(&mut o);
-        if o.state == LinkState::Closed {
+        if o.state != LinkState::Open {
             return Err(WireError::Closed);
         }
         Ok(())
     }
 
-    /// Write what waits; whether something still does.
+    /// Write what waits (connecting on first); whether something still does.
     pub fn flush(&self) -> bool {
         let mut o = self.out();
         self.push_out(&mut o);
         !o.queued.is_empty() && o.state == LinkState::Open
+    }
+
+    /// Where the connection stands (moves a connect in progress on).
+    pub fn setup(&self) -> Setup {
+        let mut o = self.out();
+        self.advance(&mut o);
+        o.setup
     }
 
     /// The peer's epoch, once its hello arrived (0: not yet).
@@ -222,8 +298,9 @@ impl Link {
         self.out().state != LinkState::Open
     }
 
-    /// Where the link stands: the peer never sends on our connection, so a
-    /// read that finds the end of the stream (or an error) means it closed.
+    /// Where the link stands: the peer never sends on our connection after
+    /// its hello, so a read that finds the end of the stream (or an error,
+    /// a reset) means it closed; a connect that failed is `Unreachable`.
     pub fn state(&self) -> LinkState {
         let mut o = self.out();
         self.read_hello(&mut o);
@@ -236,7 +313,10 @@ impl Link {
                 Err(_) => o.state = LinkState::Closed,
             }
         }
-        o.state
+        match o.setup {
+            Setup::Failed(errno) => LinkState::Unreachable(errno),
+            _ => o.state,
+        }
     }
 }
 
@@ -247,7 +327,11 @@ struct InConn {
     buf: Vec<u8>,
     /// The sender, once its hello arrived (and ours went back).
     peer: Option<SocketAddr>,
+    /// The epoch its hello gave.
+    epoch: u32,
     closed: bool,
+    /// Which connection it is (frames carry it, see `Inbox::reject_last`).
+    id: u64,
 }
 
 /// An endpoint's TCP inbox: its listener and the connections peers opened.
@@ -255,8 +339,16 @@ pub struct Inbox {
     listener: TcpListener,
     me: Hello,
     conns: Vec<InConn>,
-    /// Frames read and not yet handed up, with their connection's sender.
-    frames: VecDeque<(Vec<u8>, SocketAddr)>,
+    /// Frames read and not yet handed up, with their connection's sender
+    /// and id.
+    frames: VecDeque<(Vec<u8>, SocketAddr, u64)>,
+    /// Connections accepted so far (the last one's id), and the connection
+    /// of the frame handed up last.
+    next_conn: u64,
+    last: Option<u64>,
+    /// The hellos of connections accepted (address, epoch), not yet taken
+    /// by the engine.
+    hellos: Vec<(SocketAddr, u32)>,
     /// (Frames handed up, frames read.)
     popped: u64,
     read: u64,
@@ -285,6 +377,9 @@ impl Inbox {
             me,
             conns: Vec::new(),
             frames: VecDeque::new(),
+            next_conn: 0,
+            last: None,
+            hellos: Vec::new(),
             popped: 0,
             read: 0,
             polls: 0,
@@ -309,7 +404,9 @@ impl Inbox {
                 Ok((sock, _)) => {
                     if sock.set_nonblocking(true).is_ok() {
                         let _ = sock.set_nodelay(true);
-                        self.conns.push(InConn { sock, buf: Vec::new(), peer: None, closed: false });
+                        self.next_conn += 1;
+                        let id = self.next_conn;
+                        self.conns.push(InConn { sock, buf: Vec::new(), peer: None, epoch: 0, closed: false, id });
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -321,6 +418,8 @@ impl Inbox {
         }
         // (Kept between polls: an array here would be zeroed on every one.)
         let chunk = &mut self.chunk[..];
+        // Connections whose hello arrived in this poll.
+        let mut fresh: Vec<(SocketAddr, u32)> = Vec::new();
         for c in &mut self.conns {
             loop {
                 match (&c.sock).read(chunk) {
@@ -337,6 +436,9 @@ impl Inbox {
                     }
                 }
             }
+            // (Ended by the peer: said below if it ended in the middle of
+            // something, unless the bytes it sent are refused anyway.)
+            let ended = std::mem::take(&mut c.closed);
             let mut at = 0;
             if c.peer.is_none() && c.buf.len() >= HELLO_LEN {
                 match Hello::decode(&c.buf[..HELLO_LEN]) {
@@ -345,9 +447,14 @@ impl Inbox {
                             // (Small, on a fresh socket: taken at once.)
                             let _ = (&c.sock).write_all(&self.me.encode());
                             c.peer = Some(a);
+                            c.epoch = h.epoch;
+                            fresh.push((a, h.epoch));
                             at = HELLO_LEN;
                         }
-                        None => c.closed = true,
+                        None => {
+                            tracing::warn!("refusing a TCP connection whose hello names no valid address");
+                            c.closed = true;
+                        }
                     },
                     Some(h) => {
                         // (Ours goes back first: the opener says whose
@@ -378,12 +485,44 @@ impl Inbox {
                     if c.buf.len() - at < 4 + n {
                         break;
                     }
-                    self.frames.push_back((c.buf[at + 4..at + 4 + n].to_vec(), from));
+                    self.frames.push_back((c.buf[at + 4..at + 4 + n].to_vec(), from, c.id));
                     self.read += 1;
                     at += 4 + n;
                 }
             }
             c.buf.drain(..at);
+            if ended && !c.closed && !c.buf.is_empty() {
+                match c.peer {
+                    None => tracing::warn!(
+                        "closing a TCP connection that ended inside its hello ({} of {HELLO_LEN} bytes): not an oxmr peer, or one that stopped while connecting",
+                        c.buf.len()
+                    ),
+                    Some(from) => tracing::warn!(
+                        "the TCP connection from {from} ended inside a frame ({} bytes of it): the peer stopped in the middle of a send",
+                        c.buf.len()
+                    ),
+                }
+                c.buf.clear();
+            }
+            c.closed |= ended;
+        }
+        // A hello of another epoch from an address we had a connection
+        // from: the endpoint there was replaced (closed and reopened, or
+        // its process restarted), and the new connection replaces the old
+        // one. Every hello goes up (`take_hellos`): the engine fails what
+        // it had pending with an endpoint of another epoch there.
+        for (a, epoch) in fresh {
+            let mut replaced = false;
+            for c in self.conns.iter_mut().filter(|c| c.peer == Some(a) && c.epoch != epoch && !c.closed) {
+                c.closed = true;
+                replaced = true;
+            }
+            if replaced {
+                tracing::warn!(
+                    "a new endpoint (epoch {epoch:#x}) at {a} connected: closing the connection of the one before it"
+                );
+            }
+            self.hellos.push((a, epoch));
         }
         self.conns.retain(|c| !c.closed);
     }
@@ -401,10 +540,30 @@ impl Inbox {
         if !self.ready() {
             return false;
         }
-        let Some((frame, from)) = self.frames.pop_front() else { return false };
+        let Some((frame, from, id)) = self.frames.pop_front() else { return false };
         self.popped += 1;
+        self.last = Some(id);
         f(&frame, !self.frames.is_empty(), from);
         true
+    }
+
+    /// Close the connection of the frame handed up last, and drop the
+    /// frames it sent after it (counted as consumed).
+    pub fn reject_last(&mut self) {
+        let Some(id) = self.last.take() else { return };
+        for c in self.conns.iter_mut().filter(|c| c.id == id) {
+            c.closed = true;
+        }
+        let before = self.frames.len();
+        self.frames.retain(|f| f.2 != id);
+        self.popped += (before - self.frames.len()) as u64;
+        self.conns.retain(|c| !c.closed);
+    }
+
+    /// The hellos that arrived since the last call (the sender's address
+    /// and epoch): a peer whose epoch changed was replaced.
+    pub fn take_hellos(&mut self) -> Vec<(SocketAddr, u32)> {
+        std::mem::take(&mut self.hellos)
     }
 
     /// (Frames handed up, frames read.)
@@ -437,6 +596,8 @@ mod tests {
         assert_eq!(link.epoch(), 0, "the peer's hello comes once it polls");
         let mut got = Vec::new();
         for _ in 0..2000 {
+            // (Queued behind the connect until it is up: flush sends.)
+            link.flush();
             while inbox.pop(|f, _, from| got.push((f.to_vec(), from))) {}
             if got.len() == 2 {
                 break;
@@ -466,6 +627,7 @@ mod tests {
         let bad = Link::open(&at2, &hello(&me, 9)).unwrap();
         let mut state = LinkState::Open;
         for _ in 0..2000 {
+            bad.flush();
             other.poll();
             state = bad.state();
             if state != LinkState::Open {
@@ -496,4 +658,245 @@ mod tests {
         }
         assert_eq!(state, LinkState::Closed);
     }
+
+    /// Connect and wait for the setup to settle (a bounded count of polls).
+    fn settle(link: &Link) -> Setup {
+        for _ in 0..20_000 {
+            match link.setup() {
+                Setup::Connecting(_) => std::thread::sleep(Duration::from_micros(100)),
+                s => return s,
+            }
+        }
+        link.setup()
+    }
+
+    #[test]
+    fn a_connect_never_waits_and_a_refused_one_fails_the_link() {
+        // A port nobody listens on (bound, then closed): the connect starts
+        // and returns at once (loopback refuses after connect returned);
+        // frames queue behind it; the refusal closes the link.
+        let nobody = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        match Link::open(&nobody, &hello(&me, 1)) {
+            Ok(link) => {
+                let _ = link.send(&[b"queued while connecting"]);
+                assert_eq!(settle(&link), Setup::Failed(libc::ECONNREFUSED));
+                assert_eq!(link.state(), LinkState::Unreachable(libc::ECONNREFUSED));
+                assert!(link.closed() && link.send(&[b"x"]).is_err(), "a failed link takes nothing");
+                assert!(!link.flush(), "nothing waits on a failed link");
+            }
+            Err(OpenError::Unreachable(e)) => assert_eq!(e.raw_os_error(), Some(libc::ECONNREFUSED)),
+            Err(e) => panic!("refused for another reason: {e:?}"),
+        }
+        // A listener that is there: up, and what queued meanwhile arrives.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 5)).unwrap();
+        let link = Link::open(&at, &hello(&me, 2)).unwrap();
+        link.send(&[b"first"]).unwrap();
+        assert_eq!(settle(&link), Setup::Up);
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            link.flush();
+            while inbox.pop(|f, _, _| got.push(f.to_vec())) {}
+            if !got.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(got, vec![b"first".to_vec()]);
+    }
+
+    #[test]
+    fn a_hello_of_a_new_epoch_replaces_the_connection_from_that_address() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 5)).unwrap();
+        let peer: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let mut old = TcpStream::connect(at).unwrap();
+        old.write_all(&hello(&peer, 10).encode()).unwrap();
+        for _ in 0..200 {
+            inbox.poll();
+            if inbox.conns.iter().any(|c| c.peer.is_some()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(inbox.take_hellos(), vec![(peer, 10)]);
+        assert_eq!(inbox.conns.len(), 1);
+        let mut new = TcpStream::connect(at).unwrap();
+        new.write_all(&hello(&peer, 11).encode()).unwrap();
+        let mut restarts = Vec::new();
+        for _ in 0..2000 {
+            inbox.poll();
+            restarts = inbox.take_hellos();
+            if !restarts.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(restarts, vec![(peer, 11)]);
+        assert_eq!(inbox.conns.len(), 1, "the old connection is closed");
+        assert_eq!(inbox.conns[0].epoch, 11);
+        // The old one sees its end.
+        old.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 64];
+        let mut n = old.read(&mut b).unwrap_or(0);
+        if n == HELLO_LEN {
+            n = old.read(&mut b).unwrap_or(0);
+        }
+        assert_eq!(n, 0, "the replaced connection was closed");
+    }
+}
+
+/// A seeded random-stream loop over the accepting side's state machine
+/// (hello, then length-prefixed frames): garbage, truncated and oversized
+/// input, written in random pieces through a real connection. Bounded by
+/// a count (`OXMR_FUZZ_ROUNDS`, default 1000) and reproducible from its
+/// seed (`OXMR_FUZZ_SEED`, printed).
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+
+    pub(crate) struct Rng(u64);
+    impl Rng {
+        pub(crate) fn seeded(var: &str, default: u64) -> Rng {
+            let seed = std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+            println!("{var}={seed}");
+            Rng(seed.max(1))
+        }
+        pub(crate) fn next(&mut self) -> u64 {
+            // (xorshift64*)
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+        pub(crate) fn bytes(&mut self, n: usize) -> Vec<u8> {
+            (0..n).map(|_| self.next() as u8).collect()
+        }
+    }
+
+    fn rounds() -> usize {
+        std::env::var("OXMR_FUZZ_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
+    }
+
+    /// One connection's bytes, and the frames the inbox must hand up for
+    /// them: those after a valid hello and before the first thing that is
+    /// wrong (after which nothing is taken).
+    fn stream(r: &mut Rng, me: &Hello) -> (Vec<u8>, Vec<Vec<u8>>, bool) {
+        let mut b = Vec::new();
+        let mut want = Vec::new();
+        let valid_hello = match r.below(10) {
+            0 => {
+                b.extend(r.bytes(HELLO_LEN)); // (garbage: almost surely not the magic)
+                b[0] ^= 0x5a;
+                false
+            }
+            1 => {
+                let mut h = *me;
+                h.version = 2 + r.below(1000) as u32;
+                b.extend(h.encode());
+                false
+            }
+            2 => {
+                let n = r.below(HELLO_LEN as u64) as usize;
+                b.extend(&me.encode()[..n]);
+                return (b, want, false);
+            }
+            _ => {
+                b.extend(me.encode());
+                true
+            }
+        };
+        if !valid_hello {
+            return (b, want, false);
+        }
+        for _ in 0..r.below(6) {
+            match r.below(8) {
+                0 => {
+                    // Oversized: the connection closes, nothing after counts.
+                    let n = TCP_MAX_FRAME as u64 + 1 + r.below(u32::MAX as u64 - TCP_MAX_FRAME as u64);
+                    b.extend((n as u32).to_le_bytes());
+                    let k = r.below(64) as usize;
+                    b.extend(r.bytes(k));
+                    return (b, want, false);
+                }
+                1 => {
+                    // Truncated: a length and fewer bytes, then the end.
+                    let n = 1 + r.below(MAX_FRAME as u64) as usize;
+                    b.extend((n as u32).to_le_bytes());
+                    let k = r.below(n as u64) as usize;
+                    b.extend(r.bytes(k));
+                    return (b, want, false);
+                }
+                _ => {
+                    let n = if r.below(4) == 0 { MAX_FRAME } else { r.below(MAX_FRAME as u64 + 1) as usize };
+                    let f = r.bytes(n);
+                    b.extend((n as u32).to_le_bytes());
+                    b.extend(&f);
+                    want.push(f);
+                }
+            }
+        }
+        (b, want, true)
+    }
+
+    #[test]
+    fn random_streams_never_panic_and_only_valid_frames_are_taken() {
+        let mut r = Rng::seeded("OXMR_FUZZ_SEED", 0x0c0f_fee5);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let mut inbox = Inbox::new(l, tests_hello(&at, 3)).unwrap();
+        let peer: SocketAddr = "127.0.0.1:3".parse().unwrap();
+        let me = tests_hello(&peer, 4);
+        for round in 0..rounds() {
+            let (bytes, want, sound) = stream(&mut r, &me);
+            let accepted = inbox.next_conn;
+            let mut s = TcpStream::connect(at).unwrap();
+            let mut at_byte = 0;
+            let mut got: Vec<Vec<u8>> = Vec::new();
+            // Written in random pieces, polled in between.
+            while at_byte < bytes.len() {
+                let n = (1 + r.below(4096) as usize).min(bytes.len() - at_byte);
+                if s.write_all(&bytes[at_byte..at_byte + n]).is_err() {
+                    break; // (closed by the inbox already: what is wrong was seen)
+                }
+                at_byte += n;
+                inbox.poll();
+                while inbox.pop(|f, _, from| {
+                    assert_eq!(from, peer, "round {round}: a frame with another sender");
+                    got.push(f.to_vec())
+                }) {}
+            }
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            let mut left = 2000;
+            while (inbox.next_conn == accepted || !inbox.conns.is_empty()) && left > 0 {
+                inbox.poll();
+                while inbox.pop(|f, _, _| got.push(f.to_vec())) {}
+                left -= 1;
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            while inbox.pop(|f, _, _| got.push(f.to_vec())) {}
+            assert!(
+                inbox.conns.is_empty() && inbox.next_conn == accepted + 1,
+                "round {round}: a connection that ended is still kept"
+            );
+            assert_eq!(got.len(), want.len(), "round {round} (sound {sound}): frames taken");
+            assert!(got == want, "round {round}: the frames taken are not the ones sent");
+            let _ = inbox.take_hellos();
+        }
+        assert!(inbox.frames.is_empty());
+    }
+}
+
+#[cfg(test)]
+fn tests_hello(addr: &SocketAddr, epoch: u32) -> Hello {
+    let mut name = [0u8; 28];
+    let e = crate::info::addr::encode(addr);
+    name[..e.len()].copy_from_slice(&e);
+    Hello { version: VERSION, name, epoch, pid: std::process::id() }
 }

@@ -156,7 +156,7 @@ impl Engine {
             (Some(c), Some(v)) if c == v => true,
             (_, Some(v)) => {
                 tracing::warn!(
-                    "dropping a frame from {v} that names {} as its sender; a forged or broken frame",
+                    "dropping a frame from {v} that names {} as its sender, and closing its TCP connection: a forged or broken frame",
                     claimed.map_or("nobody valid".to_string(), |c| c.to_string())
                 );
                 false

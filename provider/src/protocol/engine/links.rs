@@ -43,6 +43,10 @@ impl Engine {
         let route = self.dial.route(&to);
         let wire = if route == Wire::Tcp { "TCP" } else { "shm" };
         let link = Link::open(&to, &self.dial).map_err(|e| match e {
+            // (A TCP connect the kernel refused at once: as one refused later.)
+            OpenError::Unreachable(e) if route == Wire::Tcp && e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                fail!(ffi::FI_ECONNREFUSED, "{}", unreachable_why(&to, &e, route))
+            }
             OpenError::Unreachable(e) => fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e, route)),
             OpenError::Version { theirs, ours } => fail!(
                 ffi::FI_EHOSTUNREACH,
@@ -82,6 +86,12 @@ impl Engine {
             Ok(()) => Ok(()),
             Err(WireError::Full) => Err(Error::quiet(ffi::FI_EAGAIN)),
             Err(WireError::Closed) => {
+                // (A connect that failed already: this one fails with it.)
+                // (`link_down` logs the one line that says why.)
+                if let Some(LinkState::Unreachable(errno)) = self.peers.get(&to).map(|p| p.link.state()) {
+                    self.link_down(to, LinkState::Unreachable(errno));
+                    return Err(Error::quiet(peers::unreachable(errno).0));
+                }
                 // The endpoint we knew there closed; another may have
                 // opened under the same address since.
                 self.peer_gone(to, "closed its endpoint");
@@ -134,10 +144,50 @@ impl Engine {
         self.peers.queue_ctrl(&to, m);
     }
 
-    /// Write what buffering links (TCP) queued behind a full socket.
+    /// Write what buffering links (TCP) queued behind a full socket or a
+    /// connect in progress; complete what waited for a connect that came
+    /// up, and fail what was sent on a link that closed or never connected.
     pub(super) fn flush_links(&mut self) {
-        for p in &self.peers.list {
+        let mut down: Vec<SocketAddr> = Vec::new();
+        let mut up: Vec<u64> = Vec::new();
+        for p in &mut self.peers.list {
             p.link.flush();
+            if p.link.closed() {
+                down.push(p.addr);
+            } else if !p.waiting.is_empty() && !p.link.connecting() {
+                up.append(&mut p.waiting);
+            }
+        }
+        for id in up {
+            if let Some(p) = self.pending.remove(&id) {
+                self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
+            }
+        }
+        for a in down {
+            let state = match self.peers.get(&a) {
+                Some(p) => p.link.state(),
+                None => continue,
+            };
+            self.link_down(a, state);
+        }
+    }
+
+    /// Whether the link to `to` is still connecting (frames sent to it
+    /// wait behind the connect).
+    pub(super) fn connecting(&mut self, to: &SocketAddr) -> bool {
+        self.peers.get(to).is_some_and(|p| p.link.connecting())
+    }
+
+    /// A send that would complete now completes once the connection to
+    /// `to` is up instead (or fails with it).
+    pub(super) fn complete_when_up(&mut self, to: SocketAddr, done: TxDone, credit: Option<Credit>) {
+        let id = self.new_id();
+        let TxDone { ctx, kind, tagged, len } = done;
+        let p =
+            Pending { ctx, kind, tagged, len, credit, peer: to, report: true, iovs: Iovs::default(), peer_epoch: 0 };
+        self.pending.insert(id, p);
+        if let Some(p) = self.peers.get_mut(&to) {
+            p.waiting.push(id);
         }
     }
 

@@ -219,6 +219,9 @@ struct Gone {
     ids: Vec<u64>,
     pulls: Vec<(SocketAddr, u64)>,
     until: Option<u64>,
+    /// What the operations fail with (FI_ECONNABORTED: the peer went;
+    /// FI_ECONNREFUSED, FI_EHOSTUNREACH: it was never reached).
+    err: u32,
 }
 
 /// What a shared copy completes when every chunk is in place.

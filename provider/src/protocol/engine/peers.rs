@@ -18,11 +18,15 @@ pub(super) struct TxPeer {
     pub(super) link: Link,
     pub(super) outbox: VecDeque<Vec<u8>>,
     pub(super) streams: VecDeque<Stream>,
+    /// Operations that complete once the link's connection is up (sends
+    /// that would complete when written, queued behind a TCP connect in
+    /// progress: ids in `Engine::pending`); failed with it if it fails.
+    pub(super) waiting: Vec<u64>,
 }
 
 impl TxPeer {
     pub(super) fn new(addr: SocketAddr, link: Link) -> TxPeer {
-        TxPeer { addr, link, outbox: VecDeque::new(), streams: VecDeque::new() }
+        TxPeer { addr, link, outbox: VecDeque::new(), streams: VecDeque::new(), waiting: Vec::new() }
     }
 }
 
@@ -94,6 +98,23 @@ impl Peers {
     }
 }
 
+/// What operations on a link whose connect failed with `errno` fail with
+/// (FI_ECONNREFUSED or FI_EHOSTUNREACH), and why, for the log line.
+pub(super) fn unreachable(errno: i32) -> (u32, String) {
+    if errno == libc::ECONNREFUSED {
+        let why =
+            "refused the TCP connection: nothing listens at that address; is the peer running and its endpoint open?";
+        (ffi::FI_ECONNREFUSED, why.to_string())
+    } else {
+        let why = format!(
+            "could not be connected to over TCP ({}; a connect is given {} s): is the address right and reachable from here (route, firewall)?",
+            std::io::Error::from_raw_os_error(errno),
+            crate::wire::tcp::CONNECT_WAIT.as_secs()
+        );
+        (ffi::FI_EHOSTUNREACH, why)
+    }
+}
+
 impl Engine {
     /// Fail what gone peers left pending once our queue has been read past
     /// everything they sent (see `peer_gone`).
@@ -115,7 +136,7 @@ impl Engine {
             let g = self.gone.swap_remove(i);
             for id in g.ids {
                 if let Some(p) = self.pending.remove(&id) {
-                    self.fail_tx(p, ffi::FI_ECONNABORTED);
+                    self.fail_tx(p, g.err);
                 }
             }
             for k in g.pulls {
@@ -132,8 +153,37 @@ impl Engine {
         let dead: Vec<(SocketAddr, LinkState)> =
             self.peers.list.iter().map(|p| (p.addr, p.link.state())).filter(|(_, s)| *s != LinkState::Open).collect();
         for (a, state) in dead {
-            let why = if state == LinkState::Closed { "closed its endpoint" } else { "is gone (its process exited)" };
-            self.peer_gone(a, why);
+            self.link_down(a, state);
+        }
+    }
+
+    /// The link to `a` is no longer open (`state`): fail what waits on it,
+    /// with the error that says why.
+    pub(super) fn link_down(&mut self, a: SocketAddr, state: LinkState) {
+        match state {
+            LinkState::Open => {}
+            LinkState::Closed => self.peer_gone(a, "closed its endpoint (or its connection was reset)"),
+            LinkState::Dead => self.peer_gone(a, "is gone (its process exited)"),
+            LinkState::Unreachable(errno) => {
+                let (err, what) = unreachable(errno);
+                // (Nothing reached it: no answer of its can be on its way.)
+                self.peer_failed(a, &what, err, Some(0));
+            }
+        }
+    }
+
+    /// Hellos of peers that connected to us (address, epoch): one of
+    /// another epoch than our link to that address reached means the
+    /// endpoint there was replaced (a restarted process): what we sent to
+    /// the old one fails, and our next frame to that address opens a link
+    /// to the new one. (A link whose hello has not come yet may already
+    /// reach the new endpoint: it stays.)
+    pub(super) fn peers_restarted(&mut self, hellos: Vec<(SocketAddr, u32)>) {
+        for (a, epoch) in hellos {
+            let old = self.peers.get(&a).map_or(0, |p| p.link.epoch());
+            if old != 0 && old != epoch {
+                self.peer_gone(a, &format!("was replaced by a new endpoint (epoch {old:#x} -> {epoch:#x}: restarted)"));
+            }
         }
     }
 
@@ -180,12 +230,18 @@ impl Engine {
     /// only once we have read our queue past them (`settle_gone`), so an
     /// answer already on its way still completes what it answers.
     pub(super) fn peer_gone(&mut self, a: SocketAddr, why: &str) {
-        tracing::warn!("peer {a} {why}; failing the operations with it");
-        self.peers.remove(&a);
+        self.peer_failed(a, why, ffi::FI_ECONNABORTED, None);
+    }
+
+    /// `peer_gone`, failing our operations with `err`, once our queue's
+    /// consumer passes `until` (None: its tail now, as `peer_gone`).
+    pub(super) fn peer_failed(&mut self, a: SocketAddr, why: &str, err: u32, until: Option<u64>) {
         let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
+        tracing::warn!("peer {a} {why}; failing the {} operations with it", ids.len());
+        self.peers.remove(&a);
         let pulls: Vec<(SocketAddr, u64)> = self.pulls.keys().filter(|k| k.0 == a).copied().collect();
         if !ids.is_empty() || !pulls.is_empty() {
-            self.gone.push(Gone { ids, pulls, until: None });
+            self.gone.push(Gone { ids, pulls, until, err });
         }
         for q in &mut self.unexpected {
             for u in q.iter_mut().filter(|u| u.from == a && u.hdr.op == op::RTS) {

@@ -59,6 +59,10 @@ impl Engine {
                     to,
                     Iovs::default(),
                 );
+            } else if self.connecting(&to) {
+                // (Queued behind a TCP connect: done when it is up, failed
+                // if it never comes up.)
+                self.complete_when_up(to, TxDone { ctx: o.ctx, kind: Kind::Send, tagged, len }, credit);
             } else {
                 // Injects have no CQ entry (no credit) but count (fi_cntr(3)).
                 self.complete_tx(o.ctx, Kind::Send, tagged, len, credit, true);

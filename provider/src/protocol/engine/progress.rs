@@ -4,6 +4,27 @@
 
 use super::*;
 
+/// Whether a frame that came over TCP from the connection whose hello
+/// named `via` holds together (its header decodes, its body is what the
+/// header says); if not, one log line says what was wrong.
+fn frame_sound(msg: &[u8], via: &SocketAddr) -> bool {
+    let why = match Hdr::decode(msg) {
+        None => match Hdr::version_of(msg) {
+            Some(v) if msg.len() >= crate::protocol::HDR_BASE && v != crate::protocol::PROTO_VERSION => format!(
+                "a message of protocol version {v} (this oxmr speaks {}: run one oxmr build on both sides)",
+                crate::protocol::PROTO_VERSION
+            ),
+            _ => format!("a malformed message of {} bytes (its header does not decode)", msg.len()),
+        },
+        Some((h, hlen)) => match crate::protocol::frame_lies(&h, &msg[hlen..]) {
+            None => return true,
+            Some(why) => why,
+        },
+    };
+    tracing::warn!("closing the TCP connection from {via}: it sent {why}; a broken or hostile peer");
+    false
+}
+
 impl Engine {
     /// Run the protocol: drain our queue, resend queued ACKs, notice dead peers.
     pub fn progress(&mut self) {
@@ -35,15 +56,25 @@ impl Engine {
             // region would remove its file. The message is consumed.)
             let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut n = 0;
+                // (A TCP frame that is malformed, lies about its body or
+                // names another sender closes the connection it came on.)
+                let mut reject = false;
                 while n < 64
                     && self.deferred.len() < DEFER_MAX
                     && rx.pop(|msg, more, via| {
                         self.busy = more || !self.deferred.is_empty();
-                        if self.sent_by(msg, via) {
+                        if via.is_some_and(|v| !frame_sound(msg, &v)) {
+                            reject = true;
+                        } else if self.sent_by(msg, via) {
                             self.take_message(msg, more)
+                        } else {
+                            reject = via.is_some();
                         }
                     })
                 {
+                    if std::mem::take(&mut reject) {
+                        rx.reject_last();
+                    }
                     n += 1;
                 }
             }));
@@ -51,6 +82,9 @@ impl Engine {
             if let Err(panic) = handled {
                 std::panic::resume_unwind(panic);
             }
+        }
+        if let Some(hellos) = self.rx.as_mut().map(|r| r.take_hellos()).filter(|h| !h.is_empty()) {
+            self.peers_restarted(hellos);
         }
         if serve || self.unserved >= SERVE_EVERY {
             self.unserved = 0;

@@ -651,8 +651,9 @@ fn peek_claim_and_discard_find_unexpected_messages_without_consuming_them() {
 #[test]
 fn a_tcp_frame_naming_another_sender_is_dropped() {
     // b receives over TCP; a connection whose hello names a carries a
-    // send whose header names c: dropped, the receive stays posted. The
-    // same frame naming a is delivered (the control).
+    // send whose header names c: dropped and the connection closed, the
+    // receive stays posted. The same frame naming a, on a new connection,
+    // is delivered (the control).
     VIA.with(|c| c.set(Via::Tcp));
     let (a, mut b) = pair();
     let c: SocketAddr = "127.0.0.1:9".parse().unwrap();
@@ -676,10 +677,22 @@ fn a_tcp_frame_naming_another_sender_is_dropped() {
         link.flush();
     }
     assert!(read(&b).is_none(), "a frame naming c on a's connection was delivered");
+    let mut state = LinkState::Open;
+    for _ in 0..2000 {
+        b.eng.progress();
+        state = link.state();
+        if state != LinkState::Open {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    assert_eq!(state, LinkState::Closed, "b closed the connection that carried the forged frame");
+    let link = Link::open(&b.addr, &a.eng.dial).expect("b's listener");
     link.send(&[&frame(&a.addr)]).expect("sent");
     let mut got = None;
     for _ in 0..2000 {
         b.eng.progress();
+        link.flush();
         got = read(&b);
         if got.is_some() {
             break;
@@ -760,3 +773,225 @@ over_both!(
     cancel_gives_ecanceled_and_a_peer_that_closes_fails_what_it_owed,
     remote_writes_into_memory_made_read_only_are_refused_and_the_owner_lives,
 );
+
+/// Progress `s` alone until it has a completion (a bounded count).
+fn next_alone(s: &mut Side) -> Got {
+    for _ in 0..100_000 {
+        s.eng.progress();
+        if let Some(g) = read(s) {
+            return g;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    panic!("no completion in 100000 progress calls");
+}
+
+#[test]
+fn operations_queued_behind_a_refused_connect_fail_with_econnrefused() {
+    // a (TCP) posts an eager send, a rendezvous send and an RMA write to a
+    // port nobody listens on: none waits for the connect; each fails
+    // with an error completion FI_ECONNREFUSED once the refusal is known
+    // (or, had the kernel refused inside connect, the call itself does).
+    VIA.with(|c| c.set(Via::Tcp));
+    let mut a = side();
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    a.av.insert(&[Some(nobody)]);
+    let small = [1u8; 16];
+    let big = vec![2u8; 64 << 10];
+    let mut w = vec![3u8; 64];
+    let posted = [
+        a.eng.send(TxOp { ctx: 1, iovs: iov(&small), dest: 0, tag: None, data: None, flags: None }),
+        a.eng.send(TxOp { ctx: 2, iovs: iov(&big), dest: 0, tag: Some(5), data: None, flags: None }),
+        a.eng.rma(RmaOp {
+            ctx: 3,
+            iovs: iov_mut(&mut w),
+            dest: 0,
+            addr: 0,
+            key: 0,
+            data: None,
+            flags: None,
+            read: false,
+        }),
+    ];
+    let mut failed = Vec::new();
+    for (i, r) in posted.into_iter().enumerate() {
+        match r {
+            Ok(()) => {
+                let e = err(next_alone(&mut a));
+                assert_eq!(e.err as u32, ffi::FI_ECONNREFUSED, "operation {}", e.op_context);
+                failed.push(e.op_context);
+            }
+            Err(e) => {
+                assert_eq!(e.code(), ffi::FI_ECONNREFUSED, "operation {}", i + 1);
+                failed.push(i + 1);
+            }
+        }
+    }
+    failed.sort();
+    assert_eq!(failed, vec![1, 2, 3], "every operation failed once");
+    assert!(read(&a).is_none(), "nothing more");
+}
+
+#[test]
+fn a_peer_restarted_at_its_address_fails_what_was_pending_with_the_old_one() {
+    // a's rendezvous send waits for b's ACK (b has posted no receive);
+    // then a hello of a new epoch arrives at a from b's address (a new
+    // endpoint there): the send fails with FI_ECONNABORTED, and a's next
+    // send opens a new link.
+    VIA.with(|c| c.set(Via::Tcp));
+    let (mut a, mut b) = pair();
+    let big = vec![2u8; 64 << 10];
+    a.eng.send(TxOp { ctx: 7, iovs: iov(&big), dest: 0, tag: None, data: None, flags: None }).expect("posted");
+    run(&mut a, &mut b, |a, b| !b.eng.unexpected[0].is_empty() && a.eng.peers.list.iter().any(|p| p.link.epoch() != 0));
+    let old = a.eng.peers.list[0].link.epoch();
+    let mut h = a.eng.dial.hello;
+    let e = crate::info::addr::encode(&b.addr);
+    h.name = [0u8; 28];
+    h.name[..e.len()].copy_from_slice(&e);
+    h.epoch = old.wrapping_add(1).max(1);
+    let mut raw = std::net::TcpStream::connect(a.addr).expect("a's listener");
+    std::io::Write::write_all(&mut raw, &crate::wire::tcp::hello_bytes(&h)).expect("hello sent");
+    let e = err(next_alone(&mut a));
+    assert_eq!((e.op_context, e.err as u32), (7, ffi::FI_ECONNABORTED));
+    assert!(a.eng.peers.list.is_empty(), "the old link is gone");
+}
+
+/// Whether the raw connection `s` was closed by the other side (reads
+/// what is there without waiting; the peer's hello answer is skipped).
+fn closed_by_peer(s: &mut std::net::TcpStream) -> bool {
+    let mut b = [0u8; 256];
+    loop {
+        match std::io::Read::read(s, &mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn random_frames_over_tcp_never_panic_and_an_unsound_one_closes_its_connection() {
+    // A seeded loop (OXMR_FUZZ_SEED, OXMR_FUZZ_ROUNDS): a raw connection
+    // to b says it is a (a valid hello), then sends frames built from
+    // random headers (every kind, unknown kinds, random flags, counts,
+    // lengths, ids, keys), bodies that fit the header or not, and random
+    // corruptions. b must never panic; a frame that does not decode, lies
+    // about its body or names another sender closes the connection, and
+    // nothing after it is taken; sound frames keep it open.
+    VIA.with(|c| c.set(Via::Tcp));
+    let (mut a, mut b) = pair();
+    let seed: u64 = std::env::var("OXMR_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_f00d);
+    let rounds: usize = std::env::var("OXMR_FUZZ_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000) / 5;
+    println!("OXMR_FUZZ_SEED={seed}");
+    let mut x = seed.max(1);
+    let mut rnd = move || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let name_of = |s: &SocketAddr| {
+        let mut n = [0u8; 28];
+        let e = crate::info::addr::encode(s);
+        n[..e.len()].copy_from_slice(&e);
+        n
+    };
+    let other: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let (mut sound_seen, mut unsound_seen) = (0, 0);
+    for round in 0..rounds {
+        let mut raw = std::net::TcpStream::connect(b.addr).expect("b's listener");
+        // (a's own hello: its name and epoch.)
+        let hello = a.eng.dial.hello;
+        std::io::Write::write_all(&mut raw, &crate::wire::tcp::hello_bytes(&hello)).unwrap();
+        raw.set_nonblocking(true).unwrap();
+        for _ in 0..1 + rnd() % 6 {
+            let small = |v: u64, m: u64| match v % 3 {
+                0 => 0,
+                _ => v % m,
+            };
+            let mut h = Hdr {
+                op: (rnd() % 12) as u8,
+                flags: rnd() as u8,
+                iov_count: (rnd() % 4) as u16,
+                len: if rnd() % 4 == 0 { rnd() } else { rnd() % 9000 },
+                tag: rnd(),
+                data: small(rnd(), u64::MAX),
+                msg_id: small(rnd(), u64::MAX),
+                rma_addr: small(rnd(), u64::MAX),
+                rma_key: small(rnd(), u64::MAX),
+                status: small(rnd(), 300) as u32,
+                pid: rnd() as u32,
+                ..Default::default()
+            };
+            h.name = if rnd() % 8 == 0 { name_of(&other) } else { name_of(&a.addr) };
+            let body: Vec<u8> = if rnd() % 2 == 0 {
+                match h.op {
+                    op::EAGER | op::WRITE_INLINE => {
+                        h.len %= 4000;
+                        (0..h.len).map(|_| rnd() as u8).collect()
+                    }
+                    op::RTS | op::WRITE | op::READ => {
+                        let mut v = Vec::new();
+                        for i in 0..h.iov_count as u64 {
+                            v.extend((rnd() & !7).to_le_bytes());
+                            v.extend((if i == 0 { h.len % (1 << 20) } else { rnd() % 100 }).to_le_bytes());
+                        }
+                        h.len %= 1 << 20;
+                        v
+                    }
+                    _ => (0..rnd() % 64).map(|_| rnd() as u8).collect(),
+                }
+            } else {
+                (0..rnd() % 300).map(|_| rnd() as u8).collect()
+            };
+            let mut hb = [0u8; HDR_MAX];
+            let hl = h.encode(&mut hb);
+            let mut f = hb[..hl].to_vec();
+            f.extend_from_slice(&body);
+            if rnd() % 5 == 0 {
+                let i = (rnd() as usize) % f.len();
+                f[i] ^= 1 << (rnd() % 8);
+            }
+            f.truncate(MAX_FRAME);
+            let sound = Hdr::decode(&f).is_some_and(|(h, hl)| {
+                crate::protocol::frame_lies(&h, &f[hl..]).is_none() && crate::info::addr::parse(&h.name) == Some(a.addr)
+            });
+            let mut framed = (f.len() as u32).to_le_bytes().to_vec();
+            framed.extend_from_slice(&f);
+            std::io::Write::write_all(&mut raw, &framed).unwrap();
+            if sound {
+                sound_seen += 1;
+                for _ in 0..20 {
+                    b.eng.progress();
+                    a.eng.progress();
+                }
+                continue;
+            }
+            unsound_seen += 1;
+            let mut closed = false;
+            for _ in 0..4000 {
+                b.eng.progress();
+                a.eng.progress();
+                if closed_by_peer(&mut raw) {
+                    closed = true;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            assert!(closed, "round {round}: an unsound frame did not close its connection: {:?}", Hdr::decode(&f));
+            break;
+        }
+        // Every message b kept as unexpected holds together.
+        for q in &b.eng.unexpected {
+            for u in q {
+                assert!(
+                    u.hdr.op != op::EAGER || u.data.len() as u64 == u.hdr.len,
+                    "round {round}: a lying eager send was kept"
+                );
+            }
+        }
+    }
+    println!("{sound_seen} sound and {unsound_seen} unsound frames");
+    assert!(sound_seen > 0 && unsound_seen > 0, "the loop made both kinds");
+}
