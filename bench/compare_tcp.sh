@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# oxmr's TCP wire against libfabric's tcp provider, in one run, on loopback
+# and across a veth pair between two network namespaces (198.18.0.1/24,
+# 198.18.0.2/24; created here, deleted on exit):
+#
+#   latency   fi_rdm_pingpong at 8 B and 4 KiB (usec/xfer; upstream
+#             fabtests' RDM pingpong: libfabric-bin's fi_pingpong has no
+#             source-address option to place it in a namespace)
+#   bandwidth fi_rdm_tagged_bw and fi_rma_bw (-o write) at 64 KiB, 1 MiB
+#             and 16 MiB (MB/s), and the CPU seconds (user + sys, both
+#             processes) per GiB moved
+#
+# oxmr runs with FI_OXMR_WIRE=tcp on loopback (auto would pick shared
+# memory there) and with the default (auto: TCP to the other namespace)
+# across the veth pair. Each figure is the median of REPS runs (default 3),
+# oxmr and tcp alternating. The programs are upstream fabtests'
+# (FABTESTS_BIN, default /opt/ft117/bin: built locally, never part of this
+# repository). Needs root.
+#
+# usage: bench/compare_tcp.sh <dir-containing-liboxmr-fi.so>
+set -euo pipefail
+
+[ $# -eq 1 ] && [ -f "$1/liboxmr-fi.so" ] || {
+	echo "usage: $0 <dir-containing-liboxmr-fi.so>" >&2
+	exit 2
+}
+provdir="$(cd "$1" && pwd)"
+ft="${FABTESTS_BIN:-/opt/ft117/bin}"
+reps="${REPS:-3}"
+[ "$(id -u)" -eq 0 ] || { echo "$0: needs root (network namespaces)" >&2; exit 2; }
+for p in fi_rdm_pingpong fi_rdm_tagged_bw fi_rma_bw; do
+	[ -x "$ft/$p" ] || { echo "$0: no $ft/$p (set FABTESTS_BIN to upstream fabtests' bin/)" >&2; exit 2; }
+done
+
+tmp="$(mktemp -d)"
+nsa="oxmr-btcp-$$-a"
+nsb="oxmr-btcp-$$-b"
+cleanup() {
+	ip netns del "$nsa" 2>/dev/null || true
+	ip netns del "$nsb" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+ip netns add "$nsa"
+ip netns add "$nsb"
+ip link add "obt$$a" type veth peer name "obt$$b"
+ip link set "obt$$a" netns "$nsa"
+ip link set "obt$$b" netns "$nsb"
+ip -n "$nsa" addr add 198.18.0.1/24 dev "obt$$a"
+ip -n "$nsb" addr add 198.18.0.2/24 dev "obt$$b"
+for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
+ip -n "$nsa" link set "obt$$a" up
+ip -n "$nsb" link set "obt$$b" up
+
+# timed <file> <command...>: run it, append "user sys" seconds to <file>.
+timed() {
+	local f="$1"
+	shift
+	bash -c 'TIMEFORMAT="%U %S"; { time "$@" >"$0.out" 2>&1; } 2>>"$0"' "$f" "$@"
+}
+
+# pair <where> <prov> <program> <args...>: server then client; prints the
+# client's last figure line; CPU of both into $tmp/cpu.
+port=47000
+pair() {
+	local where="$1" prov="$2" prog="$3" srv cli sa ca
+	shift 3
+	port=$((port + 1))
+	local env=(env FI_PROVIDER_PATH="$provdir")
+	[ "$prov" = oxmr ] && [ "$where" = lo ] && env+=(FI_OXMR_WIRE=tcp)
+	if [ "$where" = lo ]; then
+		srv=("${env[@]}") cli=("${env[@]}") sa=127.0.0.1 ca=127.0.0.1
+	else
+		srv=(ip netns exec "$nsa" "${env[@]}") cli=(ip netns exec "$nsb" "${env[@]}") sa=198.18.0.1 ca=198.18.0.2
+	fi
+	: >"$tmp/cpu"
+	timed "$tmp/cpu" timeout 120 "${srv[@]}" "$prog" -p "$prov" -B "$port" -s "$sa" "$@" &
+	local spid=$!
+	sleep 0.3
+	timed "$tmp/cpu" timeout 120 "${cli[@]}" "$prog" -p "$prov" -B "$((port + 500))" -P "$port" -s "$ca" "$@" "$sa" || true
+	wait "$spid" || true
+	# (The client's output: the figure line is the last one with a number first.)
+	awk '$1 ~ /^[0-9]/ {l=$0} END {print l}' "$tmp/cpu.out"
+}
+
+: >"$tmp/all"
+for r in $(seq "$reps"); do
+	echo "round $r of $reps" >&2
+	for where in lo veth; do
+		for prov in oxmr tcp; do
+			for s in 8 4096; do
+				line=$(pair "$where" "$prov" "$ft/fi_rdm_pingpong" -S "$s" -I 5000)
+				echo "$where $prov lat $s $(awk '{print $(NF-1)}' <<<"$line")" >>"$tmp/all"
+			done
+			for prog in fi_rdm_tagged_bw fi_rma_bw; do
+				for s in 65536 1048576 16777216; do
+					it=$((s >= 16777216 ? 20 : s >= 1048576 ? 200 : 2000))
+					extra=()
+					[ "$prog" = fi_rma_bw ] && extra=(-o write)
+					line=$(pair "$where" "$prov" "$ft/$prog" -S "$s" -I "$it" -W 16 "${extra[@]}")
+					mbs=$(awk '{print $5}' <<<"$line")
+					cpu=$(awk '{u += $1; s += $2} END {print u + s}' "$tmp/cpu")
+					echo "$where $prov ${prog#fi_} $s $mbs $cpu $((s * it))" >>"$tmp/all"
+				done
+			done
+		done
+	done
+done
+
+python3 - "$tmp/all" <<'EOF'
+import sys, statistics
+lat, bw = {}, {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    try:
+        if f[2] == "lat":
+            lat.setdefault((f[0], f[1], int(f[3])), []).append(float(f[4]))
+        else:
+            # CPU per GiB: both processes' user + sys over the bytes the client sent.
+            gib = int(f[6]) / (1 << 30)
+            bw.setdefault((f[0], f[1], f[2], int(f[3])), []).append((float(f[4]), float(f[5]) / gib))
+    except (IndexError, ValueError):
+        print("unparsed:", line.strip(), file=sys.stderr)
+def size(s):
+    return f"{s >> 20} MiB" if s >= 1 << 20 else (f"{s >> 10} KiB" if s >= 1024 else f"{s} B")
+print("| where | figure | oxmr | tcp | oxmr / tcp |")
+print("|---|---|---|---|---|")
+for where in ("lo", "veth"):
+    for s in (8, 4096):
+        a, b = lat.get((where, "oxmr", s)), lat.get((where, "tcp", s))
+        if a and b:
+            x, y = statistics.median(a), statistics.median(b)
+            print(f"| {where} | rdm_pingpong {size(s)} latency | {x:.2f} us | {y:.2f} us | {x / y:.2f}x |")
+    for prog in ("rdm_tagged_bw", "rma_bw"):
+        for s in (65536, 1 << 20, 16 << 20):
+            a, b = bw.get((where, "oxmr", prog, s)), bw.get((where, "tcp", prog, s))
+            if a and b:
+                x, y = statistics.median(v[0] for v in a), statistics.median(v[0] for v in b)
+                cx, cy = statistics.median(v[1] for v in a), statistics.median(v[1] for v in b)
+                print(f"| {where} | {prog} {size(s)} | {x:.0f} MB/s, {cx:.2f} CPU-s/GiB | {y:.0f} MB/s, {cy:.2f} CPU-s/GiB | {x / y:.2f}x |")
+EOF
