@@ -9,6 +9,7 @@ use oxmr_ffi as ffi;
 use super::fid::{self, fid_header, FidHeader};
 use super::{attr, common, guard_int, hand_out, info};
 use crate::fail;
+use crate::objects::pep::ConnReq;
 use crate::objects::{av::Av, cntr::Cntr, cq::Cq, domain::Domain, ep::Ep};
 
 pub static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
@@ -129,8 +130,25 @@ unsafe extern "C" fn endpoint(
         let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
         // SAFETY: as above.
         let i = unsafe { info::info_from(info_) }.ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_endpoint: NULL info"))?;
+        let handle = i.handle as *const ffi::fid;
+        let build = || {
+            let ep = Arc::new(Ep::new(super::ep::header(context), d, i)?);
+            if !handle.is_null() {
+                // SAFETY: an FI_CONNREQ info's handle (checked by type).
+                ep.take_request(unsafe { fid::retain::<ConnReq>(handle) }?)?;
+            }
+            Ok(ep)
+        };
         // SAFETY: out pointer from the application.
-        unsafe { hand_out(out, "ep", || Ok(Arc::new(Ep::new(super::ep::header(context), d, i)?))) }
+        let r = unsafe { hand_out(out, "ep", build) }?;
+        if !handle.is_null() {
+            // The endpoint took the request: the handle is consumed
+            // (fi_cm(3)); the endpoint keeps the (now empty) object alive,
+            // so a late fi_reject of it is refused, not a use after free.
+            // SAFETY: checked by type inside hand_out, which succeeded.
+            unsafe { fid::release::<ConnReq>(handle) }?;
+        }
+        Ok(r)
     })
 }
 

@@ -182,6 +182,8 @@ pub unsafe fn hints_from(h: *const ffi::fi_info) -> Option<Hints> {
 pub unsafe fn info_from(i: *const ffi::fi_info) -> Option<Info> {
     // SAFETY: forwarded contract.
     let h = unsafe { hints_from(i) }?;
+    // SAFETY: non-NULL (hints_from answered) and valid by the contract.
+    let handle = unsafe { (*i).handle } as usize;
     let ep_type = h.ep.as_ref().map_or(ffi::FI_EP_RDM, |e| e.type_);
     let t = crate::info::attrs::template(if ep_type == ffi::FI_EP_UNSPEC { ffi::FI_EP_RDM } else { ep_type });
     Some(Info {
@@ -195,6 +197,7 @@ pub unsafe fn info_from(i: *const ffi::fi_info) -> Option<Info> {
         ep: h.ep.unwrap_or(t.ep),
         domain: h.domain.unwrap_or(t.domain),
         fabric: h.fabric.unwrap_or(t.fabric),
+        handle,
     })
 }
 
@@ -241,6 +244,7 @@ fn to_c(i: &Info) -> *mut ffi::fi_info {
         ci.addr_format = i.addr_format;
         (ci.src_addr, ci.src_addrlen) = c_addr(&i.src);
         (ci.dest_addr, ci.dest_addrlen) = c_addr(&i.dest);
+        ci.handle = i.handle as ffi::fid_t;
 
         let t = &mut *ci.tx_attr;
         t.caps = i.tx.caps;

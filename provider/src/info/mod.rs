@@ -108,6 +108,8 @@ pub struct Info {
     pub ep: EpAttr,
     pub domain: DomainAttr,
     pub fabric: FabricAttr,
+    /// `handle`: a connection request's fid (FI_CONNREQ infos), 0 otherwise.
+    pub handle: usize,
 }
 
 /// Application hints: like [`Info`], with each attr optional (NULL in C).
