@@ -29,9 +29,9 @@ use crate::info::addr;
 const HDR: usize = 4 + 1 + 1 + 2 + 28;
 const MAGIC: &[u8; 4] = b"OXCM";
 /// Version of the handshake frames (a peer of another is refused).
-pub const CM_VERSION: u8 = 1;
+pub(crate) const CM_VERSION: u8 = 1;
 /// The most cm_data a frame carries (FI_OPT_CM_DATA_SIZE).
-pub const CM_DATA_MAX: usize = crate::info::attrs::CM_DATA_SIZE;
+pub(crate) const CM_DATA_MAX: usize = crate::info::attrs::CM_DATA_SIZE;
 
 /// What a frame asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
