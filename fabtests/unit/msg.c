@@ -389,6 +389,16 @@ int main(int argc, char **argv)
 	}
 	len = sizeof peer;
 	EXPECT_RC(fi_getpeer(ep, peer, &len), 0);
+	{
+		struct sockaddr_in mine;
+
+		/* As an accepted socket: the address the connector reached. */
+		memset(&mine, 0, sizeof mine);
+		len = sizeof mine;
+		EXPECT_RC(fi_getname(&ep->fid, &mine, &len), 0);
+		EXPECT(mine.sin_port == name.sin_port && mine.sin_addr.s_addr == name.sin_addr.s_addr,
+		       "the accepted endpoint's name is not the passive endpoint's");
+	}
 
 	OXT_GROUP("data over the accepted connection, both ways");
 	REQUIRE_RC(fi_mr_reg(s.e.domain, rma, RMA_LEN, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0x5150, 0, &mr,

@@ -9,7 +9,7 @@ use oxmr_ffi as ffi;
 use super::fid::{self, fid_header, FidHeader};
 use super::{attr, common, guard_int, hand_out, info};
 use crate::fail;
-use crate::objects::pep::ConnReq;
+use crate::objects::pep::{ConnReq, Pep};
 use crate::objects::{av::Av, cntr::Cntr, cq::Cq, domain::Domain, ep::Ep};
 
 pub static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
@@ -133,15 +133,27 @@ unsafe extern "C" fn endpoint(
         let handle = i.handle as *const ffi::fid;
         let build = || {
             let ep = Arc::new(Ep::new(super::ep::header(context), d, i)?);
-            if !handle.is_null() {
-                // SAFETY: an FI_CONNREQ info's handle (checked by type).
-                ep.take_request(unsafe { fid::retain::<ConnReq>(handle) }?)?;
+            // SAFETY: the info's handle is NULL or a fid (fi_getinfo(3)),
+            // each kind checked by type before use.
+            match unsafe { fid::class_of(handle) } {
+                None => {}
+                // SAFETY: as above.
+                Some(ffi::FI_CLASS_CONNREQ) => ep.take_request(unsafe { fid::retain::<ConnReq>(handle) }?)?,
+                // SAFETY: as above.
+                Some(ffi::FI_CLASS_PEP) => ep.adopt_listener(unsafe { fid::borrow::<Pep>(handle) }?.take_listener()?)?,
+                Some(c) => {
+                    return Err(fail!(
+                        ffi::FI_EINVAL,
+                        "fi_endpoint: the info's handle is an object of class {c}; pass a connection request or a passive endpoint"
+                    ))
+                }
             }
             Ok(ep)
         };
         // SAFETY: out pointer from the application.
         let r = unsafe { hand_out(out, "ep", build) }?;
-        if !handle.is_null() {
+        // SAFETY: as above.
+        if unsafe { fid::class_of(handle) } == Some(ffi::FI_CLASS_CONNREQ) {
             // The endpoint took the request: the handle is consumed
             // (fi_cm(3)); the endpoint keeps the (now empty) object alive,
             // so a late fi_reject of it is refused, not a use after free.

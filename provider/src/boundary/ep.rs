@@ -258,7 +258,8 @@ unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut u
     guard_int("fi_getname", || {
         // SAFETY: our fid.
         let ep = unsafe { borrow::<Ep>(f) }?;
-        let name = ep.name().ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "fi_getname: endpoint has no address yet"))?;
+        let name =
+            ep.shown_name().ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "fi_getname: endpoint has no address yet"))?;
         // SAFETY: C contract of fi_getname.
         unsafe { put_name(&name, out, addrlen) }
     })

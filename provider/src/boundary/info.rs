@@ -170,6 +170,7 @@ pub unsafe fn hints_from(h: *const ffi::fi_info) -> Option<Hints> {
             ep: h.ep_attr.as_ref().map(ep_from),
             domain: h.domain_attr.as_ref().map(|d| domain_from(d)),
             fabric: h.fabric_attr.as_ref().map(|f| fabric_from(f)),
+            handle: h.handle as usize,
         })
     }
 }
@@ -182,8 +183,6 @@ pub unsafe fn hints_from(h: *const ffi::fi_info) -> Option<Hints> {
 pub unsafe fn info_from(i: *const ffi::fi_info) -> Option<Info> {
     // SAFETY: forwarded contract.
     let h = unsafe { hints_from(i) }?;
-    // SAFETY: non-NULL (hints_from answered) and valid by the contract.
-    let handle = unsafe { (*i).handle } as usize;
     let ep_type = h.ep.as_ref().map_or(ffi::FI_EP_RDM, |e| e.type_);
     let t = crate::info::attrs::template(if ep_type == ffi::FI_EP_UNSPEC { ffi::FI_EP_RDM } else { ep_type });
     Some(Info {
@@ -197,7 +196,7 @@ pub unsafe fn info_from(i: *const ffi::fi_info) -> Option<Info> {
         ep: h.ep.unwrap_or(t.ep),
         domain: h.domain.unwrap_or(t.domain),
         fabric: h.fabric.unwrap_or(t.fabric),
-        handle,
+        handle: h.handle,
     })
 }
 

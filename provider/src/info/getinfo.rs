@@ -275,6 +275,11 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
     if h.caps != 0 {
         info.caps = (h.caps & PRIMARY_CAPS) | (offered & SECONDARY_CAPS);
     }
+    // A passive endpoint named as the hints' handle is the one whose
+    // address an active endpoint of this info takes (fi_endpoint).
+    if info.ep.type_ == ffi::FI_EP_MSG {
+        info.handle = h.handle;
+    }
 
     if let Some(f) = &h.fabric {
         if let Some(n) = &f.name {

@@ -129,4 +129,6 @@ pub struct Hints {
     pub ep: Option<EpAttr>,
     pub domain: Option<DomainAttr>,
     pub fabric: Option<FabricAttr>,
+    /// `handle` (a passive endpoint, for FI_EP_MSG).
+    pub handle: usize,
 }

@@ -65,6 +65,9 @@ pub struct EpState {
     pub rx_op_flags: u64,
     pub listener: Option<TcpListener>,
     pub name: Option<SocketAddr>,
+    /// MSG, accepted: the address the connector reached (the passive
+    /// endpoint's), which fi_getname reports, as for an accepted socket.
+    pub cm_name: Option<SocketAddr>,
 }
 
 /// An endpoint.
@@ -459,23 +462,38 @@ impl Ep {
 
     /// Rebind the endpoint's listener at `addr` (fi_setname, before enable).
     pub fn set_name(&self, addr: SocketAddr) -> Result<()> {
-        let mut s = self.state();
-        if s.enabled {
+        if self.state().enabled {
             return Err(fail!(ffi::FI_EOPBADSTATE, "fi_setname after fi_enable; set the name before enabling"));
         }
-        let (l, name) = listen(addr)?;
+        self.adopt_listener(listen(addr)?.0)
+    }
+
+    /// Take `l` as the endpoint's listener (its address, the name).
+    pub fn adopt_listener(&self, l: TcpListener) -> Result<()> {
+        let mut s = self.state();
+        if s.enabled {
+            return Err(fail!(ffi::FI_EOPBADSTATE, "an endpoint's address cannot change after fi_enable"));
+        }
+        let name = l.local_addr().map_err(|e| fail!(ffi::FI_EIO, "getsockname: {e}"))?;
         // Peers find our queue by our name: a new name, a new queue
         // (the old one, unused so far, goes with its file).
-        let region = Inbox::create(&name, "fi_setname")?;
+        let region = Inbox::create(&name, "fi_setname/fi_endpoint")?;
         *self.rx_region.lock().unwrap_or_else(|p| p.into_inner()) = Some(region);
         s.listener = Some(l);
         s.name = Some(name);
         Ok(())
     }
 
-    /// The endpoint's name.
+    /// The endpoint's name (where its peers' frames go).
     pub fn name(&self) -> Option<SocketAddr> {
         self.state().name
+    }
+
+    /// What fi_getname reports: the name, or for an accepted MSG endpoint
+    /// the address its connector reached.
+    pub fn shown_name(&self) -> Option<SocketAddr> {
+        let s = self.state();
+        s.cm_name.or(s.name)
     }
 
     /// FI_OPT_MIN_MULTI_RECV.
@@ -538,7 +556,9 @@ impl Ep {
     /// info's `handle`), for fi_accept.
     pub fn take_request(&self, req: Arc<ConnReq>) -> Result<()> {
         self.msg_only("fi_endpoint with a connection request")?;
-        *self.conn() = Conn::offered(req.take("fi_endpoint")?);
+        let inc = req.take("fi_endpoint")?;
+        self.state().cm_name = Some(inc.conn.local());
+        *self.conn() = Conn::offered(inc);
         *self.request.lock().unwrap_or_else(|p| p.into_inner()) = Some(req);
         Ok(())
     }

@@ -138,6 +138,24 @@ impl Pep {
         self.state().name
     }
 
+    /// Give the listening socket to an active endpoint opened with this
+    /// passive endpoint as its info's handle (it takes over the address).
+    pub fn take_listener(&self) -> Result<TcpListener> {
+        let mut s = self.state();
+        if s.listening {
+            return Err(fail!(
+                ffi::FI_EBUSY,
+                "fi_endpoint: the passive endpoint in the info's handle is listening; its address cannot be taken"
+            ));
+        }
+        s.listener.take().ok_or_else(|| {
+            fail!(
+                ffi::FI_EINVAL,
+                "fi_endpoint: the passive endpoint in the info's handle gave its address away already"
+            )
+        })
+    }
+
     /// fi_listen: take connection requests, reported on the bound EQ.
     pub fn listen(self: &Arc<Self>) -> Result<()> {
         let mut s = self.state();
@@ -145,7 +163,9 @@ impl Pep {
         if s.listening {
             return Ok(());
         }
-        let l = s.listener.as_ref().ok_or_else(|| fail!(ffi::FI_EOPBADSTATE, "fi_listen: no listening socket"))?;
+        let l = s.listener.as_ref().ok_or_else(|| {
+            fail!(ffi::FI_EOPBADSTATE, "fi_listen: this passive endpoint gave its address to an active endpoint")
+        })?;
         l.set_nonblocking(true).map_err(|e| fail!(ffi::FI_EIO, "fi_listen: {e}"))?;
         s.listening = true;
         drop(s);
