@@ -398,6 +398,7 @@ impl Ep {
             tx_op_flags: s.tx_op_flags,
             rx_op_flags: s.rx_op_flags,
             directed: self.info.caps & ffi::FI_DIRECTED_RECV as u64 != 0,
+            one_peer: self.is_msg(),
         };
         let name = s.name.expect("an endpoint always has a name");
         let cqs: Vec<_> = [&s.tx_cq, &s.rx_cq].into_iter().flatten().cloned().collect();
