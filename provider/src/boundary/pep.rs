@@ -175,10 +175,7 @@ unsafe extern "C" fn reject(pep: *mut ffi::fid_pep, handle: ffi::fid_t, param: *
         // SAFETY: `handle` comes from an FI_CONNREQ info (checked by type).
         let req = unsafe { borrow::<ConnReq>(handle) }?.take("fi_reject")?;
         let from = req.peer;
-        req.conn.finish(
-            Some(&crate::wire::cm::Frame::new(crate::wire::cm::Kind::Reject, None, data)),
-            std::time::Duration::from_secs(1),
-        );
+        req.reject(data);
         tracing::debug!("fi_reject: refused the connection request of {from}");
         // SAFETY: fi_reject consumes the handle (fi_cm(3)); checked above.
         unsafe { fid::release::<ConnReq>(handle) }?;

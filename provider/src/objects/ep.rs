@@ -7,7 +7,7 @@
 //! they know the name; fi_enable starts its engine (protocol::engine).
 //!
 //! An FI_EP_MSG endpoint is the same endpoint with one peer: it has its own
-//! name, queue and engine, and its connection (objects::conn, driven by its
+//! name, queue and engine, and its connection (protocol::conn, driven by its
 //! EQ's reads) fills a private one-entry address table with the peer's
 //! name, so every data call goes to fi_addr 0 of it (the call's dest_addr
 //! is ignored, as fi_msg(3) says for connected endpoints).
@@ -15,10 +15,10 @@
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::conn::{CmEvent, Conn};
 use super::eq::{CmSource, EqError};
 use super::pep::ConnReq;
 use crate::protocol::av::AddrTable;
+use crate::protocol::conn::{CmEvent, Conn};
 
 use oxmr_ffi as ffi;
 
@@ -558,7 +558,7 @@ impl Ep {
     pub fn take_request(&self, req: Arc<ConnReq>) -> Result<()> {
         self.msg_only("fi_endpoint with a connection request")?;
         let inc = req.take("fi_endpoint")?;
-        self.state().cm_name = Some(inc.conn.local());
+        self.state().cm_name = Some(inc.local());
         *self.conn() = Conn::offered(inc);
         *self.request.lock().unwrap_or_else(|p| p.into_inner()) = Some(req);
         Ok(())

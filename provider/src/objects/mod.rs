@@ -7,7 +7,6 @@
 
 pub mod av;
 pub mod cntr;
-pub mod conn;
 pub mod cq;
 pub mod domain;
 pub mod ep;

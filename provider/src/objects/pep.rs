@@ -3,7 +3,7 @@
 //!
 //! The listening socket is bound at creation so fi_getname reports a real
 //! address. After fi_listen, every read of the bound EQ accepts what has
-//! arrived on it and reads each connection's request (wire::cm); a
+//! arrived on it and reads each connection's request (protocol::conn); a
 //! complete request becomes an FI_CONNREQ event whose info carries a
 //! [`ConnReq`] as its `handle`: fi_endpoint with that info takes the
 //! connection (then fi_accept answers it), fi_reject answers it with a
@@ -11,7 +11,6 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use oxmr_ffi as ffi;
 
@@ -20,15 +19,9 @@ use super::fabric::Fabric;
 use crate::error::Result;
 use crate::fail;
 use crate::info::Info;
-use crate::wire::cm::{CmConn, Frame, Kind};
+use crate::protocol::conn::Arrivals;
+pub use crate::protocol::conn::Incoming;
 use oxmr_ffi::FidHeader;
-
-/// A connection request that arrived: the connection it came on and the
-/// connector's data name (where its endpoint's frames are sent).
-pub struct Incoming {
-    pub conn: CmConn,
-    pub peer: SocketAddr,
-}
 
 /// The `handle` of an FI_CONNREQ info: the request until fi_endpoint
 /// takes it or fi_reject answers it.
@@ -66,7 +59,7 @@ pub struct PepState {
     pub name: Option<SocketAddr>,
     listening: bool,
     /// Accepted connections whose request has not arrived yet.
-    arriving: Vec<(CmConn, Instant)>,
+    arriving: Arrivals,
 }
 
 /// A passive endpoint.
@@ -186,58 +179,19 @@ impl CmSource for Pep {
         let (Some(eq), true) = (s.eq.clone(), s.listening) else {
             return false;
         };
-        if let Some(l) = &s.listener {
-            let mut fresh = Vec::new();
-            loop {
-                match l.accept() {
-                    Ok((st, from)) => match CmConn::new(st) {
-                        Ok(c) => fresh.push((c, Instant::now())),
-                        Err(e) => tracing::info!("passive endpoint: connection from {from} dropped: {e}"),
-                    },
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        tracing::warn!("passive endpoint: accept failed: {e}");
-                        break;
-                    }
-                }
-            }
-            s.arriving.extend(fresh);
-        }
         let timeout = self.fabric.config.cm_timeout;
-        let mut ready = Vec::new();
-        let mut keep = Vec::new();
-        for (mut c, since) in std::mem::take(&mut s.arriving) {
-            match c.poll() {
-                Ok(Some(Frame { kind: Kind::Request, name: Some(mut peer), data })) => {
-                    if peer.ip().is_unspecified() {
-                        peer.set_ip(c.peer().ip());
-                    }
-                    ready.push((Incoming { conn: c, peer }, data));
-                }
-                Ok(Some(f)) => tracing::warn!(
-                    "passive endpoint: {} sent a {:?} frame before its connection request; connection closed",
-                    c.peer(),
-                    f.kind
-                ),
-                Ok(None) if since.elapsed() < timeout => keep.push((c, since)),
-                Ok(None) => tracing::info!(
-                    "passive endpoint: {} sent no connection request within {timeout:?}; connection closed",
-                    c.peer()
-                ),
-                Err(e) => {
-                    tracing::info!("passive endpoint: connection from {} closed before its request: {e}", c.peer())
-                }
-            }
-        }
-        s.arriving = keep;
+        let st = &mut *s;
+        let ready = match &st.listener {
+            Some(l) => st.arriving.poll(l, timeout),
+            None => Vec::new(),
+        };
         let here = s.name;
         drop(s);
         for (req, data) in ready {
             let mut info = self.info.clone();
             // The accepting endpoint gets its own data name at the address
             // the connector reached us at (any port), and knows its peer.
-            info.src = Some(SocketAddr::new(req.conn.local().ip(), 0));
+            info.src = Some(SocketAddr::new(req.local().ip(), 0));
             info.dest = Some(req.peer);
             info.handle = 0;
             let from = req.peer;

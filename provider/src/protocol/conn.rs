@@ -13,19 +13,99 @@
 //! and so does the side that shut down (once per endpoint, as fabtests'
 //! fi_cm_data expects). Failures during the handshake are error events:
 //! refused (no listener, or rejected), timed out, reset.
+//!
+//! The passive side's part is [`Arrivals`] (connections accepted at a
+//! passive endpoint's listener until their Request is read) and
+//! [`Incoming`] (a Request, until fi_endpoint takes it or fi_reject
+//! answers it).
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
 
-use super::pep::Incoming;
 use crate::error::Result;
 use crate::fail;
 use crate::wire::cm::{self, CmConn, CmError, Dialing, Frame, Kind};
 
 /// How long a last frame (reject, shutdown) may take to write.
 const LAST_WRITE: Duration = Duration::from_secs(1);
+
+/// A connection request that arrived: the connection it came on and the
+/// connector's data name (where its endpoint's frames are sent).
+pub struct Incoming {
+    conn: CmConn,
+    pub peer: SocketAddr,
+}
+
+impl Incoming {
+    /// Our address on its connection (the one the connector reached).
+    pub fn local(&self) -> SocketAddr {
+        self.conn.local()
+    }
+
+    /// fi_reject: answer with a Reject carrying `data`, and close.
+    pub fn reject(self, data: &[u8]) {
+        self.conn.finish(Some(&Frame::new(Kind::Reject, None, data)), LAST_WRITE);
+    }
+}
+
+/// Connections accepted at a passive endpoint's listener whose Request
+/// has not arrived yet.
+#[derive(Default)]
+pub struct Arrivals {
+    waiting: Vec<(CmConn, Instant)>,
+}
+
+impl Arrivals {
+    /// Accept what the (non-blocking) listener has, read what has arrived,
+    /// and return the complete requests with their cm_data. A connection
+    /// that sends anything but a Request, or nothing for `timeout`, is
+    /// closed with a log line.
+    pub fn poll(&mut self, l: &TcpListener, timeout: Duration) -> Vec<(Incoming, Vec<u8>)> {
+        loop {
+            match l.accept() {
+                Ok((st, from)) => match CmConn::new(st) {
+                    Ok(c) => self.waiting.push((c, Instant::now())),
+                    Err(e) => tracing::info!("passive endpoint: connection from {from} dropped: {e}"),
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::warn!("passive endpoint: accept failed: {e}");
+                    break;
+                }
+            }
+        }
+        let mut ready = Vec::new();
+        let mut keep = Vec::new();
+        for (mut c, since) in std::mem::take(&mut self.waiting) {
+            match c.poll() {
+                Ok(Some(Frame { kind: Kind::Request, name: Some(mut peer), data })) => {
+                    if peer.ip().is_unspecified() {
+                        peer.set_ip(c.peer().ip());
+                    }
+                    ready.push((Incoming { conn: c, peer }, data));
+                }
+                Ok(Some(f)) => tracing::warn!(
+                    "passive endpoint: {} sent a {:?} frame before its connection request; connection closed",
+                    c.peer(),
+                    f.kind
+                ),
+                Ok(None) if since.elapsed() < timeout => keep.push((c, since)),
+                Ok(None) => tracing::info!(
+                    "passive endpoint: {} sent no connection request within {timeout:?}; connection closed",
+                    c.peer()
+                ),
+                Err(e) => {
+                    tracing::warn!("passive endpoint: connection from {} closed before a valid request: {e}", c.peer())
+                }
+            }
+        }
+        self.waiting = keep;
+        ready
+    }
+}
 
 enum Phase {
     Idle,
@@ -284,5 +364,94 @@ impl Conn {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(5);
+
+    /// Drive `c` (and the passive side) until `c` gives an event.
+    fn until_event(c: &mut Conn, name: SocketAddr, mut other: impl FnMut()) -> CmEvent {
+        let start = Instant::now();
+        while start.elapsed() < T {
+            if let Some(e) = c.progress(name, T) {
+                return e;
+            }
+            other();
+        }
+        panic!("no event within {T:?}");
+    }
+
+    /// The next request at `l`, while `c` (the connector) is driven.
+    fn request(a: &mut Arrivals, l: &TcpListener, c: &mut Conn, name: SocketAddr) -> (Incoming, Vec<u8>) {
+        let start = Instant::now();
+        while start.elapsed() < T {
+            assert_eq!(c.progress(name, T), None, "no event before the answer");
+            if let Some(r) = a.poll(l, T).pop() {
+                return r;
+            }
+        }
+        panic!("no request within {T:?}");
+    }
+
+    #[test]
+    fn reject_then_accept_ack_and_shutdown() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let to = l.local_addr().unwrap();
+        let (me, them): (SocketAddr, SocketAddr) = ("127.0.0.1:11".parse().unwrap(), "127.0.0.1:12".parse().unwrap());
+        let mut arrivals = Arrivals::default();
+
+        let mut c = Conn::default();
+        c.connect(to, b"knock", T).unwrap();
+        assert!(c.connect(to, b"", T).is_err(), "one connect per endpoint");
+        let mut req = None;
+        let ev = until_event(&mut c, me, || {
+            if req.is_none() {
+                if let Some(r) = arrivals.poll(&l, T).pop() {
+                    assert_eq!(r.0.peer, me);
+                    assert_eq!(r.1, b"knock");
+                    r.0.reject(b"go away");
+                    req = Some(());
+                }
+            }
+        });
+        assert_eq!(ev, CmEvent::Error(ffi::FI_ECONNREFUSED as i32, b"go away".to_vec()));
+        assert!(!c.watched() && !c.usable());
+
+        let mut c = Conn::default();
+        c.connect(to, &[1; cm::CM_DATA_MAX], T).unwrap();
+        let (inc, data) = request(&mut arrivals, &l, &mut c, me);
+        assert_eq!(data, vec![1; cm::CM_DATA_MAX]);
+        let mut acc = Conn::offered(inc);
+        assert!(!acc.usable(), "usable only once accepted");
+        acc.accept(them, b"welcome").unwrap();
+        assert!(acc.usable());
+        let ev = until_event(&mut c, me, || {});
+        assert_eq!(ev, CmEvent::Connected(b"welcome".to_vec()));
+        assert_eq!(c.peer, Some(them));
+        assert_eq!(until_event(&mut acc, them, || {}), CmEvent::Connected(Vec::new()));
+        assert_eq!(c.shutdown().unwrap(), Some(CmEvent::Shutdown), "our own FI_SHUTDOWN");
+        assert_eq!(c.shutdown().unwrap(), None, "once");
+        assert_eq!(until_event(&mut acc, them, || {}), CmEvent::Shutdown, "the peer's");
+        assert!(!acc.usable());
+        assert_eq!(acc.shutdown().unwrap(), None, "once for the peer too");
+    }
+
+    #[test]
+    fn oversized_cm_data_is_refused_and_a_connect_to_nothing_is_an_error_event() {
+        let mut c = Conn::default();
+        let e = c.connect("127.0.0.1:1".parse().unwrap(), &[0; cm::CM_DATA_MAX + 1], T).unwrap_err();
+        assert_eq!(e.code(), ffi::FI_EINVAL);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = l.local_addr().unwrap();
+        drop(l);
+        c.connect(to, b"", T).unwrap();
+        let ev = until_event(&mut c, "127.0.0.1:11".parse().unwrap(), || {});
+        assert_eq!(ev, CmEvent::Error(ffi::FI_ECONNREFUSED as i32, Vec::new()));
+        assert_eq!(c.shutdown().unwrap(), Some(CmEvent::Shutdown));
     }
 }
