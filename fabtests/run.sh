@@ -192,6 +192,8 @@ extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
 extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
 # Tagged FI_PEEK/FI_CLAIM/FI_DISCARD over TCP too.
 extra_run "probe[FI_OXMR_WIRE=tcp]" probe FI_OXMR_WIRE=tcp
+# FI_EP_MSG connections with their data over TCP.
+extra_run "msg[FI_OXMR_WIRE=tcp]" msg FI_OXMR_WIRE=tcp
 # Without the TCP wire (FI_OXMR_WIRE=shm): no FI_REMOTE_COMM, no
 # destination on another host.
 extra_run "getinfo[FI_OXMR_WIRE=shm]" getinfo FI_OXMR_WIRE=shm

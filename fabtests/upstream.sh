@@ -12,17 +12,21 @@
 # own "skipped because" cases (features oxmr does not offer) are counted
 # on its PASS line.
 # "quick" runs runfabtests.sh -t quick with fabtests/test_configs/oxmr/oxmr.exclude.
+# OXMR_FT_ADDR (default 127.0.0.1) is the loopback address both sides use:
+# another 127/8 address (127.0.0.2) keeps a run off the ports (9228, ...) of
+# another run on 127.0.0.1 at the same time.
 set -uo pipefail
 bin=${1:?fabtests bin dir}
 prov=${2:?dir containing liboxmr-fi.so}
 set_=${3:-unit}
 export FI_PROVIDER_PATH=$prov
 here=$(cd "$(dirname "$0")" && pwd)
+addr=${OXMR_FT_ADDR:-127.0.0.1}
 
 if [ "$set_" = quick ]; then
     # v1.17's runfabtests.sh takes an exclude *file* with -f (-e takes patterns).
     exec "$bin/runfabtests.sh" -p "$bin/" -t quick -T 120 -f "$here/test_configs/oxmr/oxmr.exclude" \
-        -s 127.0.0.1 -c 127.0.0.1 oxmr
+        -s "$addr" -c "$addr" oxmr
 fi
 
 pass=0 fail=0

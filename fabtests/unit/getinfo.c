@@ -380,8 +380,8 @@ static void test_refusals(void)
 	REFUSED("caps FI_ATOMIC", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_MSG);
-	h->caps = FI_TAGGED;
-	REFUSED("caps FI_TAGGED with FI_EP_MSG", NULL, NULL, 0, h);
+	h->caps = FI_TAGGED | FI_DIRECTED_RECV;
+	REFUSED("caps FI_DIRECTED_RECV with FI_EP_MSG (one peer)", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_RDM);
 	h->caps = FI_MSG | FI_TRIGGER;
@@ -476,8 +476,9 @@ static void test_refusals(void)
 	REFUSED("threading FI_THREAD_ENDPOINT + 1 (no such value)", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_RDM);
-	h->domain_attr->max_err_data = 64;
-	REFUSED("domain max_err_data 64 (oxmr returns no error data)", NULL, NULL, 0, h);
+	h->domain_attr->max_err_data = 4096;
+	REFUSED("domain max_err_data 4096 (oxmr's error data is a reject's cm_data, at most 256 bytes)", NULL, NULL,
+		0, h);
 }
 
 static void test_echoed(void)
@@ -616,7 +617,7 @@ static void test_caps(void)
 		fi_freeinfo(info);
 	}
 
-	OXT_GROUP("caps FI_TAGGED with any ep type gives only RDM infos");
+	OXT_GROUP("caps FI_TAGGED with any ep type gives RDM and MSG infos, all tagged");
 	info = NULL;
 	h = oxt_hints(FI_EP_UNSPEC);
 	h->caps = FI_TAGGED;
@@ -624,15 +625,20 @@ static void test_caps(void)
 	fi_freeinfo(h);
 	EXPECT_RC(ret, 0);
 	if (ret == 0) {
+		int n_msg = 0;
+
 		for (i = info; i; i = i->next) {
-			EXPECT_EQ(i->ep_attr->type, FI_EP_RDM);
+			EXPECT(i->ep_attr->type == FI_EP_RDM || i->ep_attr->type == FI_EP_MSG, "ep type %d",
+			       i->ep_attr->type);
+			n_msg += i->ep_attr->type == FI_EP_MSG;
 			EXPECT((i->caps & FI_TAGGED) != 0, "caps 0x%llx",
 			       (unsigned long long)i->caps);
 		}
+		EXPECT(n_msg > 0, "no MSG info");
 		fi_freeinfo(info);
 	}
 
-	OXT_GROUP("MSG infos: connected caps, no FI_TAGGED");
+	OXT_GROUP("MSG infos: connected caps, FI_TAGGED, both wires");
 	info = NULL;
 	h = oxt_hints(FI_EP_MSG);
 	ret = fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, h, &info);
@@ -642,8 +648,15 @@ static void test_caps(void)
 		EXPECT_EQ(info->ep_attr->type, FI_EP_MSG);
 		EXPECT((info->caps & FI_MSG) != 0, "caps 0x%llx lack FI_MSG",
 		       (unsigned long long)info->caps);
-		EXPECT((info->caps & FI_TAGGED) == 0, "caps 0x%llx has FI_TAGGED",
+		EXPECT((info->caps & FI_TAGGED) != 0, "caps 0x%llx lack FI_TAGGED",
 		       (unsigned long long)info->caps);
+		EXPECT((info->caps & FI_DIRECTED_RECV) == 0, "caps 0x%llx have FI_DIRECTED_RECV",
+		       (unsigned long long)info->caps);
+		EXPECT((info->caps & FI_LOCAL_COMM) != 0, "caps 0x%llx lack FI_LOCAL_COMM",
+		       (unsigned long long)info->caps);
+		if (!getenv("FI_OXMR_WIRE") || strcmp(getenv("FI_OXMR_WIRE"), "shm"))
+			EXPECT((info->caps & FI_REMOTE_COMM) != 0, "caps 0x%llx lack FI_REMOTE_COMM",
+			       (unsigned long long)info->caps);
 		check_side_caps(info);
 		fi_freeinfo(info);
 	}

@@ -40,7 +40,13 @@ pub struct Config {
     pub pair_recv: bool,
     /// FI_OXMR_WIRE.
     pub wire: Wire,
+    /// FI_OXMR_CM_TIMEOUT_MS: how long an FI_EP_MSG connect may take, and
+    /// an accepted connection waits for its connector's answer.
+    pub cm_timeout: std::time::Duration,
 }
+
+/// Default of FI_OXMR_CM_TIMEOUT_MS.
+pub(crate) const CM_TIMEOUT_MS: usize = 10_000;
 
 /// Which wire carries an endpoint's frames (FI_OXMR_WIRE).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +81,7 @@ impl Default for Config {
             sender_jobs: true,
             pair_recv: true,
             wire: Wire::Auto,
+            cm_timeout: std::time::Duration::from_millis(CM_TIMEOUT_MS as u64),
         }
     }
 }

@@ -9,6 +9,7 @@ use oxmr_ffi as ffi;
 use super::fid::{self, fid_header, FidHeader};
 use super::{attr, common, guard_int, hand_out, info};
 use crate::fail;
+use crate::objects::pep::{ConnReq, Pep};
 use crate::objects::{av::Av, cntr::Cntr, cq::Cq, domain::Domain, ep::Ep};
 
 pub static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
@@ -129,8 +130,37 @@ unsafe extern "C" fn endpoint(
         let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
         // SAFETY: as above.
         let i = unsafe { info::info_from(info_) }.ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_endpoint: NULL info"))?;
+        let handle = i.handle as *const ffi::fid;
+        let build = || {
+            let ep = Arc::new(Ep::new(super::ep::header(context), d, i)?);
+            // SAFETY: the info's handle is NULL or a fid (fi_getinfo(3)),
+            // each kind checked by type before use.
+            match unsafe { fid::class_of(handle) } {
+                None => {}
+                // SAFETY: as above.
+                Some(ffi::FI_CLASS_CONNREQ) => ep.take_request(unsafe { fid::retain::<ConnReq>(handle) }?)?,
+                // SAFETY: as above.
+                Some(ffi::FI_CLASS_PEP) => ep.adopt_listener(unsafe { fid::borrow::<Pep>(handle) }?.take_listener()?)?,
+                Some(c) => {
+                    return Err(fail!(
+                        ffi::FI_EINVAL,
+                        "fi_endpoint: the info's handle is an object of class {c}; pass a connection request or a passive endpoint"
+                    ))
+                }
+            }
+            Ok(ep)
+        };
         // SAFETY: out pointer from the application.
-        unsafe { hand_out(out, "ep", || Ok(Arc::new(Ep::new(super::ep::header(context), d, i)?))) }
+        let r = unsafe { hand_out(out, "ep", build) }?;
+        // SAFETY: as above.
+        if unsafe { fid::class_of(handle) } == Some(ffi::FI_CLASS_CONNREQ) {
+            // The endpoint took the request: the handle is consumed
+            // (fi_cm(3)); the endpoint keeps the (now empty) object alive,
+            // so a late fi_reject of it is refused, not a use after free.
+            // SAFETY: checked by type inside hand_out, which succeeded.
+            unsafe { fid::release::<ConnReq>(handle) }?;
+        }
+        Ok(r)
     })
 }
 

@@ -258,30 +258,94 @@ unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut u
     guard_int("fi_getname", || {
         // SAFETY: our fid.
         let ep = unsafe { borrow::<Ep>(f) }?;
-        let name = ep.name().ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "fi_getname: endpoint has no address yet"))?;
+        let name =
+            ep.shown_name().ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "fi_getname: endpoint has no address yet"))?;
         // SAFETY: C contract of fi_getname.
         unsafe { put_name(&name, out, addrlen) }
     })
 }
 
-unsafe extern "C" fn getpeer(ep: *mut ffi::fid_ep, _a: *mut c_void, _addrlen: *mut usize) -> i32 {
+unsafe extern "C" fn getpeer(ep: *mut ffi::fid_ep, a: *mut c_void, addrlen: *mut usize) -> i32 {
     guard_int("fi_getpeer", || {
         // SAFETY: our fid.
         let ep = unsafe { borrow::<Ep>(ep.cast()) }?;
-        if ep.info.ep.type_ == ffi::FI_EP_MSG {
-            Err(fail!(
-                ffi::FI_ENOTCONN,
-                "fi_getpeer: endpoint is not connected (MSG connections are not implemented yet)"
-            ))
-        } else {
-            Err(fail!(ffi::FI_ENOSYS, "fi_getpeer applies to connected (FI_EP_MSG) endpoints"))
-        }
+        let peer = ep.peer()?;
+        // SAFETY: C contract of fi_getpeer (as fi_getname's).
+        unsafe { put_name(&peer, a, addrlen) }
     })
 }
 
-crate::enosys!(connect, "fi_connect", (ep: *mut ffi::fid_ep, addr: *const c_void, param: *const c_void, paramlen: usize) -> i32);
+/// The cm_data of a CM call (empty for NULL or 0 bytes).
+///
+/// # Safety
+/// `p` is NULL or valid for `len` bytes.
+pub unsafe fn cm_data<'a>(call: &str, p: *const c_void, len: usize) -> crate::error::Result<&'a [u8]> {
+    if len > attrs::CM_DATA_SIZE {
+        return Err(fail!(
+            ffi::FI_EINVAL,
+            "{call}: {len} bytes of cm_data; at most {} (FI_OPT_CM_DATA_SIZE)",
+            attrs::CM_DATA_SIZE
+        ));
+    }
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(fail!(ffi::FI_EINVAL, "{call}: NULL cm_data with length {len}"));
+    }
+    // SAFETY: caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, len) })
+}
+
+pub(super) unsafe extern "C" fn connect(
+    ep: *mut ffi::fid_ep,
+    addr: *const c_void,
+    param: *const c_void,
+    paramlen: usize,
+) -> i32 {
+    guard_int("fi_connect", || {
+        // SAFETY: our fid (retained for the EQ's weak watch).
+        let ep = unsafe { fid::retain::<Ep>(ep.cast()) }?;
+        if addr.is_null() {
+            return Err(fail!(ffi::FI_EINVAL, "fi_connect: NULL address; pass the passive endpoint's name"));
+        }
+        // SAFETY: a name (fi_cm(3): in the endpoint's address format)
+        // starts with its family, which says how long it is.
+        let family = unsafe { std::ptr::read_unaligned(addr as *const libc::sa_family_t) } as i32;
+        let len = match family {
+            libc::AF_INET => size_of::<libc::sockaddr_in>(),
+            libc::AF_INET6 => size_of::<libc::sockaddr_in6>(),
+            f => return Err(fail!(ffi::FI_EINVAL, "fi_connect: address family {f}; oxmr names are sockaddr_in/in6")),
+        };
+        // SAFETY: a sockaddr of that family has `len` bytes.
+        let to = unsafe { get_name(addr, len) }?;
+        // SAFETY: cm_data buffer per the API.
+        let data = unsafe { cm_data("fi_connect", param, paramlen) }?;
+        ep.connect(to, data)?;
+        Ok(0)
+    })
+}
+
+pub(super) unsafe extern "C" fn accept(ep: *mut ffi::fid_ep, param: *const c_void, paramlen: usize) -> i32 {
+    guard_int("fi_accept", || {
+        // SAFETY: our fid.
+        let ep = unsafe { fid::retain::<Ep>(ep.cast()) }?;
+        // SAFETY: cm_data buffer per the API.
+        let data = unsafe { cm_data("fi_accept", param, paramlen) }?;
+        ep.accept(data)?;
+        Ok(0)
+    })
+}
+
+pub(super) unsafe extern "C" fn shutdown(ep: *mut ffi::fid_ep, flags: u64) -> i32 {
+    guard_int("fi_shutdown", || {
+        // SAFETY: our fid.
+        let ep = unsafe { borrow::<Ep>(ep.cast()) }?;
+        ep.shutdown(flags)?;
+        Ok(0)
+    })
+}
+
 crate::enosys!(listen, "fi_listen", (pep: *mut ffi::fid_pep) -> i32);
-crate::enosys!(accept, "fi_accept", (ep: *mut ffi::fid_ep, param: *const c_void, paramlen: usize) -> i32);
 crate::enosys!(reject, "fi_reject", (pep: *mut ffi::fid_pep, handle: ffi::fid_t, param: *const c_void, paramlen: usize) -> i32);
-crate::enosys!(shutdown, "fi_shutdown", (ep: *mut ffi::fid_ep, flags: u64) -> i32);
 crate::enosys!(join, "fi_join", (ep: *mut ffi::fid_ep, addr: *const c_void, flags: u64, mc: *mut *mut ffi::fid_mc, context: *mut c_void) -> i32);

@@ -115,16 +115,26 @@ unsafe extern "C" fn readerr(eq: *mut ffi::fid_eq, buf: *mut ffi::fi_eq_err_entr
         }
         let e = eq.readerr(peek)?;
         // SAFETY: `buf` points to one fi_eq_err_entry (API contract).
-        unsafe {
-            let b = &mut *buf;
-            b.fid = e.fid as ffi::fid_t;
-            b.context = e.context as *mut c_void;
-            b.data = e.data;
-            b.err = e.err;
-            b.prov_errno = e.prov_errno;
-            // (Not there before API 1.5: fi_eq(3).)
-            if eq.fabric.api_1_5() {
+        let b = unsafe { &mut *buf };
+        b.fid = e.fid as ffi::fid_t;
+        b.context = e.context as *mut c_void;
+        b.data = e.data;
+        b.err = e.err;
+        b.prov_errno = e.prov_errno;
+        // (Not there before API 1.5: fi_eq(3). Then err_data_size 0 on
+        // input asks for the provider's buffer, valid until the next
+        // readerr; otherwise err_data is the caller's buffer of that size.)
+        if eq.fabric.api_1_5() {
+            if e.err_data.is_empty() {
                 b.err_data_size = 0;
+            } else if b.err_data_size == 0 || b.err_data.is_null() {
+                b.err_data_size = e.err_data.len();
+                b.err_data = eq.keep_err_data(e.err_data) as *mut c_void;
+            } else {
+                let n = b.err_data_size.min(e.err_data.len());
+                // SAFETY: the caller's err_data holds err_data_size bytes (fi_eq(3)).
+                unsafe { std::ptr::copy_nonoverlapping(e.err_data.as_ptr(), b.err_data as *mut u8, n) };
+                b.err_data_size = n;
             }
         }
         Ok(size_of::<ffi::fi_eq_err_entry>() as isize)

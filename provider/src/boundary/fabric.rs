@@ -90,7 +90,11 @@ unsafe extern "C" fn passive_ep(
         // SAFETY: as above.
         let i = unsafe { info::info_from(info_) }.ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_passive_ep: NULL info"))?;
         // SAFETY: out pointer from the application.
-        unsafe { hand_out(out, "pep", || Ok(Arc::new(Pep::new(super::pep::header(context), f, i)?))) }
+        unsafe {
+            hand_out(out, "pep", || {
+                Ok(Arc::new(Pep::new(super::pep::header(context), f, i, super::pep::publish_request)?))
+            })
+        }
     })
 }
 

@@ -155,3 +155,19 @@ pub unsafe fn close<T: FidObject>(fid: *mut ffi::fid, before_free: impl FnOnce(&
     drop(arc);
     Ok(())
 }
+
+/// Release C's reference without a close call: for a handle that an API
+/// call consumes (a connection request, answered by fi_reject or taken by
+/// fi_endpoint, which keeps its own reference).
+///
+/// # Safety
+/// As for [`borrow`]; after `Ok`, C's copy of the fid must not be used
+/// again unless another reference keeps the object alive.
+pub unsafe fn release<T: FidObject>(fid: *const ffi::fid) -> Result<()> {
+    // SAFETY: forwarded contract.
+    let obj: &T = unsafe { borrow(fid) }?;
+    // SAFETY: `obj` came from `Arc::into_raw` in `publish`; this gives back
+    // the count C held.
+    unsafe { Arc::decrement_strong_count(obj as *const T) };
+    Ok(())
+}

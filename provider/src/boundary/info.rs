@@ -170,6 +170,7 @@ pub unsafe fn hints_from(h: *const ffi::fi_info) -> Option<Hints> {
             ep: h.ep_attr.as_ref().map(ep_from),
             domain: h.domain_attr.as_ref().map(|d| domain_from(d)),
             fabric: h.fabric_attr.as_ref().map(|f| fabric_from(f)),
+            handle: h.handle as usize,
         })
     }
 }
@@ -195,6 +196,7 @@ pub unsafe fn info_from(i: *const ffi::fi_info) -> Option<Info> {
         ep: h.ep.unwrap_or(t.ep),
         domain: h.domain.unwrap_or(t.domain),
         fabric: h.fabric.unwrap_or(t.fabric),
+        handle: h.handle,
     })
 }
 
@@ -241,6 +243,7 @@ fn to_c(i: &Info) -> *mut ffi::fi_info {
         ci.addr_format = i.addr_format;
         (ci.src_addr, ci.src_addrlen) = c_addr(&i.src);
         (ci.dest_addr, ci.dest_addrlen) = c_addr(&i.dest);
+        ci.handle = i.handle as ffi::fid_t;
 
         let t = &mut *ci.tx_attr;
         t.caps = i.tx.caps;

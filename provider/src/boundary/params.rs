@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use oxmr_ffi as ffi;
 
 use super::provider::provider_ptr;
-use crate::config::{Config, EAGER_MAX, SHARE_MIN, WRITE_BATCH};
+use crate::config::{Config, CM_TIMEOUT_MS, EAGER_MAX, SHARE_MIN, WRITE_BATCH};
 
 /// One variable: `name` is the suffix after `FI_OXMR_`, lower case.
 pub struct ParamDef {
@@ -73,6 +73,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         name: c"sysfs_root",
         kind: ffi::FI_PARAM_STRING,
         help: c"Where sysfs is, for proving which PCI device a BAR, VFIO or P2PDMA mapping belongs to (as hwloc's HWLOC_FSROOT); set only to test against a synthetic tree, which makes registration look for device identity before pinning (default: /sys)",
+    },
+    ParamDef {
+        name: c"cm_timeout_ms",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"How long an FI_EP_MSG fi_connect may take before its EQ gets an FI_ETIMEDOUT error event, and how long an accepted connection waits for the connector's answer (default: 10000)",
     },
     ParamDef {
         name: c"shm_eager_max",
@@ -194,6 +199,8 @@ pub fn define_and_load() {
             crate::config::Wire::Auto
         }
     };
+    let cm_timeout =
+        std::time::Duration::from_millis(get_size(c"cm_timeout_ms").unwrap_or(CM_TIMEOUT_MS).max(1) as u64);
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -208,5 +215,6 @@ pub fn define_and_load() {
         sender_jobs,
         pair_recv,
         wire,
+        cm_timeout,
     });
 }

@@ -4,16 +4,19 @@ use std::ffi::c_void;
 
 use oxmr_ffi as ffi;
 
-// The slots a passive endpoint shares with an active one (all -FI_ENOSYS).
+// The slots a passive endpoint shares with an active one (which refuse a
+// passive endpoint's fid, or are -FI_ENOSYS).
 use super::ep::{
-    accept, connect, get_name, join, listen, put_name, put_usize, reject, rx_ctx, rx_size_left, shutdown, tx_ctx,
-    tx_size_left,
+    accept, cm_data, connect, get_name, join, put_name, put_usize, rx_ctx, rx_size_left, shutdown, tx_ctx, tx_size_left,
 };
 use super::fid::{self, borrow, fid_header, FidHeader};
 use super::{common, guard_int};
 use crate::fail;
-use crate::info::attrs;
-use crate::objects::{eq::Eq, pep::Pep};
+use crate::info::{attrs, Info};
+use crate::objects::{
+    eq::Eq,
+    pep::{ConnReq, Incoming, Pep},
+};
 
 pub static PEP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
@@ -50,6 +53,38 @@ static PEP_CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
 };
 
 crate::fid_object!(Pep, hdr, ffi::FI_CLASS_PEP, "passive endpoint", PEP_FI_OPS);
+
+pub static CONNREQ_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(connreq_close),
+    bind: Some(common::bind),
+    control: Some(common::control),
+    ops_open: Some(common::ops_open),
+    tostr: Some(common::tostr),
+    ops_set: Some(common::ops_set),
+};
+
+crate::fid_object!(ConnReq, hdr, ffi::FI_CLASS_CONNREQ, "connection request", CONNREQ_FI_OPS);
+
+unsafe extern "C" fn connreq_close(f: *mut ffi::fid) -> i32 {
+    // SAFETY: libfabric passes our fid.
+    guard_int("fi_close(connreq)", || unsafe { fid::close::<ConnReq>(f, |_| Ok(())) }.map(|_| 0))
+}
+
+/// Turn a connection request into its FI_CONNREQ info (`objects::pep::
+/// PublishReq`): the request becomes a fid, the info's `handle`.
+pub fn publish_request(req: Incoming, mut info: Info) -> usize {
+    let cr = std::sync::Arc::new(ConnReq::new(FidHeader(fid_header::<ConnReq>(std::ptr::null_mut())), req));
+    let handle = fid::publish(cr);
+    info.handle = handle as usize;
+    let c = super::info::list_to_c(std::slice::from_ref(&info));
+    if c.is_null() {
+        // SAFETY: just published, and handed to nobody.
+        let _ = unsafe { fid::release::<ConnReq>(handle) };
+        return 0;
+    }
+    c as usize
+}
 
 /// The C header of a new passive endpoint.
 pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_pep> {
@@ -121,3 +156,29 @@ unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut u
 }
 
 crate::enosys!(getpeer, "fi_getpeer", (ep: *mut ffi::fid_ep, addr: *mut c_void, addrlen: *mut usize) -> i32);
+
+unsafe extern "C" fn listen(pep: *mut ffi::fid_pep) -> i32 {
+    guard_int("fi_listen", || {
+        // SAFETY: our fid (the retained count is released at return).
+        let pep = unsafe { fid::retain::<Pep>(pep.cast()) }?;
+        pep.listen()?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn reject(pep: *mut ffi::fid_pep, handle: ffi::fid_t, param: *const c_void, paramlen: usize) -> i32 {
+    guard_int("fi_reject", || {
+        // SAFETY: our fid.
+        let _pep = unsafe { borrow::<Pep>(pep.cast()) }?;
+        // SAFETY: cm_data buffer per the API.
+        let data = unsafe { cm_data("fi_reject", param, paramlen) }?;
+        // SAFETY: `handle` comes from an FI_CONNREQ info (checked by type).
+        let req = unsafe { borrow::<ConnReq>(handle) }?.take("fi_reject")?;
+        let from = req.peer;
+        req.reject(data);
+        tracing::debug!("fi_reject: refused the connection request of {from}");
+        // SAFETY: fi_reject consumes the handle (fi_cm(3)); checked above.
+        unsafe { fid::release::<ConnReq>(handle) }?;
+        Ok(0)
+    })
+}

@@ -76,9 +76,8 @@ pub(crate) const RX_CAPS: u64 = b(ffi::FI_MSG)
 
 /// Domain-level capabilities: peers on this host (shared memory) and on
 /// others (TCP). getinfo takes FI_REMOTE_COMM away where the TCP wire is
-/// not used (FI_OXMR_WIRE=shm) and for FI_EP_MSG, which has no data path
-/// yet: an application that needs it gets -FI_ENODATA, not an endpoint
-/// whose sends all fail.
+/// not used (FI_OXMR_WIRE=shm): an application that needs it gets
+/// -FI_ENODATA, not an endpoint whose sends all fail.
 pub(crate) const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_COMM as u64;
 
 /// What an RDM endpoint of oxmr can do.
@@ -96,8 +95,10 @@ pub(crate) const RDM_CAPS: u64 = b(ffi::FI_MSG)
     | ffi::FI_RMA_EVENT as u64
     | DOMAIN_CAPS;
 
-/// What a MSG (connected) endpoint of oxmr can do.
+/// What a MSG (connected) endpoint of oxmr can do: the RDM engine with its
+/// one peer (no FI_DIRECTED_RECV or FI_SOURCE: there is one source).
 pub(crate) const MSG_CAPS: u64 = b(ffi::FI_MSG)
+    | b(ffi::FI_TAGGED)
     | b(ffi::FI_RMA)
     | b(ffi::FI_SEND)
     | b(ffi::FI_RECV)
@@ -106,7 +107,7 @@ pub(crate) const MSG_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_REMOTE_READ)
     | b(ffi::FI_REMOTE_WRITE)
     | ffi::FI_RMA_EVENT as u64
-    | ffi::FI_LOCAL_COMM as u64;
+    | DOMAIN_CAPS;
 
 /// Transmit op flags an application may set as defaults.
 pub(crate) const TX_OP_FLAGS: u64 = ffi::FI_INJECT as u64
@@ -211,7 +212,7 @@ pub fn template(ep_type: u32) -> Info {
             max_order_raw_size: 0,
             max_order_war_size: 0,
             max_order_waw_size: 0,
-            mem_tag_format: if ep_type == ffi::FI_EP_RDM { MEM_TAG_FORMAT } else { 0 },
+            mem_tag_format: MEM_TAG_FORMAT,
             tx_ctx_cnt: 1,
             rx_ctx_cnt: 1,
             auth_key_size: 0,
@@ -239,7 +240,7 @@ pub fn template(ep_type: u32) -> Info {
             caps: caps & DOMAIN_CAPS,
             mode: 0,
             auth_key_size: 0,
-            max_err_data: 0,
+            max_err_data: CM_DATA_SIZE,
             mr_cnt: MR_CNT,
             tclass: 0,
         },
@@ -249,5 +250,6 @@ pub fn template(ep_type: u32) -> Info {
             prov_version: PROVIDER_VERSION,
             api_version: ffi::FI_HEADER_VERSION,
         },
+        handle: 0,
     }
 }

@@ -275,6 +275,11 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
     if h.caps != 0 {
         info.caps = (h.caps & PRIMARY_CAPS) | (offered & SECONDARY_CAPS);
     }
+    // A passive endpoint named as the hints' handle is the one whose
+    // address an active endpoint of this info takes (fi_endpoint).
+    if info.ep.type_ == ffi::FI_EP_MSG {
+        info.handle = h.handle;
+    }
 
     if let Some(f) = &h.fabric {
         if let Some(n) = &f.name {
@@ -487,8 +492,11 @@ mod tests {
         assert_eq!(ask(None, None, 0, Some(&h)).unwrap_err().code(), ffi::FI_ENODATA);
         let h = Hints { caps: ffi::FI_TAGGED as u64, ..Default::default() };
         let l = ask(None, None, 0, Some(&h)).unwrap();
-        assert!(l.iter().all(|i| i.ep.type_ == ffi::FI_EP_RDM), "MSG has no FI_TAGGED");
+        assert!(l.iter().any(|i| i.ep.type_ == ffi::FI_EP_MSG), "MSG has FI_TAGGED");
         assert_eq!(l[0].caps & PRIMARY_CAPS, ffi::FI_TAGGED as u64);
+        let h = Hints { caps: ffi::FI_DIRECTED_RECV as u64, ..Default::default() };
+        let l = ask(None, None, 0, Some(&h)).unwrap();
+        assert!(l.iter().all(|i| i.ep.type_ == ffi::FI_EP_RDM), "MSG has one source: no FI_DIRECTED_RECV");
         assert_ne!(l[0].caps & ffi::FI_SOURCE as u64, 0, "secondary caps are added");
     }
 
@@ -497,10 +505,11 @@ mod tests {
         let h = Hints { caps: ffi::FI_TAGGED as u64 | ffi::FI_REMOTE_COMM as u64, ..Default::default() };
         let l = ask(None, None, 0, Some(&h)).unwrap();
         let both = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_COMM as u64;
-        assert!(l.iter().all(|i| i.ep.type_ == ffi::FI_EP_RDM && i.caps & both == both), "RDM offers both");
-        assert!(l.iter().all(|i| i.domain.caps & both == both), "so does its domain");
+        assert!(l.iter().all(|i| i.caps & both == both), "RDM and MSG offer both");
+        assert!(l.iter().all(|i| i.domain.caps & both == both), "so does their domain");
         let msg = Hints { ep: Some(EpAttr { type_: ffi::FI_EP_MSG, ..Default::default() }), ..h.clone() };
-        assert_eq!(ask(None, None, 0, Some(&msg)).unwrap_err().code(), ffi::FI_ENODATA, "MSG has no data path");
+        let l = ask(None, None, 0, Some(&msg)).unwrap();
+        assert!(l.iter().all(|i| i.ep.type_ == ffi::FI_EP_MSG && i.caps & both == both), "MSG connects across hosts");
         // A destination on another host (TEST-NET-2), from an explicit
         // source (no routing lookup): resolved and handed back.
         let from = Hints { src: Some("127.0.0.1:0".parse().unwrap()), ..Default::default() };

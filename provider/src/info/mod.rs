@@ -108,6 +108,8 @@ pub struct Info {
     pub ep: EpAttr,
     pub domain: DomainAttr,
     pub fabric: FabricAttr,
+    /// `handle`: a connection request's fid (FI_CONNREQ infos), 0 otherwise.
+    pub handle: usize,
 }
 
 /// Application hints: like [`Info`], with each attr optional (NULL in C).
@@ -127,4 +129,6 @@ pub struct Hints {
     pub ep: Option<EpAttr>,
     pub domain: Option<DomainAttr>,
     pub fabric: Option<FabricAttr>,
+    /// `handle` (a passive endpoint, for FI_EP_MSG).
+    pub handle: usize,
 }

@@ -149,7 +149,7 @@ impl Av {
                         context,
                         data: i as u64,
                         err: *code as i32,
-                        prov_errno: 0,
+                        ..Default::default()
                     });
                 }
             }

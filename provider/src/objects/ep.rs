@@ -4,11 +4,21 @@
 //! endpoint is created (so fi_getname works before fi_enable, as fabtests
 //! expect) at the info's source address. Its shared-memory queue is created
 //! at the same time, under that name, so peers can send to it as soon as
-//! they know the name; fi_enable starts its engine (protocol::engine). MSG
-//! endpoints do not move data yet (-FI_ENOSYS).
+//! they know the name; fi_enable starts its engine (protocol::engine).
+//!
+//! An FI_EP_MSG endpoint is the same endpoint with one peer: it has its own
+//! name, queue and engine, and its connection (protocol::conn, driven by its
+//! EQ's reads) fills a private one-entry address table with the peer's
+//! name, so every data call goes to fi_addr 0 of it (the call's dest_addr
+//! is ignored, as fi_msg(3) says for connected endpoints).
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::eq::{CmSource, EqError};
+use super::pep::ConnReq;
+use crate::protocol::av::AddrTable;
+use crate::protocol::conn::{CmEvent, Conn};
 
 use oxmr_ffi as ffi;
 
@@ -55,6 +65,9 @@ pub struct EpState {
     pub rx_op_flags: u64,
     pub listener: Option<TcpListener>,
     pub name: Option<SocketAddr>,
+    /// MSG, accepted: the address the connector reached (the passive
+    /// endpoint's), which fi_getname reports, as for an accepted socket.
+    pub cm_name: Option<SocketAddr>,
 }
 
 /// An endpoint.
@@ -66,8 +79,14 @@ pub struct Ep {
     state: Mutex<EpState>,
     /// The shared-memory queue, until fi_enable hands it to the engine.
     rx_region: Mutex<Option<Inbox>>,
-    /// The data engine (RDM, after fi_enable).
+    /// The data engine (after fi_enable).
     engine: super::progress::EngineCell,
+    /// MSG: the connection, and the table that holds its peer (fi_addr 0).
+    conn: Mutex<Conn>,
+    peer_av: Arc<AddrTable>,
+    /// The connection request this endpoint was opened for (kept so that
+    /// its handle stays valid while the endpoint lives).
+    request: Mutex<Option<Arc<ConnReq>>>,
 }
 
 /// Default FI_OPT_MIN_MULTI_RECV (bytes left before a multi-recv buffer is released).
@@ -156,15 +175,10 @@ impl Ep {
             ..Default::default()
         };
         let src = source_of(&info, &domain);
-        let mut region = None;
-        if info.ep.type_ == ffi::FI_EP_RDM {
-            let (l, name) = listen(src)?;
-            state.listener = Some(l);
-            state.name = Some(name);
-            region = Some(Inbox::create(&name, "fi_endpoint")?);
-        } else {
-            state.name = Some(src);
-        }
+        let (l, name) = listen(src)?;
+        state.listener = Some(l);
+        state.name = Some(name);
+        let region = Some(Inbox::create(&name, "fi_endpoint")?);
         Ok(Ep {
             hdr,
             domain,
@@ -172,6 +186,9 @@ impl Ep {
             state: Mutex::new(state),
             rx_region: Mutex::new(region),
             engine: Default::default(),
+            conn: Mutex::new(Conn::default()),
+            peer_av: Arc::new(AddrTable::new(1, false)),
+            request: Mutex::new(None),
         })
     }
 
@@ -298,24 +315,47 @@ impl Ep {
 
     /// Run `f` on the engine; -FI_EOPBADSTATE before fi_enable.
     /// Post a send (msg or tagged) on the endpoint's engine.
-    pub fn send(&self, o: TxOp) -> Result<()> {
+    pub fn send(&self, mut o: TxOp) -> Result<()> {
+        o.dest = self.peer_addr(o.dest, "send")?;
         self.with_engine(|e| e.send(o))
+    }
+
+    fn is_msg(&self) -> bool {
+        self.info.ep.type_ == ffi::FI_EP_MSG
+    }
+
+    /// The destination of a transmit: the connection's peer on MSG.
+    fn peer_addr(&self, dest: u64, what: &str) -> Result<u64> {
+        if !self.is_msg() {
+            return Ok(dest);
+        }
+        if !self.conn().usable() {
+            return Err(fail!(ffi::FI_ENOTCONN, "{what} on an FI_EP_MSG endpoint that is not connected (fi_connect or fi_accept, then wait for FI_CONNECTED)"));
+        }
+        Ok(0)
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Conn> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Post a receive: `tag` is (tag, ignore) for tagged receives, `flags`
     /// the call's own (None: the endpoint's rx op_flags).
     pub fn recv(&self, ctx: usize, iovs: Iovs, src: u64, tag: Option<(u64, u64)>, flags: Option<u64>) -> Result<()> {
+        let src = if self.is_msg() { ffi::FI_ADDR_UNSPEC } else { src };
         self.with_engine(|e| e.recv(ctx, iovs, src, tag, flags))
     }
 
     /// fi_trecvmsg with FI_PEEK, FI_CLAIM or FI_DISCARD (see
     /// `Engine::probe`).
     pub fn probe(&self, ctx: usize, iovs: Iovs, src: u64, tag: (u64, u64), flags: u64) -> Result<()> {
+        let src = if self.is_msg() { ffi::FI_ADDR_UNSPEC } else { src };
         self.with_engine(|e| e.probe(ctx, iovs, src, tag, flags))
     }
 
     /// Post an RMA read or write.
-    pub fn rma(&self, o: RmaOp) -> Result<()> {
+    pub fn rma(&self, mut o: RmaOp) -> Result<()> {
+        o.dest = self.peer_addr(o.dest, if o.read { "RMA read" } else { "RMA write" })?;
         self.with_engine(|e| e.rma(o))
     }
 
@@ -328,9 +368,6 @@ impl Ep {
         let mut g = self.engine.lock();
         match g.as_mut() {
             Some(e) => f(e),
-            None if self.info.ep.type_ == ffi::FI_EP_MSG => {
-                Err(fail!(ffi::FI_ENOSYS, "data transfer on FI_EP_MSG endpoints is not implemented yet; use FI_EP_RDM"))
-            }
             None => Err(fail!(ffi::FI_EOPBADSTATE, "data operation before fi_enable")),
         }
     }
@@ -338,9 +375,6 @@ impl Ep {
     /// fi_enable, then start the engine and attach it to its CQs/counters.
     pub fn enable_and_start(self: &Arc<Self>) -> Result<()> {
         self.enable()?;
-        if self.info.ep.type_ != ffi::FI_EP_RDM {
-            return Ok(());
-        }
         let mut eng = self.engine.lock();
         if eng.is_some() {
             return Ok(());
@@ -360,12 +394,13 @@ impl Ep {
             tx_selective: s.tx_selective,
             rx_selective: s.rx_selective,
             cntrs: s.cntrs.clone().map(|c| c.map(|c| c.core.clone())),
-            av: s.av.as_ref().map(|a| a.table.clone()),
+            av: if self.is_msg() { Some(self.peer_av.clone()) } else { s.av.as_ref().map(|a| a.table.clone()) },
             tx_op_flags: s.tx_op_flags,
             rx_op_flags: s.rx_op_flags,
             directed: self.info.caps & ffi::FI_DIRECTED_RECV as u64 != 0,
+            one_peer: self.is_msg(),
         };
-        let name = s.name.expect("an RDM endpoint always has a name");
+        let name = s.name.expect("an endpoint always has a name");
         let cqs: Vec<_> = [&s.tx_cq, &s.rx_cq].into_iter().flatten().cloned().collect();
         let cntrs: Vec<_> = s.cntrs.iter().flatten().cloned().collect();
         drop(s);
@@ -428,27 +463,38 @@ impl Ep {
 
     /// Rebind the endpoint's listener at `addr` (fi_setname, before enable).
     pub fn set_name(&self, addr: SocketAddr) -> Result<()> {
-        let mut s = self.state();
-        if s.enabled {
+        if self.state().enabled {
             return Err(fail!(ffi::FI_EOPBADSTATE, "fi_setname after fi_enable; set the name before enabling"));
         }
-        if self.info.ep.type_ == ffi::FI_EP_RDM {
-            let (l, name) = listen(addr)?;
-            // Peers find our queue by our name: a new name, a new queue
-            // (the old one, unused so far, goes with its file).
-            let region = Inbox::create(&name, "fi_setname")?;
-            *self.rx_region.lock().unwrap_or_else(|p| p.into_inner()) = Some(region);
-            s.listener = Some(l);
-            s.name = Some(name);
-        } else {
-            s.name = Some(addr);
+        self.adopt_listener(listen(addr)?.0)
+    }
+
+    /// Take `l` as the endpoint's listener (its address, the name).
+    pub fn adopt_listener(&self, l: TcpListener) -> Result<()> {
+        let mut s = self.state();
+        if s.enabled {
+            return Err(fail!(ffi::FI_EOPBADSTATE, "an endpoint's address cannot change after fi_enable"));
         }
+        let name = l.local_addr().map_err(|e| fail!(ffi::FI_EIO, "getsockname: {e}"))?;
+        // Peers find our queue by our name: a new name, a new queue
+        // (the old one, unused so far, goes with its file).
+        let region = Inbox::create(&name, "fi_setname/fi_endpoint")?;
+        *self.rx_region.lock().unwrap_or_else(|p| p.into_inner()) = Some(region);
+        s.listener = Some(l);
+        s.name = Some(name);
         Ok(())
     }
 
-    /// The endpoint's name.
+    /// The endpoint's name (where its peers' frames go).
     pub fn name(&self) -> Option<SocketAddr> {
         self.state().name
+    }
+
+    /// What fi_getname reports: the name, or for an accepted MSG endpoint
+    /// the address its connector reached.
+    pub fn shown_name(&self) -> Option<SocketAddr> {
+        let s = self.state();
+        s.cm_name.or(s.name)
     }
 
     /// FI_OPT_MIN_MULTI_RECV.
@@ -495,5 +541,143 @@ impl Ep {
             }
             None => Ok(if tx { s.tx_op_flags } else { s.rx_op_flags }),
         }
+    }
+}
+
+/// FI_EP_MSG: connections (fi_cm(3)).
+impl Ep {
+    fn msg_only(&self, call: &str) -> Result<()> {
+        if !self.is_msg() {
+            return Err(fail!(ffi::FI_EINVAL, "{call} applies to FI_EP_MSG endpoints; this one is FI_EP_RDM"));
+        }
+        Ok(())
+    }
+
+    /// Hold the connection request this endpoint was opened for (its
+    /// info's `handle`), for fi_accept.
+    pub fn take_request(&self, req: Arc<ConnReq>) -> Result<()> {
+        self.msg_only("fi_endpoint with a connection request")?;
+        let inc = req.take("fi_endpoint")?;
+        self.state().cm_name = Some(inc.local());
+        *self.conn() = Conn::offered(inc);
+        *self.request.lock().unwrap_or_else(|p| p.into_inner()) = Some(req);
+        Ok(())
+    }
+
+    fn watch_from_eq(self: &Arc<Self>) -> Result<()> {
+        let eq = self.state().eq.clone().ok_or_else(|| fail!(ffi::FI_ENOEQ, "no EQ bound; fi_ep_bind an EQ first"))?;
+        let me: Arc<dyn CmSource> = self.clone();
+        eq.watch(Arc::downgrade(&me));
+        Ok(())
+    }
+
+    /// fi_connect to a passive endpoint's name, with cm_data.
+    pub fn connect(self: &Arc<Self>, to: SocketAddr, data: &[u8]) -> Result<()> {
+        self.msg_only("fi_connect")?;
+        if data.len() > attrs::CM_DATA_SIZE {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_connect: {} bytes of cm_data; at most {} (FI_OPT_CM_DATA_SIZE)",
+                data.len(),
+                attrs::CM_DATA_SIZE
+            ));
+        }
+        self.enable_and_start()?;
+        self.conn().connect(to, data, self.domain.fabric.config.cm_timeout)?;
+        self.watch_from_eq()
+    }
+
+    /// fi_accept the request this endpoint holds, with cm_data.
+    pub fn accept(self: &Arc<Self>, data: &[u8]) -> Result<()> {
+        self.msg_only("fi_accept")?;
+        if data.len() > attrs::CM_DATA_SIZE {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_accept: {} bytes of cm_data; at most {} (FI_OPT_CM_DATA_SIZE)",
+                data.len(),
+                attrs::CM_DATA_SIZE
+            ));
+        }
+        let peer = self.conn().peer;
+        let Some(peer) = peer else {
+            return Err(fail!(
+                ffi::FI_EOPBADSTATE,
+                "fi_accept: this endpoint holds no connection request; open it with the info of an FI_CONNREQ event"
+            ));
+        };
+        self.enable_and_start()?;
+        self.know_peer(peer);
+        let name = self.name().expect("an endpoint always has a name");
+        self.conn().accept(name, data)?;
+        self.watch_from_eq()
+    }
+
+    /// fi_shutdown: the peer gets FI_SHUTDOWN, and so does our EQ.
+    pub fn shutdown(&self, flags: u64) -> Result<()> {
+        self.msg_only("fi_shutdown")?;
+        if flags != 0 {
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_shutdown: flags {flags:#x}; pass 0"));
+        }
+        let ev = self.conn().shutdown()?;
+        if let Some(ev) = ev {
+            self.post(ev);
+        }
+        Ok(())
+    }
+
+    /// fi_getpeer: the connected peer's name.
+    pub fn peer(&self) -> Result<SocketAddr> {
+        self.msg_only("fi_getpeer")?;
+        let c = self.conn();
+        match c.peer {
+            Some(p) if c.usable() => Ok(p),
+            _ => Err(fail!(ffi::FI_ENOTCONN, "fi_getpeer: the endpoint is not connected")),
+        }
+    }
+
+    /// Put the peer at fi_addr 0 of our table (once).
+    fn know_peer(&self, peer: SocketAddr) {
+        if self.peer_av.reverse(&peer).is_none() {
+            let _ = self.peer_av.insert(&[Some(peer)]);
+        }
+    }
+
+    fn post(&self, ev: CmEvent) {
+        let Some(eq) = self.state().eq.clone() else { return };
+        let fid = self as *const Self as usize;
+        let context = self.hdr.0.fid.context as usize;
+        let mut head = Vec::with_capacity(16);
+        head.extend_from_slice(&fid.to_ne_bytes());
+        // (struct fi_eq_cm_entry: fid, info (NULL), data.)
+        head.extend_from_slice(&0usize.to_ne_bytes());
+        match ev {
+            CmEvent::Connected(data) => {
+                head.extend_from_slice(&data);
+                eq.post(ffi::FI_CONNECTED, head);
+            }
+            CmEvent::Shutdown => eq.post(ffi::FI_SHUTDOWN, head),
+            CmEvent::Error(err, err_data) => {
+                eq.post_error(EqError { fid, context, err, err_data, ..Default::default() })
+            }
+        }
+    }
+}
+
+impl CmSource for Ep {
+    fn cm_progress(&self) -> bool {
+        let Some(name) = self.name() else { return false };
+        let mut c = self.conn();
+        let ev = c.progress(name, self.domain.fabric.config.cm_timeout);
+        // (Under the connection's lock: a send that finds it usable finds
+        // the peer in the table.)
+        if let (Some(CmEvent::Connected(_)), Some(p)) = (&ev, c.peer) {
+            self.know_peer(p);
+        }
+        let watched = c.watched();
+        drop(c);
+        if let Some(ev) = ev {
+            self.post(ev);
+        }
+        watched
     }
 }

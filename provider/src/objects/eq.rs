@@ -7,7 +7,7 @@
 //! insert completions, CM events) are never dropped.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use oxmr_ffi as ffi;
 
@@ -20,14 +20,25 @@ use oxmr_ffi::FidHeader;
 /// Default depth when the application asks for size 0.
 pub(crate) const DEFAULT_SIZE: usize = 1024;
 
-/// An error event (`struct fi_eq_err_entry` without err_data).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// An error event (`struct fi_eq_err_entry`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EqError {
     pub fid: usize,
     pub context: usize,
     pub data: u64,
     pub err: i32,
     pub prov_errno: i32,
+    /// Provider data (a reject's cm_data).
+    pub err_data: Vec<u8>,
+}
+
+/// Something whose connection progress runs when its EQ is read
+/// (passive endpoints and MSG endpoints): fi_eq_read and fi_eq_sread drive
+/// connection progress, as manual control progress asks.
+pub trait CmSource: Send + Sync {
+    /// Move connections on and post their events; false once there is
+    /// nothing more to watch.
+    fn cm_progress(&self) -> bool;
 }
 
 struct Event {
@@ -49,6 +60,12 @@ pub struct Eq {
     pub size: usize,
     waiter: Waiter,
     q: Mutex<Queues>,
+    /// Who posts connection events here (weak: they are the EQ's users,
+    /// closed before it).
+    sources: Mutex<Vec<Weak<dyn CmSource>>>,
+    /// The err_data handed out by the last fi_eq_readerr that asked for
+    /// the provider's buffer (valid until the next one: fi_eq(3)).
+    err_keep: Mutex<Vec<u8>>,
 }
 
 /// The bytes of a `struct fi_eq_entry`.
@@ -73,6 +90,8 @@ impl Eq {
             size: if attr.size == 0 { DEFAULT_SIZE } else { attr.size },
             waiter: Waiter::new(attr.wait_obj)?,
             q: Mutex::new(Queues::default()),
+            sources: Mutex::new(Vec::new()),
+            err_keep: Mutex::new(Vec::new()),
         })
     }
 
@@ -104,9 +123,52 @@ impl Eq {
         self.waiter.notify();
     }
 
+    /// Run connection progress for `s` on every read of this EQ.
+    pub fn watch(&self, s: Weak<dyn CmSource>) {
+        let mut v = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        if !v.iter().any(|w| w.ptr_eq(&s)) {
+            v.push(s);
+        }
+    }
+
+    /// Connection progress of everything watched (run outside the lists'
+    /// locks: a source posts into this EQ).
+    fn drive(&self) {
+        let live: Vec<Arc<dyn CmSource>> = {
+            let mut v = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+            v.retain(|w| w.strong_count() > 0);
+            v.iter().filter_map(Weak::upgrade).collect()
+        };
+        if live.is_empty() {
+            return;
+        }
+        let done: Vec<_> = live.iter().filter(|s| !s.cm_progress()).map(Arc::as_ptr).collect();
+        if !done.is_empty() {
+            let mut v = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+            v.retain(|w| !done.iter().any(|d| std::ptr::addr_eq(w.as_ptr(), *d)));
+        }
+    }
+
+    fn watching(&self) -> bool {
+        !self.sources.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
+    /// Keep `data` as the provider's err_data buffer until the next call;
+    /// returns its address.
+    pub fn keep_err_data(&self, data: Vec<u8>) -> usize {
+        let mut k = self.err_keep.lock().unwrap_or_else(|p| p.into_inner());
+        *k = data;
+        k.as_ptr() as usize
+    }
+
     /// Read (or with `peek`, look at) the next event into `buf`.
     /// Returns the event and its length.
     pub fn read(&self, buf: &mut [u8], peek: bool) -> Result<(u32, usize)> {
+        self.drive();
+        self.take(buf, peek)
+    }
+
+    fn take(&self, buf: &mut [u8], peek: bool) -> Result<(u32, usize)> {
         let mut q = self.lock();
         if !q.errors.is_empty() {
             return Err(Error::quiet(ffi::FI_EAVAIL));
@@ -134,7 +196,7 @@ impl Eq {
     /// Take (or peek at) the next error.
     pub fn readerr(&self, peek: bool) -> Result<EqError> {
         let mut q = self.lock();
-        let e = *q.errors.front().ok_or(Error::quiet(ffi::FI_EAGAIN))?;
+        let e = q.errors.front().cloned().ok_or(Error::quiet(ffi::FI_EAGAIN))?;
         if !peek {
             q.errors.pop_front();
         }
@@ -148,8 +210,11 @@ impl Eq {
 
     /// Blocking read with a timeout in ms (negative: forever).
     pub fn sread(&self, buf: &mut [u8], timeout_ms: i32, peek: bool) -> Result<(u32, usize)> {
-        self.waiter.block_until(deadline(timeout_ms), || self.ready());
-        self.read(buf, peek)
+        self.waiter.block_until(deadline(timeout_ms), || {
+            self.drive();
+            self.ready()
+        });
+        self.take(buf, peek)
     }
 
     /// The pollable fd (`FI_GETWAIT`).
@@ -160,9 +225,15 @@ impl Eq {
     /// fi_trywait: -FI_EAGAIN if an event is ready, else clear the fd.
     pub fn trywait(&self) -> Result<()> {
         self.waiter.clear();
+        self.drive();
         if self.ready() {
             self.waiter.notify();
             return Err(Error::quiet(ffi::FI_EAGAIN));
+        }
+        // Connections move only when this EQ is read: wake the sleeper
+        // soon to read again (as a CQ's trywait does for its peers).
+        if self.watching() {
+            self.waiter.tick();
         }
         Ok(())
     }

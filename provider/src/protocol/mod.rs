@@ -1,6 +1,7 @@
 //! oxmr's wire protocol: the message header every wire carries, and the
 //! endpoint engine that turns libfabric operations into messages and
-//! messages into completions (matching, rendezvous, RMA at the target).
+//! messages into completions (matching, rendezvous, RMA at the target);
+//! and the FI_EP_MSG connection handshake (`conn`, over `wire::cm`).
 //!
 //! The engine talks to a wire through `wire::Link` (and, for the
 //! shared-memory offloads, the shm queue itself); the TCP wire will carry
@@ -13,6 +14,7 @@
 //! link opens (`wire::OpenError::Version`).
 
 pub mod av;
+pub mod conn;
 pub mod engine;
 pub mod hash;
 pub mod inbox;

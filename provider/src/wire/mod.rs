@@ -16,8 +16,11 @@
 //! Which wire reaches a peer is `Dial::route`: by default (FI_OXMR_WIRE=
 //! auto) shared memory for a peer whose address is one of this network
 //! namespace's own, TCP for any other.
+//! - `cm`: the FI_EP_MSG connection handshake, on a TCP connection of its
+//!   own whichever wire carries the data.
 //! - `loopback` (tests only): in-process queues whose copies always push.
 
+pub mod cm;
 #[cfg(test)]
 pub mod loopback;
 pub mod shm;

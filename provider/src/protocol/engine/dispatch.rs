@@ -125,6 +125,9 @@ impl Engine {
     /// or on the other wire, is dropped here, before it can be kept,
     /// batched or answered.
     pub(super) fn sent_by(&mut self, msg: &[u8], via: Option<SocketAddr>) -> bool {
+        if self.b.one_peer && !self.is_from_our_peer(msg) {
+            return false;
+        }
         if via.is_none() && self.dial.wire == Wire::Shm {
             return true;
         }
@@ -162,6 +165,20 @@ impl Engine {
                 false
             }
         }
+    }
+
+    /// A connected endpoint's frame names its peer (else it is dropped
+    /// with a log line: someone else found our name).
+    fn is_from_our_peer(&mut self, msg: &[u8]) -> bool {
+        let claimed = Hdr::decode(msg).and_then(|(h, _)| self.sender(&h.name));
+        let ok = claimed.is_some_and(|c| self.b.av.as_ref().is_some_and(|av| av.reverse(&c).is_some()));
+        if !ok {
+            tracing::warn!(
+                "dropping a frame from {} at a connected endpoint: it is not the endpoint's peer",
+                claimed.map_or("nobody valid".to_string(), |c| c.to_string())
+            );
+        }
+        ok
     }
 
     /// Handle a message now, or keep it for `serve_deferred`.

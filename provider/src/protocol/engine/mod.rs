@@ -107,6 +107,10 @@ pub struct Bindings {
     /// FI_DIRECTED_RECV granted: receives honour their source address
     /// (otherwise fi_endpoint(3) says it is ignored).
     pub directed: bool,
+    /// A connected (FI_EP_MSG) endpoint: frames are taken only from the
+    /// peers in `av` (its one peer, inserted before the connection can
+    /// carry anything).
+    pub one_peer: bool,
 }
 
 struct Posted {

@@ -90,6 +90,7 @@ fn side_pinned(mr_mode: u32, cfg: &Config, cached: bool) -> Side {
         tx_op_flags: 0,
         rx_op_flags: 0,
         directed: true,
+        one_peer: false,
     };
     let inbox = crate::protocol::inbox::Inbox(rx);
     let eng = Engine::new(inbox, addr, mr.clone(), cfg, b);
@@ -994,4 +995,24 @@ fn random_frames_over_tcp_never_panic_and_an_unsound_one_closes_its_connection()
     }
     println!("{sound_seen} sound and {unsound_seen} unsound frames");
     assert!(sound_seen > 0 && unsound_seen > 0, "the loop made both kinds");
+}
+
+#[test]
+fn a_connected_endpoint_takes_frames_from_its_peer_only() {
+    let (mut a, mut b) = pair();
+    b.eng.b.one_peer = true;
+    let mut c = side();
+    c.av.insert(&[Some(b.addr)]);
+    let mut buf = [0u8; 8];
+    recv(&mut b, 1, &mut buf, ffi::FI_ADDR_UNSPEC, None);
+    send(&mut c, 2, b"stranger", None);
+    for _ in 0..100 {
+        c.eng.progress();
+        b.eng.progress();
+    }
+    assert!(read(&b).is_none(), "a stranger's message was taken");
+    send(&mut a, 3, b"the peer", None);
+    let e = ok(next(&mut a, &mut b, 1));
+    assert_eq!(e.op_context, 1);
+    assert_eq!(&buf, b"the peer");
 }
