@@ -25,11 +25,9 @@ reps="${REPS:-3}"
 [ "$(id -u)" -eq 0 ] || { echo "$0: needs root (network namespaces)" >&2; exit 2; }
 
 tmp="$(mktemp -d)"
-nsa="oxmr-bmpi-$$-a"
-nsb="oxmr-bmpi-$$-b"
+source "$(dirname "${BASH_SOURCE[0]}")/../fabtests/netns.sh"
 cleanup() {
-	ip netns del "$nsa" 2>/dev/null || true
-	ip netns del "$nsb" 2>/dev/null || true
+	netns_down
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -37,16 +35,9 @@ trap 'exit 1' INT TERM
 
 mpicc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$tmp/pp" "$here/mpi_pp.c"
 
-ip netns add "$nsa"
-ip netns add "$nsb"
-ip link add "obm$$a" type veth peer name "obm$$b"
-ip link set "obm$$a" netns "$nsa"
-ip link set "obm$$b" netns "$nsb"
-ip -n "$nsa" addr add 198.18.0.1/24 dev "obm$$a"
-ip -n "$nsb" addr add 198.18.0.2/24 dev "obm$$b"
-for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
-ip -n "$nsa" link set "obm$$a" up
-ip -n "$nsb" link set "obm$$b" up
+netns_up bmpi
+nsa="$NETNS_A"
+nsb="$NETNS_B"
 cat >"$tmp/agent" <<EOF
 #!/bin/sh
 while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done

@@ -33,25 +33,16 @@ for p in fi_rdm_pingpong fi_rdm_tagged_bw fi_rma_bw; do
 done
 
 tmp="$(mktemp -d)"
-nsa="oxmr-btcp-$$-a"
-nsb="oxmr-btcp-$$-b"
+source "$(dirname "${BASH_SOURCE[0]}")/../fabtests/netns.sh"
 cleanup() {
-	ip netns del "$nsa" 2>/dev/null || true
-	ip netns del "$nsb" 2>/dev/null || true
+	netns_down
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-ip netns add "$nsa"
-ip netns add "$nsb"
-ip link add "obt$$a" type veth peer name "obt$$b"
-ip link set "obt$$a" netns "$nsa"
-ip link set "obt$$b" netns "$nsb"
-ip -n "$nsa" addr add 198.18.0.1/24 dev "obt$$a"
-ip -n "$nsb" addr add 198.18.0.2/24 dev "obt$$b"
-for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
-ip -n "$nsa" link set "obt$$a" up
-ip -n "$nsb" link set "obt$$b" up
+netns_up btcp
+nsa="$NETNS_A"
+nsb="$NETNS_B"
 
 # timed <file> <command...>: run it, append "user sys" seconds to <file>.
 timed() {

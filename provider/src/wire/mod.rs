@@ -32,6 +32,11 @@ use std::net::{IpAddr, SocketAddr, TcpListener};
 pub use crate::config::Wire;
 
 pub use shm::share::{Copies, SharedCopy, Span};
+/// A TCP hello's bytes, for tests that speak the wire by hand.
+#[cfg(test)]
+pub(crate) use tcp::hello_bytes;
+/// How long a TCP connect may stay in progress (the engine says so when one fails).
+pub(crate) use tcp::CONNECT_WAIT;
 
 /// The largest frame any wire carries (the shm queue's cell): the
 /// protocol sizes its inline payloads and batched answers by it.

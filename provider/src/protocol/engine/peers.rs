@@ -109,7 +109,7 @@ pub(super) fn unreachable(errno: i32) -> (u32, String) {
         let why = format!(
             "could not be connected to over TCP ({}; a connect is given {} s): is the address right and reachable from here (route, firewall)?",
             std::io::Error::from_raw_os_error(errno),
-            crate::wire::tcp::CONNECT_WAIT.as_secs()
+            crate::wire::CONNECT_WAIT.as_secs()
         );
         (ffi::FI_EHOSTUNREACH, why)
     }

@@ -851,7 +851,7 @@ fn a_peer_restarted_at_its_address_fails_what_was_pending_with_the_old_one() {
     h.name[..e.len()].copy_from_slice(&e);
     h.epoch = old.wrapping_add(1).max(1);
     let mut raw = std::net::TcpStream::connect(a.addr).expect("a's listener");
-    std::io::Write::write_all(&mut raw, &crate::wire::tcp::hello_bytes(&h)).expect("hello sent");
+    std::io::Write::write_all(&mut raw, &crate::wire::hello_bytes(&h)).expect("hello sent");
     let e = err(next_alone(&mut a));
     assert_eq!((e.op_context, e.err as u32), (7, ffi::FI_ECONNABORTED));
     assert!(a.eng.peers.list.is_empty(), "the old link is gone");
@@ -904,7 +904,7 @@ fn random_frames_over_tcp_never_panic_and_an_unsound_one_closes_its_connection()
         let mut raw = std::net::TcpStream::connect(b.addr).expect("b's listener");
         // (a's own hello: its name and epoch.)
         let hello = a.eng.dial.hello;
-        std::io::Write::write_all(&mut raw, &crate::wire::tcp::hello_bytes(&hello)).unwrap();
+        std::io::Write::write_all(&mut raw, &crate::wire::hello_bytes(&hello)).unwrap();
         raw.set_nonblocking(true).unwrap();
         for _ in 0..1 + rnd() % 6 {
             let small = |v: u64, m: u64| match v % 3 {
