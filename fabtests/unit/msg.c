@@ -364,7 +364,16 @@ int main(int argc, char **argv)
 	OXT_GROUP("FI_CONNREQ with the request's cm_data; fi_reject with cm_data");
 	info = connreq(&s, pep, 100, 1);
 	if (info) {
+		struct fid_pep *other = NULL;
+
+		/* A request answered on a passive endpoint it did not arrive
+		 * at is refused, and stays unanswered for its own. */
 		oxt_fill(cm, 50, 2);
+		EXPECT_RC(fi_passive_ep(s.e.fabric, s.e.info, &other, NULL), 0);
+		if (other) {
+			EXPECT_RC(fi_reject(other, info->handle, cm, 50), -FI_EINVAL);
+			EXPECT_RC(fi_close(&other->fid), 0);
+		}
 		EXPECT_RC(fi_reject(pep, info->handle, cm, 50), 0);
 		fi_freeinfo(info);
 	}

@@ -169,11 +169,21 @@ unsafe extern "C" fn listen(pep: *mut ffi::fid_pep) -> i32 {
 unsafe extern "C" fn reject(pep: *mut ffi::fid_pep, handle: ffi::fid_t, param: *const c_void, paramlen: usize) -> i32 {
     guard_int("fi_reject", || {
         // SAFETY: our fid.
-        let _pep = unsafe { borrow::<Pep>(pep.cast()) }?;
+        let pep = unsafe { borrow::<Pep>(pep.cast()) }?;
         // SAFETY: cm_data buffer per the API.
         let data = unsafe { cm_data("fi_reject", param, paramlen) }?;
         // SAFETY: `handle` comes from an FI_CONNREQ info (checked by type).
-        let req = unsafe { borrow::<ConnReq>(handle) }?.take("fi_reject")?;
+        let req = unsafe { borrow::<ConnReq>(handle) }?;
+        let (mine, theirs) = (pep.name().map(|a| a.port()), req.port());
+        if theirs.is_some() && mine != theirs {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_reject: this connection request arrived at port {} and this passive endpoint listens at {}; reject it on the passive endpoint whose EQ reported it",
+                theirs.unwrap_or(0),
+                mine.map_or_else(|| "no address".to_string(), |p| p.to_string())
+            ));
+        }
+        let req = req.take("fi_reject")?;
         let from = req.peer;
         req.reject(data);
         tracing::debug!("fi_reject: refused the connection request of {from}");

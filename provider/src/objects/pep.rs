@@ -36,6 +36,12 @@ impl ConnReq {
         ConnReq { hdr, req: Mutex::new(Some(req)) }
     }
 
+    /// The port the request arrived at (its passive endpoint's), while it
+    /// is unanswered.
+    pub fn port(&self) -> Option<u16> {
+        self.req.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.local().port())
+    }
+
     /// Take the request (once).
     pub fn take(&self, call: &str) -> Result<Incoming> {
         self.req.lock().unwrap_or_else(|p| p.into_inner()).take().ok_or_else(|| {
