@@ -254,11 +254,44 @@ impl Link {
         if o.queued.len() + len + 4 > OUT_MAX {
             return Err(WireError::Full);
         }
-        o.queued.extend((len as u32).to_le_bytes());
-        for p in parts {
-            o.queued.extend(p.iter().copied());
+        let prefix = (len as u32).to_le_bytes();
+        // Nothing queued ahead and connected: write the frame straight
+        // from its parts (one writev, no gather copy); queue only what the
+        // socket did not take.
+        let mut sent = 0;
+        if o.queued.is_empty() && o.setup == Setup::Up {
+            let mut slices = Vec::with_capacity(parts.len() + 1);
+            slices.push(io::IoSlice::new(&prefix));
+            slices.extend(parts.iter().map(|p| io::IoSlice::new(p)));
+            loop {
+                match (&self.sock).write_vectored(&slices) {
+                    Ok(0) => {
+                        o.state = LinkState::Closed;
+                        return Err(WireError::Closed);
+                    }
+                    Ok(n) => sent = n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => {
+                        o.state = LinkState::Closed;
+                        return Err(WireError::Closed);
+                    }
+                }
+                break;
+            }
         }
-        self.push_out(&mut o);
+        let mut skip = sent;
+        for p in std::iter::once(&prefix[..]).chain(parts.iter().copied()) {
+            if skip >= p.len() {
+                skip -= p.len();
+                continue;
+            }
+            o.queued.extend(&p[skip..]);
+            skip = 0;
+        }
+        if !o.queued.is_empty() {
+            self.push_out(&mut o);
+        }
         if o.state != LinkState::Open {
             return Err(WireError::Closed);
         }
@@ -368,6 +401,36 @@ pub struct Inbox {
 const ACCEPT_GAP: Duration = Duration::from_micros(200);
 const CLOCK_EVERY: u32 = 16;
 
+/// Cut the whole frames at the start of `bytes` (a connection's stream
+/// from `from`, connection `id`) into `frames`, counting them in `read`;
+/// the bytes taken, or None for a length over `TCP_MAX_FRAME` (the
+/// connection is to be closed; said here).
+fn cut(
+    bytes: &[u8],
+    from: SocketAddr,
+    id: u64,
+    frames: &mut VecDeque<(Vec<u8>, SocketAddr, u64)>,
+    read: &mut u64,
+) -> Option<usize> {
+    let mut at = 0;
+    while bytes.len() - at >= 4 {
+        let n = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default()) as usize;
+        if n > TCP_MAX_FRAME {
+            tracing::warn!(
+                "closing the TCP connection from {from}: a frame of {n} bytes (the most is {TCP_MAX_FRAME}); a broken or lying peer"
+            );
+            return None;
+        }
+        if bytes.len() - at < 4 + n {
+            break;
+        }
+        frames.push_back((bytes[at + 4..at + 4 + n].to_vec(), from, id));
+        *read += 1;
+        at += 4 + n;
+    }
+    Some(at)
+}
+
 impl Inbox {
     /// Receive at `listener` (the endpoint's, bound at its name).
     pub fn new(listener: TcpListener, me: Hello) -> io::Result<Inbox> {
@@ -421,13 +484,28 @@ impl Inbox {
         // Connections whose hello arrived in this poll.
         let mut fresh: Vec<(SocketAddr, u32)> = Vec::new();
         for c in &mut self.conns {
+            // (A frame too long, cut straight from a read below.)
+            let mut refused = false;
             loop {
                 match (&c.sock).read(chunk) {
                     Ok(0) => {
                         c.closed = true;
                         break;
                     }
-                    Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
+                    // Nothing held back and the hello done: cut the frames
+                    // straight from what was read, keep only the rest.
+                    Ok(n) => match c.peer {
+                        Some(from) if c.buf.is_empty() => {
+                            match cut(&chunk[..n], from, c.id, &mut self.frames, &mut self.read) {
+                                Some(at) => c.buf.extend_from_slice(&chunk[at..n]),
+                                None => {
+                                    refused = true;
+                                    break;
+                                }
+                            }
+                        }
+                        _ => c.buf.extend_from_slice(&chunk[..n]),
+                    },
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(_) => {
@@ -439,6 +517,7 @@ impl Inbox {
             // (Ended by the peer: said below if it ended in the middle of
             // something, unless the bytes it sent are refused anyway.)
             let ended = std::mem::take(&mut c.closed);
+            c.closed = refused;
             let mut at = 0;
             if c.peer.is_none() && c.buf.len() >= HELLO_LEN {
                 match Hello::decode(&c.buf[..HELLO_LEN]) {
@@ -472,25 +551,17 @@ impl Inbox {
                     }
                 }
             }
-            if let Some(from) = c.peer {
-                while c.buf.len() - at >= 4 {
-                    let n = u32::from_le_bytes(c.buf[at..at + 4].try_into().unwrap_or_default()) as usize;
-                    if n > TCP_MAX_FRAME {
-                        tracing::warn!(
-                            "closing the TCP connection from {from}: a frame of {n} bytes (the most is {TCP_MAX_FRAME}); a broken or lying peer"
-                        );
-                        c.closed = true;
-                        break;
-                    }
-                    if c.buf.len() - at < 4 + n {
-                        break;
-                    }
-                    self.frames.push_back((c.buf[at + 4..at + 4 + n].to_vec(), from, c.id));
-                    self.read += 1;
-                    at += 4 + n;
+            if let (Some(from), false) = (c.peer, c.closed) {
+                match cut(&c.buf[at..], from, c.id, &mut self.frames, &mut self.read) {
+                    Some(n) => at += n,
+                    None => c.closed = true,
                 }
             }
-            c.buf.drain(..at);
+            if c.closed {
+                c.buf.clear();
+            } else {
+                c.buf.drain(..at);
+            }
             if ended && !c.closed && !c.buf.is_empty() {
                 match c.peer {
                     None => tracing::warn!(
