@@ -110,15 +110,27 @@ impl Engine {
         };
         while st.off < st.total {
             let n = (st.total - st.off).min(chunk);
-            let mut data = Vec::with_capacity(n);
-            // SAFETY: our own buffers of a pending operation (valid until
-            // it completes) or a registration held by the stream.
-            unsafe { crate::mr::local::gather(&region_slice(&st.src, st.off, n), &mut data) };
+            let src = region_slice(&st.src, st.off, n);
+            // The wire copies the frame's parts itself (a shared-memory
+            // cell, or the socket): host memory goes to it as it is; only
+            // device memory is gathered first, with its MMIO-safe copy.
+            let mut data = Vec::new();
+            let parts: Vec<&[u8]> = if src.iter().any(|&(a, l)| l > 0 && crate::mr::phys::is_device(a, l)) {
+                data.reserve(n);
+                // SAFETY: our own buffers of a pending operation (valid
+                // until it completes) or a registration held by the stream.
+                unsafe { crate::mr::local::gather(&src, &mut data) };
+                vec![&data[..]]
+            } else {
+                // SAFETY: host memory of a pending operation or of a
+                // registration the stream holds, read only during the send.
+                src.iter().map(|&io| unsafe { crate::mr::local::view(io) }).collect()
+            };
             let hdr =
                 Hdr { op: op::DATA, msg_id: st.msg_id, rma_addr: st.off as u64, len: n as u64, ..Default::default() };
             // (No retry at a new endpoint under its address: it is not the
             // one this was for.)
-            match self.push_once(st.to, hdr, &[&data], false) {
+            match self.push_once(st.to, hdr, &parts, false) {
                 Ok(()) => st.off += n,
                 Err(e) if e.code() == ffi::FI_EAGAIN => return false,
                 Err(_) => {
