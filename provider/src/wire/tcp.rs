@@ -395,7 +395,14 @@ pub struct Inbox {
     /// Where reads land before they are cut into frames (kept: an array
     /// on the stack would be zeroed on every poll).
     chunk: Box<[u8]>,
+    /// Buffers of frames handed up, kept for the next ones (at most
+    /// `SPARE_MAX`): a 256 KiB DATA frame freshly allocated per frame
+    /// costs the allocator's mmap/trim and a page fault per page.
+    spare: Vec<Vec<u8>>,
 }
+
+/// See `Inbox::spare`.
+const SPARE_MAX: usize = 16;
 
 /// See `Inbox::polls`.
 const ACCEPT_GAP: Duration = Duration::from_micros(200);
@@ -410,6 +417,7 @@ fn cut(
     from: SocketAddr,
     id: u64,
     frames: &mut VecDeque<(Vec<u8>, SocketAddr, u64)>,
+    spare: &mut Vec<Vec<u8>>,
     read: &mut u64,
 ) -> Option<usize> {
     let mut at = 0;
@@ -424,7 +432,9 @@ fn cut(
         if bytes.len() - at < 4 + n {
             break;
         }
-        frames.push_back((bytes[at + 4..at + 4 + n].to_vec(), from, id));
+        let mut frame = spare.pop().unwrap_or_default();
+        frame.extend_from_slice(&bytes[at + 4..at + 4 + n]);
+        frames.push_back((frame, from, id));
         *read += 1;
         at += 4 + n;
     }
@@ -448,6 +458,7 @@ impl Inbox {
             polls: 0,
             accepted_at: Instant::now() - ACCEPT_GAP,
             chunk: vec![0u8; 64 << 10].into_boxed_slice(),
+            spare: Vec::new(),
         })
     }
 
@@ -496,7 +507,7 @@ impl Inbox {
                     // straight from what was read, keep only the rest.
                     Ok(n) => match c.peer {
                         Some(from) if c.buf.is_empty() => {
-                            match cut(&chunk[..n], from, c.id, &mut self.frames, &mut self.read) {
+                            match cut(&chunk[..n], from, c.id, &mut self.frames, &mut self.spare, &mut self.read) {
                                 Some(at) => c.buf.extend_from_slice(&chunk[at..n]),
                                 None => {
                                     refused = true;
@@ -552,7 +563,7 @@ impl Inbox {
                 }
             }
             if let (Some(from), false) = (c.peer, c.closed) {
-                match cut(&c.buf[at..], from, c.id, &mut self.frames, &mut self.read) {
+                match cut(&c.buf[at..], from, c.id, &mut self.frames, &mut self.spare, &mut self.read) {
                     Some(n) => at += n,
                     None => c.closed = true,
                 }
@@ -611,10 +622,14 @@ impl Inbox {
         if !self.ready() {
             return false;
         }
-        let Some((frame, from, id)) = self.frames.pop_front() else { return false };
+        let Some((mut frame, from, id)) = self.frames.pop_front() else { return false };
         self.popped += 1;
         self.last = Some(id);
         f(&frame, !self.frames.is_empty(), from);
+        if self.spare.len() < SPARE_MAX {
+            frame.clear();
+            self.spare.push(frame);
+        }
         true
     }
 
