@@ -190,6 +190,8 @@ extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
 # The whole transfer suite over the TCP wire (both processes, real sockets
 # on 127.0.0.1; docs/wire.md "TCP").
 extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
+# Blocked waiters woken by arrivals on TCP sockets (not the shm doorbell).
+extra_run "wake[FI_OXMR_WIRE=tcp]" wake FI_OXMR_WIRE=tcp
 # Tagged FI_PEEK/FI_CLAIM/FI_DISCARD over TCP too.
 extra_run "probe[FI_OXMR_WIRE=tcp]" probe FI_OXMR_WIRE=tcp
 # FI_EP_MSG connections with their data over TCP.
