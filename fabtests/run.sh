@@ -284,13 +284,16 @@ extra_run "mr_cache[FI_OXMR_MR_CACHE_EXPLICIT=0]" mr_cache FI_OXMR_MR_CACHE_EXPL
 # crosses the veth pair over TCP under the default wire choice (auto):
 # conn.c's refused, unanswered, killed and restarted peers and raw sockets
 # sending garbage; xfer.c's whole RDM operation set with its error groups
-# (it checks that a TCP connection to its peer's endpoint carried them).
+# (it checks that a TCP connection to its peer's endpoint carried them);
+# wake.c's blocked receivers woken by a socket across the veth pair.
 if [ "$(id -u)" -ne 0 ]; then
 	skip_run "conn[two hosts]" "needs root (network namespaces, setns)"
 	skip_run "xfer[two hosts]" "needs root (network namespaces, setns)"
+	skip_run "wake[two hosts]" "needs root (network namespaces, setns)"
 elif ! command -v ip >/dev/null; then
 	skip_run "conn[two hosts]" "ip (iproute2) is missing"
 	skip_run "xfer[two hosts]" "ip (iproute2) is missing"
+	skip_run "wake[two hosts]" "ip (iproute2) is missing"
 else
 	# shellcheck source=fabtests/netns.sh
 	. "$here/netns.sh"
@@ -300,6 +303,7 @@ else
 		OXT_ADDR_NOBODY="$NETNS_ADDR_NOBODY" ip netns exec "$NETNS_A")
 	extra_run "conn[two hosts]" conn "${two_hosts[@]}"
 	extra_run "xfer[two hosts]" xfer "${two_hosts[@]}"
+	extra_run "wake[two hosts]" wake "${two_hosts[@]}"
 	netns_down
 fi
 
