@@ -278,3 +278,106 @@ impl Waiter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixDatagram;
+    use std::sync::atomic::AtomicI32;
+
+    /// An endpoint whose wake fd is one end of a socket pair.
+    struct Fake {
+        rx: UnixDatagram,
+        rings: bool,
+        /// Threads told "about to sleep" and not yet "awake".
+        asleep: AtomicI32,
+        quiet: bool,
+    }
+
+    impl Sleeper for Fake {
+        fn wake_fd(&self) -> Option<RawFd> {
+            self.rings.then(|| self.rx.as_raw_fd())
+        }
+        fn sleep(&self) -> bool {
+            self.asleep.fetch_add(1, Ordering::SeqCst);
+            self.quiet
+        }
+        fn awake(&self) {
+            self.asleep.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn fake(rings: bool, quiet: bool) -> (Arc<Fake>, UnixDatagram) {
+        let (tx, rx) = UnixDatagram::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        (Arc::new(Fake { rx, rings, asleep: 0.into(), quiet }), tx)
+    }
+
+    #[test]
+    fn a_ringing_endpoint_wakes_a_sleeper_without_ticks() {
+        let (f, tx) = fake(true, true);
+        let w = Waiter::new(ffi::FI_WAIT_FD).unwrap();
+        w.attach(f.clone());
+        w.attach(f.clone()); // (counts once)
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            tx.send(&[1]).unwrap();
+        });
+        let start = Instant::now();
+        let spin_end = start + Duration::from_millis(3);
+        let mut sleeps = 0;
+        let mut b = [0u8; 4];
+        let got = w.block_until(Some(start + Duration::from_secs(10)), || {
+            if Instant::now() > spin_end {
+                sleeps += 1;
+            }
+            f.rx.recv(&mut b).is_ok()
+        });
+        t.join().unwrap();
+        assert!(got, "the ring woke it");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // (Each sleep checks twice: before and after telling the endpoint;
+        // safety ticks every 100 ms, then the ring.)
+        assert!(sleeps <= 20, "{sleeps} checks after the spin in 300 ms: it ticks");
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 0, "every sleep is paired with an awake");
+    }
+
+    #[test]
+    fn a_sleeper_ticks_where_an_endpoint_cannot_ring_or_is_busy() {
+        for (rings, quiet) in [(false, true), (true, false)] {
+            let (f, tx) = fake(rings, quiet);
+            let w = Waiter::new(ffi::FI_WAIT_FD).unwrap();
+            w.attach(f.clone());
+            // Nothing rings: only the 1 ms tick ends each sleep, so a 50 ms
+            // wait sleeps many times.
+            let mut sleeps = 0;
+            let spin_end = Instant::now() + Duration::from_millis(3);
+            let got = w.block_until(Some(Instant::now() + Duration::from_millis(50)), || {
+                if Instant::now() > spin_end {
+                    sleeps += 1;
+                }
+                false
+            });
+            assert!(!got);
+            assert!(sleeps > 10, "rings {rings}, quiet {quiet}: {sleeps} wake-ups in 47 ms, expected 1 ms ticks");
+            assert_eq!(f.asleep.load(Ordering::SeqCst), 0);
+            drop(tx);
+        }
+    }
+
+    #[test]
+    fn trywait_parks_the_endpoints_until_the_next_read() {
+        let (f, _tx) = fake(true, true);
+        let w = Waiter::new(ffi::FI_WAIT_FD).unwrap();
+        w.attach(f.clone());
+        w.park();
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 1, "the application may sleep: ring");
+        w.park();
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 1, "a second trywait parks once");
+        w.unpark();
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 0);
+        w.unpark();
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 0);
+    }
+}
