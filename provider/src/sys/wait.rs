@@ -150,6 +150,14 @@ impl Epoll {
     pub fn fd(&self) -> RawFd {
         self.0.as_raw_fd()
     }
+
+    /// Whether it is readable within `ms` milliseconds (tests).
+    #[cfg(test)]
+    pub fn readable_within(&self, ms: i32) -> bool {
+        let mut p = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd on our own open epoll fd.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    }
 }
 
 #[cfg(test)]

@@ -596,24 +596,17 @@ mod tests {
         std::sync::Arc::new(crate::sys::Epoll::new().unwrap())
     }
 
-    /// Whether `fd` is readable within `ms`.
-    fn readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
-        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut p, 1, ms) == 1 }
-    }
-
     #[test]
     fn the_wake_fd_is_readable_when_a_connection_or_a_frame_arrives() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
         let w = wake();
         let mut inbox = Inbox::new(l, hello(&at, 7), w.clone()).unwrap();
-        assert!(!readable(w.fd(), 0), "nothing arrived yet");
+        assert!(!w.readable_within(0), "nothing arrived yet");
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let link = Link::open(&at, &hello(&me, 9)).unwrap();
         link.send(&[b"first"]).unwrap();
-        assert!(readable(w.fd(), 5000), "a connection waits at the listener");
+        assert!(w.readable_within(5000), "a connection waits at the listener");
         let mut got = 0;
         for _ in 0..2000 {
             link.flush();
@@ -624,10 +617,10 @@ mod tests {
             std::thread::sleep(Duration::from_micros(200));
         }
         assert_eq!(got, 1);
-        assert!(!readable(w.fd(), 20), "everything read: not readable");
+        assert!(!w.readable_within(20), "everything read: not readable");
         link.send(&[b"second"]).unwrap();
         link.flush();
-        assert!(readable(w.fd(), 5000), "a frame on an accepted connection wakes");
+        assert!(w.readable_within(5000), "a frame on an accepted connection wakes");
         for _ in 0..2000 {
             while inbox.pop(|_, _, _| got += 1) {}
             if got == 2 {
