@@ -5,6 +5,8 @@
  *  1. fi_cq_sread with a 5 s timeout; the peer sends 300 ms later.
  *  2. poll() on the CQ's FI_WAIT_FD fd (FI_GETWAIT) after fi_trywait
  *     returned 0, with a 5 s timeout; the peer sends 300 ms later.
+ *  3. fi_cntr_wait (5 s timeout) on an FI_WAIT_FD counter bound for
+ *     FI_RECV; the peer sends 300 ms later.
  *
  * Each must wake with the data, and while it waited use little CPU
  * (getrusage user+sys under 20% of the time it slept); in poll(), the fd
@@ -89,9 +91,42 @@ static double cpu_ms(void)
 	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
 }
 
+/* The receiver's endpoint's FI_RECV counter (FI_WAIT_FD), bound before
+ * fi_enable: oxt_ep_open's steps with a counter added. */
+static struct fid_cntr *cntr;
+
+static void ep_open_with_cntr(struct oxt_ep *x)
+{
+	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64, .wait_obj = FI_WAIT_FD };
+	struct fi_cntr_attr ta = { .events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_FD };
+	struct fi_av_attr aa = { .type = FI_AV_TABLE };
+	struct fi_info *hints = oxt_hints(FI_EP_RDM), *info = NULL;
+	size_t len = sizeof x->name;
+
+	memset(x, 0, sizeof *x);
+	REQUIRE_RC(fi_getinfo(OXT_VERSION, oxt_addr(), NULL, FI_SOURCE, hints, &info), 0);
+	fi_freeinfo(hints);
+	if (info->next) {
+		fi_freeinfo(info->next);
+		info->next = NULL;
+	}
+	x->e.info = info;
+	REQUIRE_RC(fi_fabric(info->fabric_attr, &x->e.fabric, NULL), 0);
+	REQUIRE_RC(fi_domain(x->e.fabric, info, &x->e.domain, NULL), 0);
+	REQUIRE_RC(fi_cq_open(x->e.domain, &ca, &x->cq, NULL), 0);
+	REQUIRE_RC(fi_cntr_open(x->e.domain, &ta, &cntr, NULL), 0);
+	REQUIRE_RC(fi_av_open(x->e.domain, &aa, &x->av, NULL), 0);
+	REQUIRE_RC(fi_endpoint(x->e.domain, info, &x->ep, NULL), 0);
+	REQUIRE_RC(fi_ep_bind(x->ep, &x->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(x->ep, &cntr->fid, FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(x->ep, &x->av->fid, 0), 0);
+	REQUIRE_RC(fi_enable(x->ep), 0);
+	REQUIRE_RC(fi_getname(&x->ep->fid, x->name, &len), 0);
+}
+
 /* Post a receive, ask the child to send, wait the way `cmd` says ('s':
- * fi_cq_sread, 'p': fi_trywait + poll()), and check what arrived and what
- * the wait cost. */
+ * fi_cq_sread, 'p': fi_trywait + poll(), 'c': fi_cntr_wait), and check
+ * what arrived and what the wait cost. */
 static void round_trip(struct oxt_ep *r, int sock, char cmd)
 {
 	struct fid *fids[1] = { &r->cq->fid };
@@ -115,6 +150,12 @@ static void round_trip(struct oxt_ep *r, int sock, char cmd)
 
 		EXPECT(k == 1, "fi_cq_sread: %zd (5 s timeout, the peer sent after %d ms)", k, DELAY_MS);
 		got = k == 1;
+	} else if (cmd == 'c') {
+		uint64_t want = fi_cntr_read(cntr) + 1;
+		int rc = fi_cntr_wait(cntr, want, 5000);
+
+		EXPECT(rc == 0, "fi_cntr_wait: %d (5 s timeout, the peer sent after %d ms)", rc, DELAY_MS);
+		got = rc == 0;
 	} else {
 		while (!got && oxt_now_ms() - t0 < 5000) {
 			int tw = fi_trywait(r->e.fabric, fids, 1);
@@ -139,6 +180,14 @@ static void round_trip(struct oxt_ep *r, int sock, char cmd)
 	cpu = cpu_ms() - c0;
 	cs0 = sleeps_so_far() - cs0;
 	REQUIRE(read(sock, &sent, sizeof sent) == sizeof sent, "socketpair read");
+	if (cmd == 'c' && got) {
+		/* (The receive's completion, after the wait was timed.) */
+		void *ctx = NULL;
+
+		got = oxt_next_completion(r->cq, 5000, &ctx) == 0;
+		EXPECT(got, "the counted receive left no completion");
+		ent.op_context = ctx;
+	}
 	if (got) {
 		EXPECT(ent.op_context == &c, "a completion for another operation");
 		EXPECT(oxt_same(rbuf, sizeof rbuf, (unsigned)cmd), "received other bytes");
@@ -151,7 +200,10 @@ static void round_trip(struct oxt_ep *r, int sock, char cmd)
 	if (cmd == 'p')
 		EXPECT(sleeps <= MAX_WAKES, "poll() woke %d times in %.1f ms: the fd ticks instead of waking on arrival",
 		       sleeps, woke - t0);
-	if (cmd == 's')
+	if (cmd == 'c')
+		printf("# fi_cntr_wait: waited %.1f ms, %.1f ms CPU, %ld sleeps, woke %.3f ms after the send\n", woke - t0,
+		       cpu, cs0, woke - sent);
+	else if (cmd == 's')
 		printf("# fi_cq_sread: waited %.1f ms, %.1f ms CPU, %ld sleeps, woke %.3f ms after the send\n", woke - t0,
 		       cpu, cs0, woke - sent);
 	else
@@ -169,7 +221,7 @@ int main(int argc, char **argv)
 	oxt_init(argv[0]);
 	(void)argc;
 	pid = oxt_fork(child, &sock);
-	oxt_ep_open(&r, 0, FI_WAIT_FD);
+	ep_open_with_cntr(&r);
 	exchange(&r, sock, &peer);
 
 	OXT_GROUP("1. fi_cq_sread (5 s timeout) wakes with the message its peer sends 300 ms later, using little CPU and few sleeps");
@@ -180,9 +232,18 @@ int main(int argc, char **argv)
 	for (int i = 0; i < ROUNDS; i++)
 		round_trip(&r, sock, 'p');
 
+	OXT_GROUP("3. fi_cntr_wait (5 s timeout) wakes with the message sent 300 ms later, using little CPU and few sleeps");
+	for (int i = 0; i < ROUNDS; i++)
+		round_trip(&r, sock, 'c');
+
 	REQUIRE(write(sock, "q", 1) == 1, "socketpair write");
 	waitpid(pid, &status, 0);
 	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status %d)", status);
-	oxt_ep_close(&r);
+	/* (oxt_ep_close's steps, with the counter closed before the domain.) */
+	EXPECT_RC(fi_close(&r.ep->fid), 0);
+	EXPECT_RC(fi_close(&r.av->fid), 0);
+	EXPECT_RC(fi_close(&r.cq->fid), 0);
+	EXPECT_RC(fi_close(&cntr->fid), 0);
+	oxt_close(&r.e);
 	return oxt_done();
 }
