@@ -190,6 +190,8 @@ extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
 # The whole transfer suite over the TCP wire (both processes, real sockets
 # on 127.0.0.1; docs/wire.md "TCP").
 extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
+# Blocked waiters woken by arrivals on TCP sockets (not the shm doorbell).
+extra_run "wake[FI_OXMR_WIRE=tcp]" wake FI_OXMR_WIRE=tcp
 # Tagged FI_PEEK/FI_CLAIM/FI_DISCARD over TCP too.
 extra_run "probe[FI_OXMR_WIRE=tcp]" probe FI_OXMR_WIRE=tcp
 # FI_EP_MSG connections with their data over TCP.
@@ -282,13 +284,16 @@ extra_run "mr_cache[FI_OXMR_MR_CACHE_EXPLICIT=0]" mr_cache FI_OXMR_MR_CACHE_EXPL
 # crosses the veth pair over TCP under the default wire choice (auto):
 # conn.c's refused, unanswered, killed and restarted peers and raw sockets
 # sending garbage; xfer.c's whole RDM operation set with its error groups
-# (it checks that a TCP connection to its peer's endpoint carried them).
+# (it checks that a TCP connection to its peer's endpoint carried them);
+# wake.c's blocked receivers woken by a socket across the veth pair.
 if [ "$(id -u)" -ne 0 ]; then
 	skip_run "conn[two hosts]" "needs root (network namespaces, setns)"
 	skip_run "xfer[two hosts]" "needs root (network namespaces, setns)"
+	skip_run "wake[two hosts]" "needs root (network namespaces, setns)"
 elif ! command -v ip >/dev/null; then
 	skip_run "conn[two hosts]" "ip (iproute2) is missing"
 	skip_run "xfer[two hosts]" "ip (iproute2) is missing"
+	skip_run "wake[two hosts]" "ip (iproute2) is missing"
 else
 	# shellcheck source=fabtests/netns.sh
 	. "$here/netns.sh"
@@ -298,6 +303,7 @@ else
 		OXT_ADDR_NOBODY="$NETNS_ADDR_NOBODY" ip netns exec "$NETNS_A")
 	extra_run "conn[two hosts]" conn "${two_hosts[@]}"
 	extra_run "xfer[two hosts]" xfer "${two_hosts[@]}"
+	extra_run "wake[two hosts]" wake "${two_hosts[@]}"
 	netns_down
 fi
 

@@ -793,7 +793,8 @@ struct oxt_ep {
 	char name[64];
 };
 
-/* An RDM endpoint on 127.0.0.1 (`port` 0: an ephemeral one) with a fabric and
+/* An RDM endpoint on 127.0.0.1 (two hosts: this side's `oxt_addr`; `port`
+ * 0: an ephemeral one) with a fabric and
  * domain of its own, a CQ (wait object `wait`) and an AV. */
 static inline void oxt_ep_open(struct oxt_ep *x, uint16_t port, enum fi_wait_obj wait)
 {
@@ -805,7 +806,7 @@ static inline void oxt_ep_open(struct oxt_ep *x, uint16_t port, enum fi_wait_obj
 
 	memset(x, 0, sizeof *x);
 	snprintf(service, sizeof service, "%u", port);
-	REQUIRE_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", port ? service : NULL, FI_SOURCE, hints, &info), 0);
+	REQUIRE_RC(fi_getinfo(OXT_VERSION, oxt_addr(), port ? service : NULL, FI_SOURCE, hints, &info), 0);
 	fi_freeinfo(hints);
 	if (info->next) {
 		fi_freeinfo(info->next);

@@ -1,12 +1,13 @@
 /*
  * Waiting the ways fi_cq(3) and fi_trywait(3) describe, between two
- * processes, with manual progress (oxmr's peers cannot write our fds).
+ * processes, with manual progress (nothing moves until the application reads).
  *
  *  1. A receiver that sleeps in poll() on its CQ's wait fd (FI_WAIT_FD,
  *     FI_GETWAIT), after fi_trywait returned 0 as fi_trywait(3) requires,
  *     wakes for what its peer sends and receives it: an eager message and
  *     a 1 MiB one (rendezvous: the receiver copies it when it runs
- *     progress). The wake-ups come from oxmr's tick on the fd.
+ *     progress). The wake-ups come from the arrival (the endpoint's wake
+ *     fd in the CQ's; fabtests/unit/wake.c measures them).
  *  2. An RMA target that only calls fi_cq_read(cq, NULL, 0) ("A count
  *     value of 0 may be used to drive progress", fi_cq(3)) serves its
  *     peer's writes.

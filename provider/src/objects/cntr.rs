@@ -35,6 +35,7 @@ impl Cntr {
     }
 
     fn drive(&self) {
+        self.core.waiter.unpark();
         if self.progress.is_empty() {
             // Bound to MRs only (remote-access events): drive the domain.
             self.domain.progress.run();
@@ -93,14 +94,18 @@ impl Cntr {
         self.core.waiter.fd()
     }
 
-    /// fi_trywait: run progress, clear the fd, and arm its tick (peers
-    /// cannot wake it: `Waiter::tick`). The application knows the value
-    /// it waits for, so nothing here is "ready"; it reads the counter when
-    /// the fd wakes it.
+    /// fi_trywait: run progress, clear the fd, and tell the endpoints
+    /// bound here the application may sleep on it (`Waiter::park`; a
+    /// counter bound to MRs only drives the whole domain, whose endpoints
+    /// it does not watch: its tick is armed). The application knows the
+    /// value it waits for, so nothing here is "ready"; it reads the
+    /// counter when the fd wakes it.
     pub fn trywait(&self) {
         self.drive();
         self.core.waiter.clear();
-        if !self.progress.is_empty() || !self.domain.progress.is_empty() {
+        if !self.progress.is_empty() {
+            self.core.waiter.park();
+        } else if !self.domain.progress.is_empty() {
             self.core.waiter.tick();
         }
     }

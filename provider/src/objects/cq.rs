@@ -57,6 +57,7 @@ impl Cq {
         // traced). Messages are still handled (ACKs, a peer's request to
         // help with a shared copy), and the next read of an empty queue
         // serves the kept copies.
+        self.core.waiter.unpark();
         self.progress.run_with(count == 0 || self.core.pending() == 0);
         self.core.pop(count, out)
     }
@@ -88,9 +89,11 @@ impl Cq {
     }
 
     /// fi_trywait: run progress; -FI_EAGAIN if anything is ready, else
-    /// clear the fd and, when endpoints feed this CQ, arm its tick (peers
-    /// cannot wake it: `Waiter::tick`).
+    /// clear the fd and, when endpoints feed this CQ, tell them the
+    /// application may sleep on it (they wake it on arrival; one that
+    /// cannot arms the fd's tick: `Waiter::park`).
     pub fn trywait(&self) -> Result<()> {
+        self.core.waiter.unpark();
         self.progress.run();
         self.core.waiter.clear();
         if self.core.ready(1) {
@@ -98,7 +101,7 @@ impl Cq {
             return Err(Error::quiet(ffi::FI_EAGAIN));
         }
         if !self.progress.is_empty() {
-            self.core.waiter.tick();
+            self.core.waiter.park();
         }
         Ok(())
     }

@@ -410,11 +410,17 @@ impl Ep {
         // engine in it, so attaching (which takes the list) while holding
         // ours could deadlock with it.
         drop(eng);
+        // (One sleeper per endpoint: a CQ bound for both directions
+        // watches its wake fd once.)
+        let sleeper: Arc<dyn crate::queues::wait::Sleeper> =
+            Arc::new(crate::objects::progress::EngineSleeper(self.engine.clone()));
         for cq in &cqs {
             cq.progress.attach(self.engine.clone());
+            cq.core.waiter.attach(sleeper.clone());
         }
         for c in &cntrs {
             c.progress.attach(self.engine.clone());
+            c.core.waiter.attach(sleeper.clone());
         }
         self.domain.progress.attach(self.engine.clone());
         Ok(())

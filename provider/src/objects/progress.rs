@@ -91,6 +91,28 @@ impl ProgressList {
     }
 }
 
+/// An endpoint's engine as the wait object of a CQ or counter it feeds
+/// sees it (`queues::wait::Sleeper`): the queues sit below the protocol
+/// and cannot name the engine.
+pub struct EngineSleeper(pub EngineCell);
+
+impl crate::queues::wait::Sleeper for EngineSleeper {
+    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.0.lock().as_ref().and_then(|e| e.wake_fd())
+    }
+
+    fn sleep(&self) -> bool {
+        // (Closed: nothing arrives for it any more.)
+        self.0.lock().as_mut().is_none_or(|e| e.sleep())
+    }
+
+    fn awake(&self) {
+        if let Some(e) = self.0.lock().as_mut() {
+            e.awake();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

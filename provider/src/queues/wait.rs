@@ -6,7 +6,20 @@
 //! YIELD rather than failing (what libfabric's util objects do).
 //! `FI_WAIT_MUTEX_COND` and `FI_WAIT_SET` are refused with -FI_ENOSYS: oxmr
 //! does not advertise wait sets.
+//!
+//! Progress is manual, so what peers send arrives only when a read runs
+//! progress. To sleep anyway, the objects layer attaches a [`Sleeper`]
+//! per endpoint bound here (its engine, which this layer cannot name):
+//! its wake fd goes into ours, and around a sleep it is told "about to
+//! sleep" and "awake" (the shared-memory wire rings its doorbell only
+//! while someone sleeps). When every attached endpoint can ring, a sleep
+//! waits for its fd with only a long `SAFETY_TICK`; otherwise (the
+//! loopback wire of tests, an endpoint without a doorbell, a counter that
+//! drives the whole domain) it polls every `TICK` as before.
 
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
@@ -26,12 +39,47 @@ pub struct Waiter {
     /// skipped. Applications that sleep on the fd call fi_trywait first, as
     /// fi_trywait(3) requires.
     armed: std::sync::atomic::AtomicBool,
+    /// The endpoints that feed this object and can wake it (see the
+    /// module header).
+    sleepers: Mutex<Vec<Arc<dyn Sleeper>>>,
+    /// An attached endpoint cannot ring: sleeps poll every `TICK`.
+    polls: AtomicBool,
+    /// fi_trywait told the sleepers "about to sleep" (the application may
+    /// sleep in poll() on our fd); the next read or trywait tells them
+    /// "awake".
+    parked: AtomicBool,
+    parked_with: Mutex<Vec<Arc<dyn Sleeper>>>,
 }
 
+/// An endpoint that feeds a CQ or counter, as its wait object sees it.
+pub trait Sleeper: Send + Sync {
+    /// The fd that becomes readable when something may have arrived; None
+    /// when the endpoint cannot ring (a sleeper then polls).
+    fn wake_fd(&self) -> Option<RawFd>;
+    /// A thread is about to sleep: ring from now on. Returns whether the
+    /// endpoint is quiet (nothing arrived, no work of its own pending that
+    /// only progress moves on); false: sleep only a `TICK`. Always followed
+    /// by `awake`.
+    fn sleep(&self) -> bool;
+    /// The thread that called `sleep` woke.
+    fn awake(&self);
+}
+
+/// How long a sleep on the fd lasts at most when every endpoint can ring
+/// it: not needed for arrivals, but progress also notices peers that died
+/// (without a word on any socket) and repairs a queue cell whose producer
+/// died mid-write; a sleeper runs it at least this often.
+const SAFETY_TICK: Duration = Duration::from_millis(100);
+
+/// How often a sleeper polls when some endpoint cannot ring its fd, or has
+/// work of its own pending (a connect in progress, frames queued behind a
+/// full socket or queue): its wake-up latency then.
+const TICK: Duration = Duration::from_millis(1);
+
 /// How soon the fd of an object that fi_trywait cleared becomes readable
-/// by itself (see `Waiter::tick`): the wake-up latency of an application
-/// that sleeps in poll() on it, as `block_until`'s TICK is for sread.
-const TRYWAIT_TICK: Duration = Duration::from_millis(1);
+/// by itself when an endpoint cannot ring it (see `Waiter::tick`): the
+/// wake-up latency of an application that sleeps in poll() on it then.
+const TRYWAIT_TICK: Duration = TICK;
 
 /// The deadline for a libfabric timeout in milliseconds (negative: none).
 pub fn deadline(timeout_ms: i32) -> Option<Instant> {
@@ -42,18 +90,92 @@ impl Waiter {
     /// Decode `wait_obj` from an attr.
     pub fn new(wait_obj: u32) -> Result<Self> {
         match wait_obj {
-            ffi::FI_WAIT_NONE => Ok(Waiter { fd: None, yields: false, armed: true.into() }),
-            ffi::FI_WAIT_YIELD => Ok(Waiter { fd: None, yields: true, armed: true.into() }),
+            ffi::FI_WAIT_NONE => Ok(Waiter::with(None, false)),
+            ffi::FI_WAIT_YIELD => Ok(Waiter::with(None, true)),
             ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_FD => {
                 let fd = WaitFd::new()
                     .map_err(|e| fail!(ffi::FI_EMFILE, "cannot create a wait fd: {e}; raise the open-files limit (ulimit -n)"))?;
-                Ok(Waiter { fd: Some(fd), yields: false, armed: true.into() })
+                Ok(Waiter::with(Some(fd), false))
             }
             ffi::FI_WAIT_SET | ffi::FI_WAIT_MUTEX_COND => Err(fail!(
                 ffi::FI_ENOSYS,
                 "wait_obj {wait_obj} (wait set / mutex+cond) is not supported by oxmr; use FI_WAIT_FD, FI_WAIT_UNSPEC, FI_WAIT_YIELD or FI_WAIT_NONE"
             )),
             other => Err(fail!(ffi::FI_EINVAL, "unknown wait_obj {other}")),
+        }
+    }
+
+    fn with(fd: Option<WaitFd>, yields: bool) -> Waiter {
+        Waiter {
+            fd,
+            yields,
+            armed: true.into(),
+            sleepers: Mutex::new(Vec::new()),
+            polls: false.into(),
+            parked: false.into(),
+            parked_with: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An endpoint now feeds this object (fi_enable): watch its wake fd,
+    /// or poll from now on if it has none. One attached twice counts once.
+    pub fn attach(&self, s: Arc<dyn Sleeper>) {
+        let Some(w) = &self.fd else { return };
+        let mut v = self.sleepers.lock().unwrap_or_else(|p| p.into_inner());
+        if v.iter().any(|x| Arc::ptr_eq(x, &s)) {
+            return;
+        }
+        match s.wake_fd() {
+            Some(fd) if w.watch(fd).is_ok() => v.push(s),
+            _ => self.polls.store(true, Ordering::Release),
+        }
+    }
+
+    /// Tell the sleepers a thread is about to sleep; returns them (to
+    /// tell "awake" after) and whether the sleep may be long (every
+    /// endpoint rings and is quiet). None: some endpoint cannot ring, or
+    /// none is attached: poll.
+    fn sleep_all(&self) -> Option<(Vec<Arc<dyn Sleeper>>, bool)> {
+        if self.polls.load(Ordering::Acquire) {
+            return None;
+        }
+        let v = self.sleepers.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if v.is_empty() {
+            return None;
+        }
+        // (Every one is told, quiet or not: each `sleep` pairs with an `awake`.)
+        let quiet = v.iter().fold(true, |q, s| s.sleep() & q);
+        Some((v, quiet))
+    }
+
+    /// fi_trywait found nothing ready: tell the endpoints the application
+    /// may now sleep on the fd, and arm its `SAFETY_TICK`. Where one cannot
+    /// ring, or has work of its own pending, arm the short tick instead
+    /// (`tick`).
+    pub fn park(&self) {
+        self.unpark();
+        match self.sleep_all() {
+            Some((v, quiet)) => {
+                *self.parked_with.lock().unwrap_or_else(|p| p.into_inner()) = v;
+                self.parked.store(true, Ordering::Release);
+                match (&self.fd, quiet) {
+                    (Some(w), true) => w.tick(SAFETY_TICK),
+                    _ => self.tick(),
+                }
+            }
+            None => self.tick(),
+        }
+    }
+
+    /// The application woke after fi_trywait (it reads, or tries again):
+    /// tell the endpoints parked by `park` that nobody sleeps any more.
+    /// One load when nothing is parked (called on every read).
+    pub fn unpark(&self) {
+        if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::AcqRel) {
+            let v = std::mem::take(&mut *self.parked_with.lock().unwrap_or_else(|p| p.into_inner()));
+            for s in v {
+                s.awake();
+            }
         }
     }
 
@@ -88,10 +210,10 @@ impl Waiter {
         }
     }
 
-    /// fi_trywait found nothing ready: the application may now sleep on
-    /// the fd, but peers cannot write it (manual progress; the
-    /// shared-memory wire), so make it readable within `TRYWAIT_TICK`; the
-    /// application then reads (running progress) and tries again.
+    /// fi_trywait found nothing ready, but an endpoint cannot ring the fd
+    /// (or has work pending that only progress moves): make it readable
+    /// within `TRYWAIT_TICK`; the application then reads (running
+    /// progress) and tries again.
     pub fn tick(&self) {
         if let Some(w) = &self.fd {
             w.tick(TRYWAIT_TICK);
@@ -103,14 +225,14 @@ impl Waiter {
     /// spurious wakeup or a notification consumed by another thread only
     /// costs a loop.
     pub fn block_until(&self, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
-        // Peers on the shared-memory wire cannot write our eventfd, so
-        // `ready()` (which runs manual progress) is polled: busily for the
-        // first SPIN, as a blocked MPI rank or fabtests' sread expects
-        // microsecond wakeups, then at least every TICK while sleeping on the
-        // fd (which local events - a completion from another thread,
-        // fi_cq_signal - wake at once).
+        // `ready()` runs manual progress. It is polled busily for the first
+        // SPIN, as a blocked MPI rank or fabtests' sread expects
+        // microsecond wakeups; then the thread sleeps on the fd, which
+        // local events (a completion from another thread, fi_cq_signal)
+        // and, when every bound endpoint can ring it, arrivals wake at
+        // once (see the module header); otherwise it polls every TICK.
         const SPIN: Duration = Duration::from_micros(2000);
-        const TICK: Duration = Duration::from_millis(1);
+        self.unpark();
         let start = Instant::now();
         loop {
             if ready() {
@@ -130,14 +252,132 @@ impl Waiter {
             }
             if let Some(w) = &self.fd {
                 // Clear (and re-arm) before re-checking, so a notify that
-                // lands between the check and the poll is not lost.
+                // lands between the check and the poll is not lost; tell
+                // the endpoints before re-checking, so an arrival after
+                // the check rings (their side of the same pattern).
                 self.clear();
+                let slept = self.sleep_all();
                 if ready() {
+                    Self::awake_all(slept);
                     return true;
                 }
-                let tick = Instant::now() + TICK;
-                w.wait(Some(deadline.map_or(tick, |d| d.min(tick))));
+                let nap = match &slept {
+                    Some((_, true)) => SAFETY_TICK,
+                    _ => TICK,
+                };
+                let until = Instant::now() + nap;
+                w.wait(Some(deadline.map_or(until, |d| d.min(until))));
+                Self::awake_all(slept);
             }
         }
+    }
+
+    fn awake_all(slept: Option<(Vec<Arc<dyn Sleeper>>, bool)>) {
+        for s in slept.into_iter().flat_map(|(v, _)| v) {
+            s.awake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixDatagram;
+    use std::sync::atomic::AtomicI32;
+
+    /// An endpoint whose wake fd is one end of a socket pair.
+    struct Fake {
+        rx: UnixDatagram,
+        rings: bool,
+        /// Threads told "about to sleep" and not yet "awake".
+        asleep: AtomicI32,
+        quiet: bool,
+    }
+
+    impl Sleeper for Fake {
+        fn wake_fd(&self) -> Option<RawFd> {
+            self.rings.then(|| self.rx.as_raw_fd())
+        }
+        fn sleep(&self) -> bool {
+            self.asleep.fetch_add(1, Ordering::SeqCst);
+            self.quiet
+        }
+        fn awake(&self) {
+            self.asleep.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn fake(rings: bool, quiet: bool) -> (Arc<Fake>, UnixDatagram) {
+        let (tx, rx) = UnixDatagram::pair().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        (Arc::new(Fake { rx, rings, asleep: 0.into(), quiet }), tx)
+    }
+
+    #[test]
+    fn a_ringing_endpoint_wakes_a_sleeper_without_ticks() {
+        let (f, tx) = fake(true, true);
+        let w = Waiter::new(ffi::FI_WAIT_FD).unwrap();
+        w.attach(f.clone());
+        w.attach(f.clone()); // (counts once)
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            tx.send(&[1]).unwrap();
+        });
+        let start = Instant::now();
+        let spin_end = start + Duration::from_millis(3);
+        let mut sleeps = 0;
+        let mut b = [0u8; 4];
+        let got = w.block_until(Some(start + Duration::from_secs(10)), || {
+            if Instant::now() > spin_end {
+                sleeps += 1;
+            }
+            f.rx.recv(&mut b).is_ok()
+        });
+        t.join().unwrap();
+        assert!(got, "the ring woke it");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // (Each sleep checks twice: before and after telling the endpoint;
+        // safety ticks every 100 ms, then the ring.)
+        assert!(sleeps <= 20, "{sleeps} checks after the spin in 300 ms: it ticks");
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 0, "every sleep is paired with an awake");
+    }
+
+    #[test]
+    fn a_sleeper_ticks_where_an_endpoint_cannot_ring_or_is_busy() {
+        for (rings, quiet) in [(false, true), (true, false)] {
+            let (f, tx) = fake(rings, quiet);
+            let w = Waiter::new(ffi::FI_WAIT_FD).unwrap();
+            w.attach(f.clone());
+            // Nothing rings: only the 1 ms tick ends each sleep, so a 50 ms
+            // wait sleeps many times.
+            let mut sleeps = 0;
+            let spin_end = Instant::now() + Duration::from_millis(3);
+            let got = w.block_until(Some(Instant::now() + Duration::from_millis(50)), || {
+                if Instant::now() > spin_end {
+                    sleeps += 1;
+                }
+                false
+            });
+            assert!(!got);
+            assert!(sleeps > 10, "rings {rings}, quiet {quiet}: {sleeps} wake-ups in 47 ms, expected 1 ms ticks");
+            assert_eq!(f.asleep.load(Ordering::SeqCst), 0);
+            drop(tx);
+        }
+    }
+
+    #[test]
+    fn trywait_parks_the_endpoints_until_the_next_read() {
+        let (f, _tx) = fake(true, true);
+        let w = Waiter::new(ffi::FI_WAIT_FD).unwrap();
+        w.attach(f.clone());
+        w.park();
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 1, "the application may sleep: ring");
+        w.park();
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 1, "a second trywait parks once");
+        w.unpark();
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 0);
+        w.unpark();
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 0);
     }
 }

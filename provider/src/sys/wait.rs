@@ -4,12 +4,13 @@
 //! `fi_control(FI_GETWAIT)` hands the epoll fd to the application, which may
 //! poll or epoll it. It becomes readable when the eventfd is signalled (a
 //! new entry, `fi_cq_signal`), when the timer armed by [`WaitFd::tick`]
-//! fires, and later, when the wires exist, when any of their fds registered
-//! with [`WaitFd::watch`] is readable. The timer is how an application
-//! blocked in poll() on a manual-progress provider still wakes when data
-//! arrives on the shared-memory wire, whose peers cannot write our eventfd:
-//! `fi_trywait` arms it, the application wakes, reads (running progress)
-//! and calls `fi_trywait` again.
+//! fires, and when any fd registered with [`WaitFd::watch`] is readable:
+//! the wake fds of the endpoints bound to the object (`wire::Wake`: their
+//! TCP sockets and shared-memory doorbell), so data arriving wakes a
+//! sleeper although progress is manual. The timer is the fallback where
+//! an endpoint cannot ring (or has work of its own pending): `fi_trywait`
+//! arms it, the application wakes, reads (running progress) and calls
+//! `fi_trywait` again.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -126,6 +127,39 @@ impl WaitFd {
     }
 }
 
+/// A bare epoll instance: an endpoint's wake fd (see `wire::Wake`),
+/// readable when any fd added to it is. Closing an added fd removes it.
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    /// A new, empty epoll instance.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; on success it returns a new fd we own.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?) }))
+    }
+
+    /// Add an fd (level-triggered, readable).
+    pub fn add(&self, fd: RawFd) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+        // SAFETY: both fds are open; `ev` is a valid epoll_event.
+        cvt(unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+        Ok(())
+    }
+
+    /// The epoll fd (for another epoll, or poll).
+    pub fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    /// Whether it is readable within `ms` milliseconds (tests).
+    #[cfg(test)]
+    pub fn readable_within(&self, ms: i32) -> bool {
+        let mut p = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd on our own open epoll fd.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +193,17 @@ mod tests {
         });
         assert!(w.wait(Some(Instant::now() + Duration::from_secs(10))));
         h.join().unwrap();
+    }
+
+    #[test]
+    fn a_watched_epoll_wakes_the_wait_fd() {
+        let w = WaitFd::new().unwrap();
+        let inner = Epoll::new().unwrap();
+        let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        inner.add(b.as_raw_fd()).unwrap();
+        w.watch(inner.fd()).unwrap();
+        assert!(!w.wait(Some(Instant::now() + Duration::from_millis(10))));
+        a.send(&[1]).unwrap();
+        assert!(w.wait(Some(Instant::now() + Duration::from_secs(10))));
     }
 }

@@ -364,6 +364,13 @@ pub struct Inbox {
     lo: Option<loopback::Inbox>,
     name: SocketAddr,
     epoch: u32,
+    /// The wake fd: readable when a frame (or a TCP connection) may have
+    /// arrived; holds the shm doorbell, the TCP listener and its
+    /// connections. None when it could not be made.
+    wake: Option<std::sync::Arc<crate::sys::Epoll>>,
+    /// Whether every wire of this inbox makes `wake` readable on arrival
+    /// (false: the loopback wire, an shm queue without a doorbell).
+    rings: bool,
 }
 
 impl Inbox {
@@ -371,6 +378,11 @@ impl Inbox {
     pub fn create(name: &SocketAddr) -> io::Result<Inbox> {
         let r = shm::region::Region::create(name)?;
         let epoch = r.epoch();
+        let wake = crate::sys::Epoll::new().ok().map(std::sync::Arc::new);
+        let rings = match (&wake, r.bell_fd()) {
+            (Some(w), Some(fd)) => w.add(fd).is_ok(),
+            _ => false,
+        };
         Ok(Inbox {
             shm: Some(r),
             tcp: None,
@@ -378,6 +390,8 @@ impl Inbox {
             lo: None,
             name: *name,
             epoch,
+            wake,
+            rings,
         })
     }
 
@@ -386,7 +400,7 @@ impl Inbox {
     pub fn loopback(name: &SocketAddr) -> io::Result<Inbox> {
         let l = loopback::Inbox::create(name)?;
         let epoch = l.epoch();
-        Ok(Inbox { shm: None, tcp: None, lo: Some(l), name: *name, epoch })
+        Ok(Inbox { shm: None, tcp: None, lo: Some(l), name: *name, epoch, wake: None, rings: false })
     }
 
     /// An inbox of the TCP wire alone, at `listener` (tests).
@@ -394,7 +408,8 @@ impl Inbox {
     pub fn tcp_only(listener: TcpListener) -> io::Result<Inbox> {
         let name = listener.local_addr()?;
         let epoch = crate::sys::random_u32().max(1);
-        let mut i = Inbox { shm: None, tcp: None, lo: None, name, epoch };
+        let wake = Some(std::sync::Arc::new(crate::sys::Epoll::new()?));
+        let mut i = Inbox { shm: None, tcp: None, lo: None, name, epoch, wake, rings: true };
         i.take_tcp(listener)?;
         Ok(i)
     }
@@ -403,7 +418,11 @@ impl Inbox {
     /// the endpoint's name) accepts.
     pub fn take_tcp(&mut self, listener: TcpListener) -> io::Result<()> {
         let hello = Dial::new(Wire::Tcp, &self.name, self.epoch).hello;
-        self.tcp = Some(tcp::Inbox::new(listener, hello)?);
+        let wake = match &self.wake {
+            Some(w) => w.clone(),
+            None => std::sync::Arc::new(crate::sys::Epoll::new()?),
+        };
+        self.tcp = Some(tcp::Inbox::new(listener, hello, wake)?);
         Ok(())
     }
 
@@ -500,6 +519,23 @@ impl Inbox {
     pub fn unstick(&mut self) {
         if let Some(r) = &mut self.shm {
             r.unstick();
+        }
+    }
+
+    /// The fd that becomes readable when a frame may have arrived, if
+    /// every wire of this inbox rings it (see `set_sleeping`); None: a
+    /// sleeper must poll.
+    pub fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.wake.as_ref().filter(|_| self.rings).map(|w| w.fd())
+    }
+
+    /// A thread is about to sleep on `wake_fd` (`true`; it then looks for
+    /// frames once more, `ready`) or woke (`false`). The shm queue's
+    /// producers ring its doorbell only while a thread sleeps; TCP sockets
+    /// are readable anyway.
+    pub fn set_sleeping(&self, on: bool) {
+        if let Some(r) = &self.shm {
+            r.set_sleeping(on);
         }
     }
 

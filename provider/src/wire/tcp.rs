@@ -399,6 +399,9 @@ pub struct Inbox {
     /// `SPARE_MAX`): a 256 KiB DATA frame freshly allocated per frame
     /// costs the allocator's mmap/trim and a page fault per page.
     spare: Vec<Vec<u8>>,
+    /// The endpoint's wake fd (`wire::Inbox::wake_fd`): holds the listener
+    /// and every connection accepted (a closed socket leaves it by itself).
+    wake: std::sync::Arc<crate::sys::Epoll>,
 }
 
 /// See `Inbox::spare`.
@@ -443,8 +446,9 @@ fn cut(
 
 impl Inbox {
     /// Receive at `listener` (the endpoint's, bound at its name).
-    pub fn new(listener: TcpListener, me: Hello) -> io::Result<Inbox> {
+    pub fn new(listener: TcpListener, me: Hello, wake: std::sync::Arc<crate::sys::Epoll>) -> io::Result<Inbox> {
         listener.set_nonblocking(true)?;
+        wake.add(std::os::fd::AsRawFd::as_raw_fd(&listener))?;
         Ok(Inbox {
             listener,
             me,
@@ -459,6 +463,7 @@ impl Inbox {
             accepted_at: Instant::now() - ACCEPT_GAP,
             chunk: vec![0u8; 64 << 10].into_boxed_slice(),
             spare: Vec::new(),
+            wake,
         })
     }
 
@@ -476,7 +481,11 @@ impl Inbox {
         while accept {
             match self.listener.accept() {
                 Ok((sock, _)) => {
-                    if sock.set_nonblocking(true).is_ok() {
+                    // (Not in the wake fd: a sleeper would not wake for
+                    // its frames, so the connection is refused.)
+                    if sock.set_nonblocking(true).is_ok()
+                        && self.wake.add(std::os::fd::AsRawFd::as_raw_fd(&sock)).is_ok()
+                    {
                         let _ = sock.set_nodelay(true);
                         self.next_conn += 1;
                         let id = self.next_conn;
@@ -669,11 +678,50 @@ mod tests {
         Hello { version: VERSION, name, epoch, pid: std::process::id() }
     }
 
+    fn wake() -> std::sync::Arc<crate::sys::Epoll> {
+        std::sync::Arc::new(crate::sys::Epoll::new().unwrap())
+    }
+
+    #[test]
+    fn the_wake_fd_is_readable_when_a_connection_or_a_frame_arrives() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let w = wake();
+        let mut inbox = Inbox::new(l, hello(&at, 7), w.clone()).unwrap();
+        assert!(!w.readable_within(0), "nothing arrived yet");
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let link = Link::open(&at, &hello(&me, 9)).unwrap();
+        link.send(&[b"first"]).unwrap();
+        assert!(w.readable_within(5000), "a connection waits at the listener");
+        let mut got = 0;
+        for _ in 0..2000 {
+            link.flush();
+            while inbox.pop(|_, _, _| got += 1) {}
+            if got == 1 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(got, 1);
+        assert!(!w.readable_within(20), "everything read: not readable");
+        link.send(&[b"second"]).unwrap();
+        link.flush();
+        assert!(w.readable_within(5000), "a frame on an accepted connection wakes");
+        for _ in 0..2000 {
+            while inbox.pop(|_, _, _| got += 1) {}
+            if got == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(got, 2);
+    }
+
     #[test]
     fn frames_cross_with_their_senders_name_and_bad_peers_are_refused() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
-        let mut inbox = Inbox::new(l, hello(&at, 7)).unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 7), wake()).unwrap();
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
         // (Opening needs nothing of the inbox: the kernel accepts.)
         let link = Link::open(&at, &hello(&me, 9)).unwrap();
@@ -709,7 +757,7 @@ mod tests {
         let at2 = l2.local_addr().unwrap();
         let mut h = hello(&at2, 3);
         h.version = 99;
-        let mut other = Inbox::new(l2, h).unwrap();
+        let mut other = Inbox::new(l2, h, wake()).unwrap();
         let bad = Link::open(&at2, &hello(&me, 9)).unwrap();
         let mut state = LinkState::Open;
         for _ in 0..2000 {
@@ -777,7 +825,7 @@ mod tests {
         // A listener that is there: up, and what queued meanwhile arrives.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
-        let mut inbox = Inbox::new(l, hello(&at, 5)).unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 5), wake()).unwrap();
         let link = Link::open(&at, &hello(&me, 2)).unwrap();
         link.send(&[b"first"]).unwrap();
         assert_eq!(settle(&link), Setup::Up);
@@ -797,7 +845,7 @@ mod tests {
     fn a_hello_of_a_new_epoch_replaces_the_connection_from_that_address() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
-        let mut inbox = Inbox::new(l, hello(&at, 5)).unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 5), wake()).unwrap();
         let peer: SocketAddr = "127.0.0.1:2".parse().unwrap();
         let mut old = TcpStream::connect(at).unwrap();
         old.write_all(&hello(&peer, 10).encode()).unwrap();
@@ -936,7 +984,8 @@ mod fuzz {
         let mut r = Rng::seeded("OXMR_FUZZ_SEED", 0x0c0f_fee5);
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
-        let mut inbox = Inbox::new(l, tests_hello(&at, 3)).unwrap();
+        let mut inbox =
+            Inbox::new(l, tests_hello(&at, 3), std::sync::Arc::new(crate::sys::Epoll::new().unwrap())).unwrap();
         let peer: SocketAddr = "127.0.0.1:3".parse().unwrap();
         let me = tests_hello(&peer, 4);
         for round in 0..rounds() {

@@ -135,3 +135,41 @@ impl Engine {
         }
     }
 }
+
+impl Engine {
+    /// The fd that becomes readable when a frame may have arrived (see
+    /// `wire::Inbox::wake_fd`); None: this endpoint cannot ring a sleeper.
+    pub fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.rx.as_ref().and_then(|r| r.wake_fd())
+    }
+
+    /// A thread is about to sleep on `wake_fd`: peers ring from now on.
+    /// Whether the engine is quiet: nothing arrived, and nothing of its
+    /// own waits that only progress moves on (frames queued for a peer, a
+    /// connect in progress, kept or stalled copies, offers, peers going).
+    /// Always followed by `awake`.
+    pub fn sleep(&mut self) -> bool {
+        let Some(rx) = self.rx.as_mut() else { return true };
+        rx.set_sleeping(true);
+        // (After the flag: a frame pushed before it was set is seen here.)
+        if rx.ready() {
+            return false;
+        }
+        self.peers.owed == 0
+            && self.deferred.is_empty()
+            && self.stalled.is_empty()
+            && self.open_job.is_none()
+            && self.kept.is_none()
+            && self.gone.is_empty()
+            && self.offers.is_empty()
+            && (self.peers.buffering == 0
+                || !self.peers.list.iter().any(|p| !p.waiting.is_empty() || p.link.connecting() || p.link.flush()))
+    }
+
+    /// The thread that called `sleep` woke.
+    pub fn awake(&mut self) {
+        if let Some(rx) = &self.rx {
+            rx.set_sleeping(false);
+        }
+    }
+}

@@ -4,8 +4,9 @@
 //!
 //! ```text
 //! Header   magic, version, owner pid, cell count/size, ready flag, tail
-//!          (producers' line), head (the consumer's line), idle (the
-//!          owner's line: it has no copy of its own waiting), claimers
+//!          (producers' line), head (the consumer's line), idle and
+//!          sleeping (the owner's line: it has no copy of its own
+//!          waiting; how many of its threads sleep on its doorbell), claimers
 //!          (the pid of the producer that last claimed each cell)
 //! Jobs     JOBS x JobSlot (shared copies, see `shm::jobs`)
 //! Cells    CELLS x { seq: u32, len: u32, data[CELL_DATA] }, 128-byte aligned
@@ -21,6 +22,16 @@
 //! message costs one cache-line transfer each way instead of three. A full
 //! ring answers `EAGAIN` (flow control); nothing blocks.
 //!
+//! The doorbell: the owner binds a unix datagram socket in the abstract
+//! namespace (`bell_name`), which its wake fd holds. A thread of the owner
+//! about to sleep adds one to `sleeping` (SeqCst), then looks for work once
+//! more, then sleeps; a producer, after publishing a cell, fences (SeqCst)
+//! and reads `sleeping`, and if it is not 0 sends one byte to the doorbell
+//! (non-blocking; a full or absent socket is ignored: a full one is
+//! readable already). Either the owner's re-check sees the cell or the
+//! producer sees `sleeping` (Dekker's pattern), so no message is left
+//! asleep; a busy owner costs producers one load.
+//!
 //! Files are `/dev/shm/oxmr-<ip>-<port>`: the port belongs to the
 //! endpoint's TCP listener, so two live endpoints can never share a name. A
 //! file whose owner pid is gone is stale and is replaced.
@@ -28,7 +39,8 @@
 use std::ffi::CString;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use super::jobs::{JobSlot, JobTable, JOBS};
 
@@ -45,7 +57,9 @@ const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 /// when its endpoint closes.
 const READY: u32 = 1;
 const CLOSED: u32 = 2;
-const VERSION: u32 = 11;
+// (12: `sleeping` and the doorbell; a version-11 producer would never
+// ring, so it is refused.)
+const VERSION: u32 = 12;
 
 #[repr(C)]
 struct Header {
@@ -71,7 +85,10 @@ struct Header {
     /// 1 while the owner has no copy of its own waiting (it would help
     /// with a shared copy at once); written by the owner on change only.
     idle: AtomicU32,
-    _pad4: [u32; 31],
+    /// How many of the owner's threads sleep and want the doorbell rung
+    /// (see the module header).
+    sleeping: AtomicU32,
+    _pad4: [u32; 30],
     /// The pid of the producer that last claimed each cell, written right
     /// after the claim (read only when a cell stays unpublished: `unstick`).
     /// (`pos << 32 | pid`, pos's low 32 bits: a record of an earlier lap
@@ -138,6 +155,15 @@ pub fn endpoints_on_port(port: u16) -> Vec<String> {
     found
 }
 
+/// The abstract unix socket name of the doorbell of the region `name`
+/// (`path_for`'s).
+/// (Abstract names belong to the network namespace: an owner in another
+/// namespace, reached over shm under FI_OXMR_WIRE=shm, is not rung.)
+fn bell_name(name: &str) -> io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    std::os::unix::net::SocketAddr::from_abstract_name(format!("oxmr-bell{name}").as_bytes())
+}
+
 /// A region's mapping, unmapped when its last holder (the region, job
 /// tables handed out) is gone.
 pub(super) struct Mapping(*mut u8);
@@ -178,6 +204,11 @@ pub struct Region {
     /// The unpublished cell at `head` and when it was first seen (owner
     /// only; see `unstick`).
     stuck: Option<(u64, std::time::Instant)>,
+    /// Owner: the doorbell socket (None if it could not be bound: the
+    /// endpoint then cannot be rung, and its waiters tick). Producer: the
+    /// unbound socket it rings with, made at the first ring.
+    bell: Option<UnixDatagram>,
+    ringer: std::cell::OnceCell<Option<(UnixDatagram, std::os::unix::net::SocketAddr)>>,
 }
 
 // SAFETY: the mapping is process-wide memory; all shared fields are
@@ -344,6 +375,11 @@ impl Region {
             // SAFETY: valid C string.
             unsafe { libc::shm_unlink(c.as_ptr()) };
         })?;
+        let bell = bell_name(&name)
+            .and_then(|a| UnixDatagram::bind_addr(&a))
+            .and_then(|b| b.set_nonblocking(true).map(|_| b))
+            .inspect_err(|e| tracing::info!("no doorbell for /dev/shm{name} ({e}): its waiters poll every millisecond"))
+            .ok();
         let r = Region {
             base,
             map: Mapping(base).into(),
@@ -353,6 +389,8 @@ impl Region {
             head_seen: 0.into(),
             pid: std::process::id(),
             stuck: None,
+            bell,
+            ringer: Default::default(),
         };
         // SAFETY: freshly zeroed mapping we own; initialise before `ready`.
         unsafe {
@@ -398,6 +436,8 @@ impl Region {
             head_seen: 0.into(),
             pid: std::process::id(),
             stuck: None,
+            bell: None,
+            ringer: Default::default(),
         };
         let h = r.header();
         if h.magic != MAGIC || h.version != VERSION {
@@ -499,10 +539,52 @@ impl Region {
                         (*cell).seq.store((pos + 1) as u32, Ordering::Release);
                         demote(cell as *const u8, 8 + len);
                     }
+                    // (See the doorbell in the module header.)
+                    fence(Ordering::SeqCst);
+                    if h.sleeping.load(Ordering::Relaxed) != 0 {
+                        self.ring();
+                    }
                     return Ok(());
                 }
                 Err(p) => pos = p,
             }
+        }
+    }
+
+    /// Ring the owner's doorbell (one datagram; a full socket is readable
+    /// already, an absent one is an owner that cannot be rung).
+    fn ring(&self) {
+        let sock = self.ringer.get_or_init(|| {
+            let s = UnixDatagram::unbound().and_then(|s| s.set_nonblocking(true).map(|_| s));
+            s.and_then(|s| bell_name(&self.name).map(|a| (s, a))).ok()
+        });
+        if let Some((s, at)) = sock {
+            let _ = s.send_to_addr(&[1], at);
+        }
+    }
+
+    /// The doorbell's fd (owner only; None: it has none and cannot be rung).
+    pub fn bell_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.bell.as_ref().map(|b| b.as_raw_fd())
+    }
+
+    /// A thread of the owner is about to sleep (`true`) or woke (`false`):
+    /// producers ring the doorbell while any sleeps. Waking drains the
+    /// doorbell. After `true`, the caller looks for work once more before
+    /// sleeping (see the module header).
+    pub fn set_sleeping(&self, on: bool) {
+        let s = &self.header().sleeping;
+        if on {
+            s.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            return;
+        }
+        // (Never below 0: a wake without a sleep is a no-op.)
+        let _ = s.fetch_update(Ordering::SeqCst, Ordering::Relaxed, |n| n.checked_sub(1));
+        if let Some(b) = &self.bell {
+            let mut buf = [0u8; 64];
+            while b.recv(&mut buf).is_ok() {}
         }
     }
 
@@ -680,6 +762,37 @@ mod tests {
         // SAFETY: as above.
         unsafe { (*(own.base as *mut Header)).owner_start = start };
         assert!(peer.reachable());
+    }
+
+    #[test]
+    fn the_doorbell_rings_only_while_the_owner_sleeps() {
+        let addr: SocketAddr = "127.0.0.1:5".parse().unwrap();
+        let mut own = Region::create(&addr).unwrap();
+        let peer = Region::open(&addr).unwrap();
+        let bell = own.bell.as_ref().expect("the owner binds its doorbell");
+        let mut b = [0u8; 8];
+        let rung = |bell: &UnixDatagram, b: &mut [u8]| bell.recv(b).is_ok();
+        peer.push(&[b"awake"]).unwrap();
+        assert!(!rung(bell, &mut b), "an awake owner is not rung");
+        own.set_sleeping(true);
+        peer.push(&[b"asleep"]).unwrap();
+        let bell = own.bell.as_ref().unwrap();
+        assert!(rung(bell, &mut b), "a sleeping owner is rung");
+        own.set_sleeping(false);
+        own.set_sleeping(false); // (a wake without a sleep stays at 0)
+        assert_eq!(own.header().sleeping.load(Ordering::Relaxed), 0);
+        peer.push(&[b"awake again"]).unwrap();
+        assert!(!rung(own.bell.as_ref().unwrap(), &mut b), "woken: not rung any more");
+        // Two sleepers: one waking leaves the other rung.
+        own.set_sleeping(true);
+        own.set_sleeping(true);
+        own.set_sleeping(false);
+        peer.push(&[b"x"]).unwrap();
+        assert!(rung(own.bell.as_ref().unwrap(), &mut b), "the other thread still sleeps");
+        own.set_sleeping(false);
+        for _ in 0..4 {
+            assert!(own.pop(|_, _| ()));
+        }
     }
 
     #[test]
