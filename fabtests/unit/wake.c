@@ -12,9 +12,10 @@
  * (getrusage user+sys under 20% of the time it slept); in poll(), the fd
  * must wake it, and the process sleep (voluntary context switches, which
  * also counts fi_cq_sread's sleeps), at most MAX_WAKES times in the 300 ms
- * (the provider's safety tick is 100 ms; polling with a 1 ms tick wakes
- * ~300 times, which the CPU check alone does not catch: each tick costs
- * ~30 us). The
+ * (polling with a 1 ms tick wakes ~300 times, which the CPU check alone
+ * does not catch: each tick costs ~30 us). The provider's safety tick
+ * (FI_OXMR_WAIT_TICK_MS, 100 ms by default) is set to 60 s here, longer
+ * than the 5 s timeouts, so only the arrival can end a wait in time. The
  * wake-up latency
  * (the peer's CLOCK_MONOTONIC before fi_send to ours after the wait
  * returned) and, for poll(), how often the fd woke it are printed, not
@@ -193,6 +194,10 @@ static void round_trip(struct oxt_ep *r, int sock, char cmd)
 		EXPECT(oxt_same(rbuf, sizeof rbuf, (unsigned)cmd), "received other bytes");
 	}
 	EXPECT(woke - t0 >= DELAY_MS / 2, "woke after %.1f ms, before the peer sent", woke - t0);
+	/* (Not a speed threshold: a wait that only its 5 s timeout ended
+	 * still finds the data in its last look, so the wait must have ended
+	 * before the timeout, and the safety tick is 60 s.) */
+	EXPECT(woke - t0 < 4000, "woke after %.1f ms: the timeout ended the wait, not the arrival", woke - t0);
 	EXPECT(cpu < 0.2 * (woke - t0), "%.1f ms of CPU in a %.1f ms wait: it polls instead of sleeping", cpu,
 	       woke - t0);
 	EXPECT(cs0 <= MAX_WAKES, "%ld sleeps in a %.1f ms wait: it ticks instead of waking on arrival", cs0,
@@ -218,6 +223,11 @@ int main(int argc, char **argv)
 	struct oxt_ep r;
 	fi_addr_t peer;
 
+	/* A safety tick longer than the waits' 5 s timeout: a wait that the
+	 * arrival does not wake (a doorbell not rung, a socket not watched)
+	 * times out without its data, and the group fails. (Read at the first
+	 * fi_getinfo, in both processes.) */
+	setenv("FI_OXMR_WAIT_TICK_MS", "60000", 1);
 	oxt_init(argv[0]);
 	(void)argc;
 	pid = oxt_fork(child, &sock);

@@ -43,7 +43,14 @@ pub struct Config {
     /// FI_OXMR_CM_TIMEOUT_MS: how long an FI_EP_MSG connect may take, and
     /// an accepted connection waits for its connector's answer.
     pub cm_timeout: std::time::Duration,
+    /// FI_OXMR_WAIT_TICK_MS: how long a thread blocked on a CQ or counter
+    /// whose endpoints all ring its fd sleeps at most before it runs
+    /// progress anyway (`queues::wait`'s safety tick).
+    pub wait_tick: std::time::Duration,
 }
+
+/// Default of FI_OXMR_WAIT_TICK_MS.
+pub(crate) const WAIT_TICK_MS: usize = 100;
 
 /// Default of FI_OXMR_CM_TIMEOUT_MS.
 pub(crate) const CM_TIMEOUT_MS: usize = 10_000;
@@ -82,6 +89,7 @@ impl Default for Config {
             pair_recv: true,
             wire: Wire::Auto,
             cm_timeout: std::time::Duration::from_millis(CM_TIMEOUT_MS as u64),
+            wait_tick: std::time::Duration::from_millis(WAIT_TICK_MS as u64),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use oxmr_ffi as ffi;
 
 use super::provider::provider_ptr;
-use crate::config::{Config, CM_TIMEOUT_MS, EAGER_MAX, SHARE_MIN, WRITE_BATCH};
+use crate::config::{Config, CM_TIMEOUT_MS, EAGER_MAX, SHARE_MIN, WAIT_TICK_MS, WRITE_BATCH};
 
 /// One variable: `name` is the suffix after `FI_OXMR_`, lower case.
 pub struct ParamDef {
@@ -73,6 +73,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         name: c"sysfs_root",
         kind: ffi::FI_PARAM_STRING,
         help: c"Where sysfs is, for proving which PCI device a BAR, VFIO or P2PDMA mapping belongs to (as hwloc's HWLOC_FSROOT); set only to test against a synthetic tree, which makes registration look for device identity before pinning (default: /sys)",
+    },
+    ParamDef {
+        name: c"wait_tick_ms",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"How long a thread blocked in fi_cq_sread, fi_cntr_wait or poll() on a wait fd sleeps at most when every endpoint feeding the queue wakes it on arrival; progress then runs anyway, to notice peers that died without a word (default: 100)",
     },
     ParamDef {
         name: c"cm_timeout_ms",
@@ -201,6 +206,7 @@ pub fn define_and_load() {
     };
     let cm_timeout =
         std::time::Duration::from_millis(get_size(c"cm_timeout_ms").unwrap_or(CM_TIMEOUT_MS).max(1) as u64);
+    let wait_tick = std::time::Duration::from_millis(get_size(c"wait_tick_ms").unwrap_or(WAIT_TICK_MS).max(1) as u64);
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -216,5 +222,6 @@ pub fn define_and_load() {
         pair_recv,
         wire,
         cm_timeout,
+        wait_tick,
     });
 }

@@ -416,11 +416,11 @@ impl Ep {
             Arc::new(crate::objects::progress::EngineSleeper(self.engine.clone()));
         for cq in &cqs {
             cq.progress.attach(self.engine.clone());
-            cq.core.waiter.attach(sleeper.clone());
+            cq.core.waiter.attach(sleeper.clone(), self.domain.fabric.config.wait_tick);
         }
         for c in &cntrs {
             c.progress.attach(self.engine.clone());
-            c.core.waiter.attach(sleeper.clone());
+            c.core.waiter.attach(sleeper.clone(), self.domain.fabric.config.wait_tick);
         }
         self.domain.progress.attach(self.engine.clone());
         Ok(())

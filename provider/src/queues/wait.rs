@@ -18,7 +18,7 @@
 //! drives the whole domain) it polls every `TICK` as before.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +49,9 @@ pub struct Waiter {
     /// "awake".
     parked: AtomicBool,
     parked_with: Mutex<Vec<Arc<dyn Sleeper>>>,
+    /// The safety tick in milliseconds (the shortest its sleepers were
+    /// attached with, FI_OXMR_WAIT_TICK_MS; `u64::MAX` until then).
+    safety_ms: AtomicU64,
 }
 
 /// An endpoint that feeds a CQ or counter, as its wait object sees it.
@@ -66,7 +69,7 @@ pub trait Sleeper: Send + Sync {
 }
 
 /// How long a sleep on the fd lasts at most when every endpoint can ring
-/// it: not needed for arrivals, but progress also notices peers that died
+/// it, unless FI_OXMR_WAIT_TICK_MS says otherwise: not needed for arrivals, but progress also notices peers that died
 /// (without a word on any socket) and repairs a queue cell whose producer
 /// died mid-write; a sleeper runs it at least this often.
 const SAFETY_TICK: Duration = Duration::from_millis(100);
@@ -114,13 +117,25 @@ impl Waiter {
             polls: false.into(),
             parked: false.into(),
             parked_with: Mutex::new(Vec::new()),
+            safety_ms: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The longest a sleep lasts when every endpoint can ring the fd.
+    fn safety_tick(&self) -> Duration {
+        match self.safety_ms.load(Ordering::Acquire) {
+            u64::MAX => SAFETY_TICK,
+            ms => Duration::from_millis(ms),
         }
     }
 
     /// An endpoint now feeds this object (fi_enable): watch its wake fd,
     /// or poll from now on if it has none. One attached twice counts once.
-    pub fn attach(&self, s: Arc<dyn Sleeper>) {
+    /// `safety_tick`: the endpoint's FI_OXMR_WAIT_TICK_MS (the shortest
+    /// of all attached is kept).
+    pub fn attach(&self, s: Arc<dyn Sleeper>, safety_tick: Duration) {
         let Some(w) = &self.fd else { return };
+        self.safety_ms.fetch_min(safety_tick.as_millis().clamp(1, u64::MAX as u128 - 1) as u64, Ordering::AcqRel);
         let mut v = self.sleepers.lock().unwrap_or_else(|p| p.into_inner());
         if v.iter().any(|x| Arc::ptr_eq(x, &s)) {
             return;
@@ -159,7 +174,7 @@ impl Waiter {
                 *self.parked_with.lock().unwrap_or_else(|p| p.into_inner()) = v;
                 self.parked.store(true, Ordering::Release);
                 match (&self.fd, quiet) {
-                    (Some(w), true) => w.tick(SAFETY_TICK),
+                    (Some(w), true) => w.tick(self.safety_tick()),
                     _ => self.tick(),
                 }
             }
@@ -262,7 +277,7 @@ impl Waiter {
                     return true;
                 }
                 let nap = match &slept {
-                    Some((_, true)) => SAFETY_TICK,
+                    Some((_, true)) => self.safety_tick(),
                     _ => TICK,
                 };
                 let until = Instant::now() + nap;
@@ -318,8 +333,8 @@ mod tests {
     fn a_ringing_endpoint_wakes_a_sleeper_without_ticks() {
         let (f, tx) = fake(true, true);
         let w = Waiter::new(ffi::FI_WAIT_FD).unwrap();
-        w.attach(f.clone());
-        w.attach(f.clone()); // (counts once)
+        w.attach(f.clone(), SAFETY_TICK);
+        w.attach(f.clone(), SAFETY_TICK); // (counts once)
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             tx.send(&[1]).unwrap();
@@ -348,7 +363,7 @@ mod tests {
         for (rings, quiet) in [(false, true), (true, false)] {
             let (f, tx) = fake(rings, quiet);
             let w = Waiter::new(ffi::FI_WAIT_FD).unwrap();
-            w.attach(f.clone());
+            w.attach(f.clone(), SAFETY_TICK);
             // Nothing rings: only the 1 ms tick ends each sleep, so a 50 ms
             // wait sleeps many times.
             let mut sleeps = 0;
@@ -370,7 +385,7 @@ mod tests {
     fn trywait_parks_the_endpoints_until_the_next_read() {
         let (f, _tx) = fake(true, true);
         let w = Waiter::new(ffi::FI_WAIT_FD).unwrap();
-        w.attach(f.clone());
+        w.attach(f.clone(), SAFETY_TICK);
         w.park();
         assert_eq!(f.asleep.load(Ordering::SeqCst), 1, "the application may sleep: ring");
         w.park();
