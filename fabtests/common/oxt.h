@@ -840,6 +840,17 @@ static inline fi_addr_t oxt_ep_insert(struct oxt_ep *x, const struct oxt_ep *pee
 	return a;
 }
 
+/* Trade endpoint names with the other process over `sock` (a socketpair
+ * from oxt_fork) and insert the peer's into our AV as `*peer`. */
+static inline void oxt_exchange(struct oxt_ep *x, int sock, fi_addr_t *peer)
+{
+	char them[64];
+
+	REQUIRE(write(sock, x->name, sizeof x->name) == sizeof x->name, "socketpair write");
+	REQUIRE(read(sock, them, sizeof them) == sizeof them, "socketpair read");
+	REQUIRE_RC(fi_av_insert(x->av, them, 1, peer, 0, NULL), 1);
+}
+
 /* The next completion of `cq` within `ms`: 0 success, a positive FI_E*
  * code for an error completion (its context in *ctx), -1 none, -2 a
  * failing fi_cq_readerr (a failed check, *ctx NULL). */

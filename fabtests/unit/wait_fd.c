@@ -20,15 +20,6 @@
 
 #define BIG (1UL << 20)
 
-static void exchange(struct oxt_ep *x, int sock, fi_addr_t *peer)
-{
-	char them[64];
-
-	REQUIRE(write(sock, x->name, sizeof x->name) == sizeof x->name, "socketpair write");
-	REQUIRE(read(sock, them, sizeof them) == sizeof them, "socketpair read");
-	REQUIRE_RC(fi_av_insert(x->av, them, 1, peer, 0, NULL), 1);
-}
-
 /* The peer: on each command byte, send (or write) and complete it. */
 static int child(int sock)
 {
@@ -44,7 +35,7 @@ static int child(int sock)
 	oxt_init("wait_fd[child]");
 	REQUIRE(buf, "malloc");
 	oxt_ep_open(&s, 0, FI_WAIT_NONE);
-	exchange(&s, sock, &peer);
+	oxt_exchange(&s, sock, &peer);
 	REQUIRE(read(sock, rma, sizeof rma) == sizeof rma, "socketpair read");
 	while (read(sock, &cmd, 1) == 1 && cmd != 'q') {
 		size_t n = cmd == 'e' ? 64 : BIG;
@@ -121,7 +112,7 @@ int main(int argc, char **argv)
 	REQUIRE(rbuf, "malloc");
 	pid = oxt_fork(child, &sock);
 	oxt_ep_open(&r, 0, FI_WAIT_FD);
-	exchange(&r, sock, &peer);
+	oxt_exchange(&r, sock, &peer);
 	REQUIRE_RC(fi_mr_reg(r.e.domain, rbuf, BIG, FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), 0);
 	rma[0] = (r.e.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)rbuf : 0;
 	rma[1] = fi_mr_key(mr);

@@ -35,15 +35,6 @@
 #define ROUNDS 3
 #define MAX_WAKES 30
 
-static void exchange(struct oxt_ep *x, int sock, fi_addr_t *peer)
-{
-	char them[64];
-
-	REQUIRE(write(sock, x->name, sizeof x->name) == sizeof x->name, "socketpair write");
-	REQUIRE(read(sock, them, sizeof them) == sizeof them, "socketpair read");
-	REQUIRE_RC(fi_av_insert(x->av, them, 1, peer, 0, NULL), 1);
-}
-
 /* The peer: on each command byte, wait DELAY_MS, send 64 bytes, and
  * report when it started the send. */
 static int child(int sock)
@@ -59,7 +50,7 @@ static int child(int sock)
 	oxt_init("wake[child]");
 	oxt_become_peer();
 	oxt_ep_open(&s, 0, FI_WAIT_NONE);
-	exchange(&s, sock, &peer);
+	oxt_exchange(&s, sock, &peer);
 	while (read(sock, &cmd, 1) == 1 && cmd != 'q') {
 		double t;
 
@@ -232,7 +223,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	pid = oxt_fork(child, &sock);
 	ep_open_with_cntr(&r);
-	exchange(&r, sock, &peer);
+	oxt_exchange(&r, sock, &peer);
 
 	OXT_GROUP("1. fi_cq_sread (5 s timeout) wakes with the message its peer sends 300 ms later, using little CPU and few sleeps");
 	for (int i = 0; i < ROUNDS; i++)
