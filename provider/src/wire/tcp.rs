@@ -260,11 +260,21 @@ impl Link {
         // socket did not take.
         let mut sent = 0;
         if o.queued.is_empty() && o.setup == Setup::Up {
-            let mut slices = Vec::with_capacity(parts.len() + 1);
-            slices.push(io::IoSlice::new(&prefix));
-            slices.extend(parts.iter().map(|p| io::IoSlice::new(p)));
+            // (On the stack for the usual few parts: this runs per frame.)
+            let mut few = [io::IoSlice::new(&[]); 8];
+            let many: Vec<io::IoSlice<'_>>;
+            let slices: &[io::IoSlice<'_>] = if parts.len() < few.len() {
+                few[0] = io::IoSlice::new(&prefix);
+                for (s, p) in few[1..].iter_mut().zip(parts) {
+                    *s = io::IoSlice::new(p);
+                }
+                &few[..parts.len() + 1]
+            } else {
+                many = std::iter::once(&prefix[..]).chain(parts.iter().copied()).map(io::IoSlice::new).collect();
+                &many
+            };
             loop {
-                match (&self.sock).write_vectored(&slices) {
+                match (&self.sock).write_vectored(slices) {
                     Ok(0) => {
                         o.state = LinkState::Closed;
                         return Err(WireError::Closed);
