@@ -21,6 +21,7 @@
 //! - `loopback` (tests only): in-process queues whose copies always push.
 
 pub mod cm;
+pub mod land;
 #[cfg(test)]
 pub mod loopback;
 pub mod shm;
@@ -30,6 +31,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 
 pub use crate::config::Wire;
+pub use land::Landings;
 
 pub use shm::share::{Copies, SharedCopy, Span};
 /// A TCP hello's bytes, for tests that speak the wire by hand.
@@ -371,6 +373,8 @@ pub struct Inbox {
     /// Whether every wire of this inbox makes `wake` readable on arrival
     /// (false: the loopback wire, an shm queue without a doorbell).
     rings: bool,
+    /// Where TCP payloads may land straight from the socket (`land`).
+    lands: Landings,
 }
 
 impl Inbox {
@@ -392,6 +396,7 @@ impl Inbox {
             epoch,
             wake,
             rings,
+            lands: Landings::default(),
         })
     }
 
@@ -400,7 +405,16 @@ impl Inbox {
     pub fn loopback(name: &SocketAddr) -> io::Result<Inbox> {
         let l = loopback::Inbox::create(name)?;
         let epoch = l.epoch();
-        Ok(Inbox { shm: None, tcp: None, lo: Some(l), name: *name, epoch, wake: None, rings: false })
+        Ok(Inbox {
+            shm: None,
+            tcp: None,
+            lo: Some(l),
+            name: *name,
+            epoch,
+            wake: None,
+            rings: false,
+            lands: Landings::default(),
+        })
     }
 
     /// An inbox of the TCP wire alone, at `listener` (tests).
@@ -409,7 +423,8 @@ impl Inbox {
         let name = listener.local_addr()?;
         let epoch = crate::sys::random_u32().max(1);
         let wake = Some(std::sync::Arc::new(crate::sys::Epoll::new()?));
-        let mut i = Inbox { shm: None, tcp: None, lo: None, name, epoch, wake, rings: true };
+        let mut i =
+            Inbox { shm: None, tcp: None, lo: None, name, epoch, wake, rings: true, lands: Landings::default() };
         i.take_tcp(listener)?;
         Ok(i)
     }
@@ -422,7 +437,7 @@ impl Inbox {
             Some(w) => w.clone(),
             None => std::sync::Arc::new(crate::sys::Epoll::new()?),
         };
-        self.tcp = Some(tcp::Inbox::new(listener, hello, wake)?);
+        self.tcp = Some(tcp::Inbox::new(listener, hello, wake, self.lands.clone())?);
         Ok(())
     }
 
@@ -453,20 +468,28 @@ impl Inbox {
 
     /// Hand one frame to `f(frame, more, via)`, `more` saying whether
     /// another waits behind it, `via` the sender its connection's hello
-    /// named (TCP; None on a wire whose frames carry no such proof); false
-    /// when none waits. The frame is consumed even if `f` panics.
-    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool, Option<SocketAddr>)) -> bool {
+    /// named (TCP; None on a wire whose frames carry no such proof), and
+    /// `landed` the payload bytes that went straight to their landing zone
+    /// (`landings`; the frame is then its header alone; 0 on other wires);
+    /// false when none waits. The frame is consumed even if `f` panics.
+    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool, Option<SocketAddr>, usize)) -> bool {
         #[cfg(test)]
         if let Some(l) = &mut self.lo {
-            return l.pop(|m, more| f(m, more, None));
+            return l.pop(|m, more| f(m, more, None, 0));
         }
         if let Some(r) = self.shm.as_mut().filter(|r| r.ready()) {
-            return r.pop(|m, more| f(m, more, None));
+            return r.pop(|m, more| f(m, more, None, 0));
         }
         match &mut self.tcp {
-            Some(t) => t.pop(|m, more, from| f(m, more, Some(from))),
+            Some(t) => t.pop(|m, more, from, landed| f(m, more, Some(from), landed)),
             None => false,
         }
+    }
+
+    /// The landing zones of this inbox's TCP connections (the engine adds
+    /// and forgets them: `land`).
+    pub fn landings(&self) -> Landings {
+        self.lands.clone()
     }
 
     /// (frames consumed, frames sent so far, over the wires): everything

@@ -375,6 +375,61 @@ struct InConn {
     closed: bool,
     /// Which connection it is (frames carry it, see `Inbox::reject_last`).
     id: u64,
+    /// The frame whose payload is being read into its landing zone.
+    land: Option<Landing>,
+}
+
+/// A frame whose payload goes straight from the socket to its landing
+/// zone (`super::land`): its header, the zone's pieces still to fill.
+struct Landing {
+    head: Vec<u8>,
+    key: u64,
+    gen: u64,
+    dest: Vec<(usize, usize)>,
+    left: usize,
+    n: usize,
+}
+
+/// A frame cut from a connection: its bytes (the header alone when its
+/// payload landed), the sender its hello named, the connection's id, and
+/// the payload bytes that landed in their zone.
+type Frame = (Vec<u8>, SocketAddr, u64, usize);
+
+/// Read from `sock` into `dest` (at most `max` bytes; what `read` would say).
+fn read_into(sock: &TcpStream, dest: &[(usize, usize)], max: usize) -> io::Result<usize> {
+    let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 8];
+    let (mut n, mut left) = (0, max);
+    for &(a, l) in dest {
+        if n == iov.len() || left == 0 {
+            break;
+        }
+        iov[n] = libc::iovec { iov_base: a as *mut libc::c_void, iov_len: l.min(left) };
+        left -= l.min(left);
+        n += 1;
+    }
+    // SAFETY: the pieces lie in a landing zone the engine registered
+    // (writable memory of ours, valid while the zone is in the table,
+    // checked just before this call); readv writes only inside them.
+    let r = unsafe { libc::readv(std::os::fd::AsRawFd::as_raw_fd(sock), iov.as_ptr(), n as i32) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// `dest` after its first `n` bytes.
+fn skip(dest: &mut Vec<(usize, usize)>, mut n: usize) {
+    let mut i = 0;
+    while n > 0 && i < dest.len() {
+        let take = dest[i].1.min(n);
+        dest[i] = (dest[i].0 + take, dest[i].1 - take);
+        n -= take;
+        if dest[i].1 == 0 {
+            i += 1;
+        }
+    }
+    dest.drain(..i);
 }
 
 /// An endpoint's TCP inbox: its listener and the connections peers opened.
@@ -384,7 +439,7 @@ pub struct Inbox {
     conns: Vec<InConn>,
     /// Frames read and not yet handed up, with their connection's sender
     /// and id.
-    frames: VecDeque<(Vec<u8>, SocketAddr, u64)>,
+    frames: VecDeque<Frame>,
     /// Connections accepted so far (the last one's id), and the connection
     /// of the frame handed up last.
     next_conn: u64,
@@ -412,6 +467,8 @@ pub struct Inbox {
     /// The endpoint's wake fd (`wire::Inbox::wake_fd`): holds the listener
     /// and every connection accepted (a closed socket leaves it by itself).
     wake: std::sync::Arc<crate::sys::Epoll>,
+    /// Where payloads may land straight from the socket (the engine's).
+    lands: super::land::Landings,
 }
 
 /// See `Inbox::spare`.
@@ -421,19 +478,23 @@ const SPARE_MAX: usize = 16;
 const ACCEPT_GAP: Duration = Duration::from_micros(200);
 const CLOCK_EVERY: u32 = 16;
 
+/// Where `cut` puts what it cuts from a connection's stream.
+struct Cuts<'a> {
+    frames: &'a mut VecDeque<Frame>,
+    spare: &'a mut Vec<Vec<u8>>,
+    read: &'a mut u64,
+    lands: &'a super::land::Landings,
+}
+
 /// Cut the whole frames at the start of `bytes` (a connection's stream
-/// from `from`, connection `id`) into `frames`, counting them in `read`;
-/// the bytes taken, or None for a length over `TCP_MAX_FRAME` (the
-/// connection is to be closed; said here).
-fn cut(
-    bytes: &[u8],
-    from: SocketAddr,
-    id: u64,
-    frames: &mut VecDeque<(Vec<u8>, SocketAddr, u64)>,
-    spare: &mut Vec<Vec<u8>>,
-    read: &mut u64,
-) -> Option<usize> {
+/// from `from`, connection `id`) into `to.frames`, counting them; the
+/// bytes taken, or None for a length over `TCP_MAX_FRAME` (the connection
+/// is to be closed; said here). A frame whose payload may land
+/// (`super::land`) lands what of it is here, and if the rest is still to
+/// come, `land` says where it goes (and every byte was taken).
+fn cut(bytes: &[u8], from: SocketAddr, id: u64, to: &mut Cuts<'_>, land: &mut Option<Landing>) -> Option<usize> {
     let mut at = 0;
+    let lands = to.lands.any().then(|| to.lands.head_max()).flatten();
     while bytes.len() - at >= 4 {
         let n = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default()) as usize;
         if n > TCP_MAX_FRAME {
@@ -442,13 +503,44 @@ fn cut(
             );
             return None;
         }
-        if bytes.len() - at < 4 + n {
+        let avail = bytes.len() - at - 4;
+        if let Some(head_max) = lands.filter(|_| n >= super::land::LAND_MIN) {
+            let need = n.min(head_max);
+            if avail < need {
+                break;
+            }
+            let body = &bytes[at + 4..];
+            let placed = to
+                .lands
+                .classify(&body[..need])
+                .filter(|h| h.len <= need)
+                .and_then(|h| to.lands.place(from, h.key, h.off, n - h.len).map(|(dest, gen)| (h, dest, gen)));
+            if let Some((h, mut dest, gen)) = placed {
+                let pn = n - h.len;
+                let have = (avail - h.len).min(pn);
+                let mut head = to.spare.pop().unwrap_or_default();
+                head.extend_from_slice(&body[..h.len]);
+                // SAFETY: `dest` lies in a live landing zone (just placed),
+                // writable memory of ours until the engine forgets it.
+                unsafe { crate::mr::local::scatter(&dest, &body[h.len..h.len + have]) };
+                at += 4 + h.len + have;
+                if have == pn {
+                    to.frames.push_back((head, from, id, pn));
+                    *to.read += 1;
+                    continue;
+                }
+                skip(&mut dest, have);
+                *land = Some(Landing { head, key: h.key, gen, dest, left: pn - have, n: pn });
+                return Some(at);
+            }
+        }
+        if avail < n {
             break;
         }
-        let mut frame = spare.pop().unwrap_or_default();
+        let mut frame = to.spare.pop().unwrap_or_default();
         frame.extend_from_slice(&bytes[at + 4..at + 4 + n]);
-        frames.push_back((frame, from, id));
-        *read += 1;
+        to.frames.push_back((frame, from, id, 0));
+        *to.read += 1;
         at += 4 + n;
     }
     Some(at)
@@ -456,7 +548,12 @@ fn cut(
 
 impl Inbox {
     /// Receive at `listener` (the endpoint's, bound at its name).
-    pub fn new(listener: TcpListener, me: Hello, wake: std::sync::Arc<crate::sys::Epoll>) -> io::Result<Inbox> {
+    pub fn new(
+        listener: TcpListener,
+        me: Hello,
+        wake: std::sync::Arc<crate::sys::Epoll>,
+        lands: super::land::Landings,
+    ) -> io::Result<Inbox> {
         listener.set_nonblocking(true)?;
         wake.add(std::os::fd::AsRawFd::as_raw_fd(&listener))?;
         Ok(Inbox {
@@ -474,6 +571,7 @@ impl Inbox {
             chunk: vec![0u8; 64 << 10].into_boxed_slice(),
             spare: Vec::new(),
             wake,
+            lands,
         })
     }
 
@@ -499,7 +597,15 @@ impl Inbox {
                         let _ = sock.set_nodelay(true);
                         self.next_conn += 1;
                         let id = self.next_conn;
-                        self.conns.push(InConn { sock, buf: Vec::new(), peer: None, epoch: 0, closed: false, id });
+                        self.conns.push(InConn {
+                            sock,
+                            buf: Vec::new(),
+                            peer: None,
+                            epoch: 0,
+                            closed: false,
+                            id,
+                            land: None,
+                        });
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -513,28 +619,75 @@ impl Inbox {
         let chunk = &mut self.chunk[..];
         // Connections whose hello arrived in this poll.
         let mut fresh: Vec<(SocketAddr, u32)> = Vec::new();
+        let mut to =
+            Cuts { frames: &mut self.frames, spare: &mut self.spare, read: &mut self.read, lands: &self.lands };
         for c in &mut self.conns {
             // (A frame too long, cut straight from a read below.)
             let mut refused = false;
             loop {
+                // A payload on its way to its landing zone: read straight
+                // into it (or, if the engine forgot the zone meanwhile,
+                // read it and drop it).
+                if let (Some(l), Some(from)) = (&mut c.land, c.peer) {
+                    let live = to.lands.live(from, l.key, l.gen);
+                    let got = if live {
+                        read_into(&c.sock, &l.dest, l.left)
+                    } else {
+                        let m = l.left.min(chunk.len());
+                        (&c.sock).read(&mut chunk[..m])
+                    };
+                    match got {
+                        Ok(0) => {
+                            c.closed = true;
+                            break;
+                        }
+                        Ok(k) => {
+                            skip(&mut l.dest, k);
+                            l.left -= k;
+                            if l.left == 0 {
+                                let l = c.land.take().expect("matched above");
+                                to.frames.push_back((l.head, from, c.id, l.n));
+                                *to.read += 1;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            c.closed = true;
+                            break;
+                        }
+                    }
+                    continue;
+                }
                 match (&c.sock).read(chunk) {
                     Ok(0) => {
                         c.closed = true;
                         break;
                     }
-                    // Nothing held back and the hello done: cut the frames
-                    // straight from what was read, keep only the rest.
+                    // The hello done: cut the frames from what was read
+                    // (straight from the read when nothing is held back),
+                    // keep only the rest.
                     Ok(n) => match c.peer {
-                        Some(from) if c.buf.is_empty() => {
-                            match cut(&chunk[..n], from, c.id, &mut self.frames, &mut self.spare, &mut self.read) {
-                                Some(at) => c.buf.extend_from_slice(&chunk[at..n]),
+                        Some(from) if c.buf.is_empty() => match cut(&chunk[..n], from, c.id, &mut to, &mut c.land) {
+                            Some(at) => c.buf.extend_from_slice(&chunk[at..n]),
+                            None => {
+                                refused = true;
+                                break;
+                            }
+                        },
+                        Some(from) => {
+                            c.buf.extend_from_slice(&chunk[..n]);
+                            match cut(&c.buf, from, c.id, &mut to, &mut c.land) {
+                                Some(at) => {
+                                    c.buf.drain(..at);
+                                }
                                 None => {
                                     refused = true;
                                     break;
                                 }
                             }
                         }
-                        _ => c.buf.extend_from_slice(&chunk[..n]),
+                        None => c.buf.extend_from_slice(&chunk[..n]),
                     },
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -581,18 +734,19 @@ impl Inbox {
                     }
                 }
             }
-            if let (Some(from), false) = (c.peer, c.closed) {
-                match cut(&c.buf[at..], from, c.id, &mut self.frames, &mut self.spare, &mut self.read) {
+            if let (Some(from), false, true) = (c.peer, c.closed, c.land.is_none()) {
+                match cut(&c.buf[at..], from, c.id, &mut to, &mut c.land) {
                     Some(n) => at += n,
                     None => c.closed = true,
                 }
             }
             if c.closed {
                 c.buf.clear();
+                c.land = None;
             } else {
                 c.buf.drain(..at);
             }
-            if ended && !c.closed && !c.buf.is_empty() {
+            if ended && !c.closed && (!c.buf.is_empty() || c.land.is_some()) {
                 match c.peer {
                     None => tracing::warn!(
                         "closing a TCP connection that ended inside its hello ({} of {HELLO_LEN} bytes): not an oxmr peer, or one that stopped while connecting",
@@ -600,10 +754,11 @@ impl Inbox {
                     ),
                     Some(from) => tracing::warn!(
                         "the TCP connection from {from} ended inside a frame ({} bytes of it): the peer stopped in the middle of a send",
-                        c.buf.len()
+                        c.buf.len() + c.land.as_ref().map_or(0, |l| l.n - l.left)
                     ),
                 }
                 c.buf.clear();
+                c.land = None;
             }
             c.closed |= ended;
         }
@@ -636,15 +791,17 @@ impl Inbox {
         !self.frames.is_empty()
     }
 
-    /// Hand one frame to `f(frame, more, sender)`; false when none waits.
-    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool, SocketAddr)) -> bool {
+    /// Hand one frame to `f(frame, more, sender, landed)`; false when none
+    /// waits. `landed`: the payload bytes that went straight to their
+    /// landing zone (the frame is then the header alone).
+    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool, SocketAddr, usize)) -> bool {
         if !self.ready() {
             return false;
         }
-        let Some((mut frame, from, id)) = self.frames.pop_front() else { return false };
+        let Some((mut frame, from, id, landed)) = self.frames.pop_front() else { return false };
         self.popped += 1;
         self.last = Some(id);
-        f(&frame, !self.frames.is_empty(), from);
+        f(&frame, !self.frames.is_empty(), from, landed);
         if self.spare.len() < SPARE_MAX {
             frame.clear();
             self.spare.push(frame);
@@ -692,12 +849,94 @@ mod tests {
         std::sync::Arc::new(crate::sys::Epoll::new().unwrap())
     }
 
+    /// The test classifier: a frame that starts 0xDA, then the transfer
+    /// and the offset (8 bytes each), lands.
+    fn test_head(b: &[u8]) -> Option<super::super::land::Head> {
+        let word = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        (b.len() >= 17 && b[0] == 0xDA).then(|| super::super::land::Head {
+            key: word(1),
+            off: word(9) as usize,
+            len: 17,
+        })
+    }
+
+    fn land_frame(key: u64, off: u64, payload: &[u8]) -> Vec<u8> {
+        let mut f = ((17 + payload.len()) as u32).to_le_bytes().to_vec();
+        f.push(0xDA);
+        f.extend_from_slice(&key.to_le_bytes());
+        f.extend_from_slice(&off.to_le_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn payloads_land_in_their_zone_straight_from_the_socket_and_nowhere_else() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let lands = super::super::land::Landings::default();
+        lands.set_classifier(test_head, 17);
+        let mut inbox = Inbox::new(l, hello(&at, 7), wake(), lands.clone()).unwrap();
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let mut dest = vec![0u8; 64 << 10];
+        let base = dest.as_mut_ptr() as usize;
+        // SAFETY: `dest` outlives the inbox's use of the zone (forgotten
+        // below, before `dest` is read or dropped).
+        unsafe { lands.expect(me, 42, vec![(base, 32 << 10), (base + (32 << 10), 32 << 10)]) };
+        let mut peer = TcpStream::connect(at).unwrap();
+        peer.write_all(&hello_bytes(&hello(&me, 9))).unwrap();
+        let pattern: Vec<u8> = (0..40000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut stream = land_frame(42, 1000, &pattern);
+        stream.extend_from_slice(&6u32.to_le_bytes());
+        stream.extend_from_slice(b"small!");
+        // Past the zone's end, and for a transfer with no zone: whole frames.
+        stream.extend(land_frame(42, (64 << 10) - 100, &[9u8; 10000]));
+        stream.extend(land_frame(43, 0, &[8u8; 10000]));
+        let mut got: Vec<(Vec<u8>, usize)> = Vec::new();
+        let take = |inbox: &mut Inbox, got: &mut Vec<(Vec<u8>, usize)>| {
+            for _ in 0..200 {
+                while inbox.pop(|f, _, from, landed| {
+                    assert_eq!(from, me);
+                    got.push((f.to_vec(), landed))
+                }) {}
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        };
+        // (In dribbles, the inbox reading between them: a payload lands
+        // across many reads, part from the read that held its header.)
+        for piece in stream.chunks(7001) {
+            peer.write_all(piece).unwrap();
+            take(&mut inbox, &mut got);
+        }
+        assert_eq!(got.len(), 4, "{:?}", got.iter().map(|g| (g.0.len(), g.1)).collect::<Vec<_>>());
+        assert_eq!((got[0].0.len(), got[0].1), (17, 40000), "the header alone goes up, and what landed");
+        assert_eq!(&dest[1000..41000], &pattern[..], "the payload is in the zone, across its two pieces");
+        assert!(dest[..1000].iter().chain(&dest[41000..]).all(|&b| b == 0), "nothing outside it");
+        assert_eq!(got[1], (b"small!".to_vec(), 0));
+        assert_eq!((got[2].0.len(), got[2].1), (17 + 10000, 0), "a payload past the zone's end is not landed");
+        assert_eq!((got[3].0.len(), got[3].1), (17 + 10000, 0), "nor one for a transfer without a zone");
+        // A zone forgotten while its payload is on the way: the rest is
+        // read and dropped, never written.
+        let half = land_frame(42, 0, &[5u8; 30000]);
+        peer.write_all(&half[..15000]).unwrap();
+        take(&mut inbox, &mut got);
+        lands.forget(me, 42);
+        dest.iter_mut().for_each(|b| *b = 0xEE);
+        peer.write_all(&half[15000..]).unwrap();
+        peer.write_all(&2u32.to_le_bytes()).unwrap();
+        peer.write_all(b"ok").unwrap();
+        take(&mut inbox, &mut got);
+        assert!(dest.iter().all(|&b| b == 0xEE), "no byte written after the zone was forgotten");
+        assert_eq!(got.len(), 6);
+        assert_eq!(got[5], (b"ok".to_vec(), 0), "the stream goes on after the dropped payload");
+        assert_eq!(inbox.positions(), (6, 6));
+    }
+
     #[test]
     fn the_wake_fd_is_readable_when_a_connection_or_a_frame_arrives() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
         let w = wake();
-        let mut inbox = Inbox::new(l, hello(&at, 7), w.clone()).unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 7), w.clone(), Default::default()).unwrap();
         assert!(!w.readable_within(0), "nothing arrived yet");
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let link = Link::open(&at, &hello(&me, 9)).unwrap();
@@ -706,7 +945,7 @@ mod tests {
         let mut got = 0;
         for _ in 0..2000 {
             link.flush();
-            while inbox.pop(|_, _, _| got += 1) {}
+            while inbox.pop(|_, _, _, _| got += 1) {}
             if got == 1 {
                 break;
             }
@@ -718,7 +957,7 @@ mod tests {
         link.flush();
         assert!(w.readable_within(5000), "a frame on an accepted connection wakes");
         for _ in 0..2000 {
-            while inbox.pop(|_, _, _| got += 1) {}
+            while inbox.pop(|_, _, _, _| got += 1) {}
             if got == 2 {
                 break;
             }
@@ -731,7 +970,7 @@ mod tests {
     fn frames_cross_with_their_senders_name_and_bad_peers_are_refused() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
-        let mut inbox = Inbox::new(l, hello(&at, 7), wake()).unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 7), wake(), Default::default()).unwrap();
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
         // (Opening needs nothing of the inbox: the kernel accepts.)
         let link = Link::open(&at, &hello(&me, 9)).unwrap();
@@ -742,7 +981,7 @@ mod tests {
         for _ in 0..2000 {
             // (Queued behind the connect until it is up: flush sends.)
             link.flush();
-            while inbox.pop(|f, _, from| got.push((f.to_vec(), from))) {}
+            while inbox.pop(|f, _, from, _| got.push((f.to_vec(), from))) {}
             if got.len() == 2 {
                 break;
             }
@@ -767,7 +1006,7 @@ mod tests {
         let at2 = l2.local_addr().unwrap();
         let mut h = hello(&at2, 3);
         h.version = 99;
-        let mut other = Inbox::new(l2, h, wake()).unwrap();
+        let mut other = Inbox::new(l2, h, wake(), Default::default()).unwrap();
         let bad = Link::open(&at2, &hello(&me, 9)).unwrap();
         let mut state = LinkState::Open;
         for _ in 0..2000 {
@@ -789,7 +1028,7 @@ mod tests {
             inbox.poll();
             std::thread::sleep(Duration::from_micros(200));
         }
-        assert!(!inbox.pop(|_, _, _| panic!("a frame over the limit was handed up")));
+        assert!(!inbox.pop(|_, _, _, _| panic!("a frame over the limit was handed up")));
         // Our peer closing: the link says so.
         drop(inbox);
         let mut state = LinkState::Open;
@@ -835,14 +1074,14 @@ mod tests {
         // A listener that is there: up, and what queued meanwhile arrives.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
-        let mut inbox = Inbox::new(l, hello(&at, 5), wake()).unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 5), wake(), Default::default()).unwrap();
         let link = Link::open(&at, &hello(&me, 2)).unwrap();
         link.send(&[b"first"]).unwrap();
         assert_eq!(settle(&link), Setup::Up);
         let mut got = Vec::new();
         for _ in 0..2000 {
             link.flush();
-            while inbox.pop(|f, _, _| got.push(f.to_vec())) {}
+            while inbox.pop(|f, _, _, _| got.push(f.to_vec())) {}
             if !got.is_empty() {
                 break;
             }
@@ -855,7 +1094,7 @@ mod tests {
     fn a_hello_of_a_new_epoch_replaces_the_connection_from_that_address() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
-        let mut inbox = Inbox::new(l, hello(&at, 5), wake()).unwrap();
+        let mut inbox = Inbox::new(l, hello(&at, 5), wake(), Default::default()).unwrap();
         let peer: SocketAddr = "127.0.0.1:2".parse().unwrap();
         let mut old = TcpStream::connect(at).unwrap();
         old.write_all(&hello(&peer, 10).encode()).unwrap();
@@ -994,8 +1233,13 @@ mod fuzz {
         let mut r = Rng::seeded("OXMR_FUZZ_SEED", 0x0c0f_fee5);
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
-        let mut inbox =
-            Inbox::new(l, tests_hello(&at, 3), std::sync::Arc::new(crate::sys::Epoll::new().unwrap())).unwrap();
+        let mut inbox = Inbox::new(
+            l,
+            tests_hello(&at, 3),
+            std::sync::Arc::new(crate::sys::Epoll::new().unwrap()),
+            Default::default(),
+        )
+        .unwrap();
         let peer: SocketAddr = "127.0.0.1:3".parse().unwrap();
         let me = tests_hello(&peer, 4);
         for round in 0..rounds() {
@@ -1012,7 +1256,7 @@ mod fuzz {
                 }
                 at_byte += n;
                 inbox.poll();
-                while inbox.pop(|f, _, from| {
+                while inbox.pop(|f, _, from, _| {
                     assert_eq!(from, peer, "round {round}: a frame with another sender");
                     got.push(f.to_vec())
                 }) {}
@@ -1021,11 +1265,11 @@ mod fuzz {
             let mut left = 2000;
             while (inbox.next_conn == accepted || !inbox.conns.is_empty()) && left > 0 {
                 inbox.poll();
-                while inbox.pop(|f, _, _| got.push(f.to_vec())) {}
+                while inbox.pop(|f, _, _, _| got.push(f.to_vec())) {}
                 left -= 1;
                 std::thread::sleep(Duration::from_micros(50));
             }
-            while inbox.pop(|f, _, _| got.push(f.to_vec())) {}
+            while inbox.pop(|f, _, _, _| got.push(f.to_vec())) {}
             assert!(
                 inbox.conns.is_empty() && inbox.next_conn == accepted + 1,
                 "round {round}: a connection that ended is still kept"

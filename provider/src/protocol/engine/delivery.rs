@@ -118,7 +118,7 @@ impl Engine {
                 // secret): the sender, which owns it, pushes it to us.
                 tracing::debug!("pulling {n} bytes from {from}");
                 let dest = clip(&p.iovs, n);
-                self.pulls.insert((from, hdr.msg_id), Pull { dest, total: n, got: 0, what: PullFor::Recv { p, hdr } });
+                self.start_pull((from, hdr.msg_id), Pull { dest, total: n, got: 0, what: PullFor::Recv { p, hdr } });
                 self.push_ctrl(from, Hdr { op: op::PULL, msg_id: hdr.msg_id, len: n as u64, ..Default::default() });
                 return;
             }

@@ -341,6 +341,12 @@ pub struct Engine {
     /// only every `LIVENESS_CALLS` calls: it costs more than a poll).
     ticks: u32,
     pulls: FastMap<(SocketAddr, u64), Pull>,
+    /// Where a pull's DATA may land straight from a TCP socket (each pull
+    /// of host memory has its zone while it is in `pulls`: `start_pull`,
+    /// `take_pull`), and the payload bytes of the frame being handled that
+    /// landed so (`on_data`).
+    lands: crate::wire::Landings,
+    landed: usize,
     /// Gone peers' operations, failed once their last messages are read.
     gone: Vec<Gone>,
     /// Our shared copies' slots, when our wire offers them (shm), and the
@@ -391,6 +397,13 @@ pub struct Engine {
 /// Bytes an iov list names (saturating: a peer's lengths may add up past
 /// usize::MAX; such a list names more than any buffer and is refused where
 /// it matters).
+/// A frame's landing head (`wire::land`): a DATA frame's transfer (our
+/// pull's id, with the connection's sender), offset and header length.
+fn land_head(b: &[u8]) -> Option<crate::wire::land::Head> {
+    let (h, len) = Hdr::decode(b)?;
+    (h.op == op::DATA).then_some(crate::wire::land::Head { key: h.msg_id, off: h.rma_addr as usize, len })
+}
+
 fn total(iovs: &[(usize, usize)]) -> usize {
     iovs.iter().fold(0usize, |s, x| s.saturating_add(x.1))
 }
@@ -473,6 +486,8 @@ impl Engine {
     ) -> Self {
         let crate::protocol::inbox::Inbox(rx) = inbox;
         let epoch = rx.epoch();
+        let lands = rx.landings();
+        lands.set_classifier(land_head, HDR_MAX);
         Engine {
             dial: Dial::new(cfg.wire, &name, epoch),
             copies: rx.copies(),
@@ -519,8 +534,29 @@ impl Engine {
             unserved: 0,
             ticks: 0,
             pulls: FastMap::default(),
+            lands,
+            landed: 0,
             gone: Vec::new(),
         }
+    }
+
+    /// Pull `key`'s data into `pull.dest`: its zone, if host memory, lets
+    /// DATA over TCP land there straight from the socket.
+    fn start_pull(&mut self, key: (SocketAddr, u64), pull: Pull) {
+        if pull.dest.iter().all(|&(a, l)| l == 0 || !crate::mr::phys::is_device(a, l)) {
+            // SAFETY: `dest` is a posted receive buffer or a registration
+            // checked for this write and held by the pull; the zone is
+            // forgotten (`take_pull`) before either is given back.
+            unsafe { self.lands.expect(key.0, key.1, pull.dest.clone()) };
+        }
+        self.pulls.insert(key, pull);
+    }
+
+    /// Take pull `key` out (done, failed, its peer gone): nothing lands
+    /// for it any more.
+    fn take_pull(&mut self, key: &(SocketAddr, u64)) -> Option<Pull> {
+        self.lands.forget(key.0, key.1);
+        self.pulls.remove(key)
     }
 
     /// FI_SETOPSFLAG on an enabled endpoint: the flags that calls without

@@ -140,7 +140,7 @@ impl Engine {
                 }
             }
             for k in g.pulls {
-                if let Some(Pull { what: PullFor::Recv { p, hdr }, .. }) = self.pulls.remove(&k) {
+                if let Some(Pull { what: PullFor::Recv { p, hdr }, .. }) = self.take_pull(&k) {
                     self.finish_open_job();
                     self.complete_recv(p, hdr, k.0, ffi::FI_EIO);
                 }

@@ -61,12 +61,16 @@ impl Engine {
                 let mut reject = false;
                 while n < 64
                     && self.deferred.len() < DEFER_MAX
-                    && rx.pop(|msg, more, via| {
+                    && rx.pop(|msg, more, via, landed| {
                         self.busy = more || !self.deferred.is_empty();
                         if via.is_some_and(|v| !frame_sound(msg, &v)) {
                             reject = true;
                         } else if self.sent_by(msg, via) {
-                            self.take_message(msg, more)
+                            // (A DATA frame whose payload landed: on_data
+                            // counts it; DATA is never kept for later.)
+                            self.landed = landed;
+                            self.take_message(msg, more);
+                            self.landed = 0;
                         } else {
                             reject = via.is_some();
                         }

@@ -33,21 +33,28 @@ impl Engine {
     pub(super) fn on_data(&mut self, h: Hdr, from: SocketAddr, body: &[u8]) {
         let off = h.rma_addr as usize;
         let chunk = &body[..(h.len as usize).min(body.len())];
+        // (Bytes the TCP inbox read straight into the pull's zone, which
+        // holds them wholly: nothing left to copy.)
+        let landed = std::mem::take(&mut self.landed);
         if let Some(pull) = self.pulls.get_mut(&(from, h.msg_id)) {
             if let PullFor::Write { hdr, _hold } = &pull.what {
                 if !self.mr.phys_live(_hold) {
                     let hdr = *hdr;
-                    self.pulls.remove(&(from, h.msg_id));
+                    self.take_pull(&(from, h.msg_id));
                     return self.rma_done(hdr, from, ffi::FI_EKEYREJECTED, None);
                 }
             }
-            let dest = region_slice(&pull.dest, off, chunk.len());
-            // SAFETY: `dest` lies in a posted receive buffer or in a
-            // registration checked for this access and held by the pull.
-            unsafe { crate::mr::local::scatter(&dest, chunk) };
-            pull.got += chunk.len();
+            if landed > 0 {
+                pull.got += landed;
+            } else {
+                let dest = region_slice(&pull.dest, off, chunk.len());
+                // SAFETY: `dest` lies in a posted receive buffer or in a
+                // registration checked for this access and held by the pull.
+                unsafe { crate::mr::local::scatter(&dest, chunk) };
+                pull.got += chunk.len();
+            }
             if pull.got >= pull.total {
-                let pull = self.pulls.remove(&(from, h.msg_id)).expect("present above");
+                let pull = self.take_pull(&(from, h.msg_id)).expect("present above");
                 match pull.what {
                     PullFor::Recv { p, hdr } => self.finish_recv(p, hdr, from, 0),
                     PullFor::Write { hdr, _hold } => self.rma_done(hdr, from, 0, Some(&_hold)),

@@ -121,7 +121,7 @@ impl Engine {
                         _hold: Some(region),
                     });
                 } else {
-                    self.pulls.insert(
+                    self.start_pull(
                         (from, h.msg_id),
                         Pull { dest: local, total: len, got: 0, what: PullFor::Write { hdr: h, _hold: region } },
                     );
