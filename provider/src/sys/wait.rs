@@ -146,6 +146,18 @@ impl Epoll {
         Ok(())
     }
 
+    /// The fds readable now (none waited for), into `out` (cleared
+    /// first; at most 64, the rest on the next call: level-triggered).
+    pub fn readable_now(&self, out: &mut Vec<RawFd>) -> io::Result<()> {
+        out.clear();
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        // SAFETY: `evs` is a writable array of 64 epoll_events, its length
+        // passed; a zero timeout never sleeps.
+        let n = cvt(unsafe { libc::epoll_wait(self.0.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, 0) })?;
+        out.extend(evs[..n as usize].iter().map(|e| e.u64 as RawFd));
+        Ok(())
+    }
+
     /// The epoll fd (for another epoll, or poll).
     pub fn fd(&self) -> RawFd {
         self.0.as_raw_fd()
