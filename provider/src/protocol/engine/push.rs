@@ -115,7 +115,17 @@ impl Engine {
             Some(m) if m > MAX_FRAME => m - HDR_MAX,
             _ => EAGER_MAX,
         };
+        let buffers = self.peers.get(&st.to).is_some_and(|p| p.link.buffers());
         while st.off < st.total {
+            // A link that queues behind a full socket (TCP) takes the next
+            // chunk only once its queue is written: data queued there
+            // would be copied, and every control frame to that peer (the
+            // PULLs and ACKs of the other direction's transfers) would wait
+            // behind megabytes of it. (Measured, two-way fi_rma_bw 1 MiB
+            // over veth: see docs/wire.md.)
+            if buffers && self.peers.get(&st.to).is_some_and(|p| p.link.flush()) {
+                return false;
+            }
             let n = (st.total - st.off).min(chunk);
             let src = region_slice(&st.src, st.off, n);
             // The wire copies the frame's parts itself (a shared-memory
