@@ -7,6 +7,10 @@
  *     returned 0, with a 5 s timeout; the peer sends 300 ms later.
  *  3. fi_cntr_wait (5 s timeout) on an FI_WAIT_FD counter bound for
  *     FI_RECV; the peer sends 300 ms later.
+ *  4. fi_eq_sread (5 s timeout) on a passive endpoint's EQ; the peer
+ *     calls fi_connect 300 ms later (FI_CONNREQ). Then the connector's own
+ *     fi_eq_sread, which waits for FI_CONNECTED while we accept 300 ms
+ *     after the request came (the peer checks its wait the same way).
  *
  * Each must wake with the data, and while it waited use little CPU
  * (getrusage user+sys under 20% of the time it slept); in poll(), the fd
@@ -28,6 +32,7 @@
  */
 #include "oxt.h"
 
+#include <rdma/fi_cm.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -35,8 +40,104 @@
 #define ROUNDS 3
 #define MAX_WAKES 30
 
+static double cpu_ms(void);
+static long sleeps_so_far(void);
+
+/* A MSG side: fabric, domain and an FI_WAIT_FD EQ at this side's address. */
+struct msg_side {
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_eq *eq;
+	struct fid_cq *cq;
+};
+
+static void msg_open(struct msg_side *m)
+{
+	struct fi_eq_attr ea = { .wait_obj = FI_WAIT_FD, .size = 16 };
+	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 16 };
+	struct fi_info *hints = oxt_hints(FI_EP_MSG);
+
+	memset(m, 0, sizeof *m);
+	REQUIRE_RC(fi_getinfo(OXT_VERSION, oxt_addr(), NULL, FI_SOURCE, hints, &m->info), 0);
+	fi_freeinfo(hints);
+	REQUIRE_RC(fi_fabric(m->info->fabric_attr, &m->fabric, NULL), 0);
+	REQUIRE_RC(fi_domain(m->fabric, m->info, &m->domain, NULL), 0);
+	REQUIRE_RC(fi_eq_open(m->fabric, &ea, &m->eq, NULL), 0);
+	REQUIRE_RC(fi_cq_open(m->domain, &ca, &m->cq, NULL), 0);
+}
+
+static struct fid_ep *msg_ep(struct msg_side *m, struct fi_info *info)
+{
+	struct fid_ep *ep = NULL;
+
+	REQUIRE_RC(fi_endpoint(m->domain, info, &ep, NULL), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &m->cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	REQUIRE_RC(fi_ep_bind(ep, &m->eq->fid, 0), 0);
+	REQUIRE_RC(fi_enable(ep), 0);
+	return ep;
+}
+
+static void msg_close(struct msg_side *m)
+{
+	EXPECT_RC(fi_close(&m->cq->fid), 0);
+	EXPECT_RC(fi_close(&m->eq->fid), 0);
+	EXPECT_RC(fi_close(&m->domain->fid), 0);
+	EXPECT_RC(fi_close(&m->fabric->fid), 0);
+	fi_freeinfo(m->info);
+}
+
+/* The checks of a wait that began at t0 (CPU c0, sleeps cs0) and ended now
+ * with (`got`) or without its event; returns when it ended. */
+static double check_wait(const char *what, bool got, double t0, double c0, long cs0)
+{
+	double woke = oxt_now_ms(), cpu = cpu_ms() - c0;
+	long cs = sleeps_so_far() - cs0;
+
+	EXPECT(got, "%s: nothing within its 5 s timeout", what);
+	EXPECT(woke - t0 >= DELAY_MS / 2, "%s: woke after %.1f ms, before the peer acted", what, woke - t0);
+	EXPECT(woke - t0 < 4000, "%s: woke after %.1f ms: the timeout ended the wait, not the arrival", what,
+	       woke - t0);
+	EXPECT(cpu < 0.2 * (woke - t0), "%s: %.1f ms of CPU in a %.1f ms wait: it polls instead of sleeping", what,
+	       cpu, woke - t0);
+	EXPECT(cs <= MAX_WAKES, "%s: %ld sleeps in a %.1f ms wait: it ticks instead of waking on arrival", what, cs,
+	       woke - t0);
+	printf("# %s: waited %.1f ms, %.1f ms CPU, %ld sleeps\n", what, woke - t0, cpu, cs);
+	return woke;
+}
+
+/* The peer's side of group 4: connect DELAY_MS after the pep's name came,
+ * then wait in fi_eq_sread for FI_CONNECTED. */
+static void child_connect(int sock)
+{
+	struct msg_side m;
+	struct sockaddr_in pep_name;
+	struct fi_eq_cm_entry ent;
+	struct fid_ep *ep;
+	uint32_t event = 0;
+	double t, c0;
+	long cs0;
+	ssize_t n;
+
+	REQUIRE(read(sock, &pep_name, sizeof pep_name) == sizeof pep_name, "socketpair read");
+	msg_open(&m);
+	ep = msg_ep(&m, m.info);
+	usleep(DELAY_MS * 1000);
+	t = oxt_now_ms();
+	REQUIRE(write(sock, &t, sizeof t) == sizeof t, "socketpair write");
+	REQUIRE_RC(fi_connect(ep, &pep_name, NULL, 0), 0);
+	t = oxt_now_ms();
+	c0 = cpu_ms();
+	cs0 = sleeps_so_far();
+	n = fi_eq_sread(m.eq, &event, &ent, sizeof ent, 5000, 0);
+	check_wait("the connector's fi_eq_sread for FI_CONNECTED", n > 0 && event == FI_CONNECTED, t, c0, cs0);
+	EXPECT(n < 0 || event == FI_CONNECTED, "the connector's EQ gave event %u, not FI_CONNECTED", event);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	msg_close(&m);
+}
+
 /* The peer: on each command byte, wait DELAY_MS, send 64 bytes, and
- * report when it started the send. */
+ * report when it started the send ('m': group 4's connect instead). */
 static int child(int sock)
 {
 	struct oxt_ep s;
@@ -53,6 +154,11 @@ static int child(int sock)
 	oxt_exchange(&s, sock, &peer);
 	while (read(sock, &cmd, 1) == 1 && cmd != 'q') {
 		double t;
+
+		if (cmd == 'm') {
+			child_connect(sock);
+			continue;
+		}
 
 		usleep(DELAY_MS * 1000);
 		oxt_fill(buf, sizeof buf, (unsigned)cmd);
@@ -236,6 +342,52 @@ int main(int argc, char **argv)
 	OXT_GROUP("3. fi_cntr_wait (5 s timeout) wakes with the message sent 300 ms later, using little CPU and few sleeps");
 	for (int i = 0; i < ROUNDS; i++)
 		round_trip(&r, sock, 'c');
+
+	OXT_GROUP("4. fi_eq_sread wakes with the FI_CONNREQ of a connect sent 300 ms later, and the connector's with FI_CONNECTED 300 ms after that, using little CPU and few sleeps");
+	{
+		struct msg_side m;
+		struct fid_pep *pep = NULL;
+		struct fid_ep *ep = NULL;
+		struct sockaddr_in name;
+		size_t len = sizeof name;
+		union {
+			struct fi_eq_cm_entry cm;
+			unsigned char bytes[sizeof(struct fi_eq_cm_entry) + 256];
+		} ev;
+		uint32_t event = 0;
+		double t0, c0, sent;
+		long cs0;
+		ssize_t n;
+
+		msg_open(&m);
+		REQUIRE_RC(fi_passive_ep(m.fabric, m.info, &pep, NULL), 0);
+		REQUIRE_RC(fi_pep_bind(pep, &m.eq->fid, 0), 0);
+		REQUIRE_RC(fi_listen(pep), 0);
+		REQUIRE_RC(fi_getname(&pep->fid, &name, &len), 0);
+		REQUIRE(write(sock, "m", 1) == 1, "socketpair write");
+		REQUIRE(write(sock, &name, sizeof name) == sizeof name, "socketpair write");
+		t0 = oxt_now_ms();
+		c0 = cpu_ms();
+		cs0 = sleeps_so_far();
+		n = fi_eq_sread(m.eq, &event, &ev, sizeof ev, 5000, 0);
+		check_wait("fi_eq_sread for FI_CONNREQ", n > 0 && event == FI_CONNREQ, t0, c0, cs0);
+		REQUIRE(read(sock, &sent, sizeof sent) == sizeof sent, "socketpair read");
+		if (n > 0 && event == FI_CONNREQ) {
+			usleep(DELAY_MS * 1000);
+			ep = msg_ep(&m, ev.cm.info);
+			fi_freeinfo(ev.cm.info);
+			EXPECT_RC(fi_accept(ep, NULL, 0), 0);
+			n = fi_eq_sread(m.eq, &event, &ev, sizeof ev, 5000, 0);
+			EXPECT(n > 0 && event == FI_CONNECTED, "the acceptor's fi_eq_sread: %zd, event %u", n, event);
+		} else {
+			EXPECT(0, "fi_eq_sread gave %zd, event %u: no FI_CONNREQ", n, event);
+		}
+		/* (The connector's checks are its own; its exit status says.) */
+		if (ep)
+			EXPECT_RC(fi_close(&ep->fid), 0);
+		EXPECT_RC(fi_close(&pep->fid), 0);
+		msg_close(&m);
+	}
 
 	REQUIRE(write(sock, "q", 1) == 1, "socketpair write");
 	waitpid(pid, &status, 0);

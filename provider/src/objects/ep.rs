@@ -670,6 +670,10 @@ impl Ep {
 }
 
 impl CmSource for Ep {
+    fn cm_wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool {
+        self.conn().wake_fds(out)
+    }
+
     fn cm_progress(&self) -> bool {
         let Some(name) = self.name() else { return false };
         let mut c = self.conn();

@@ -39,6 +39,48 @@ pub trait CmSource: Send + Sync {
     /// Move connections on and post their events; false once there is
     /// nothing more to watch.
     fn cm_progress(&self) -> bool;
+    /// The sockets whose readability means `cm_progress` has something
+    /// to do (into `out`); false while it has work that no socket rings
+    /// for (a sleeper then looks again after a short tick).
+    fn cm_wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool;
+}
+
+type Sources = Arc<Mutex<Vec<Weak<dyn CmSource>>>>;
+
+/// How a thread blocked in fi_eq_sread (or in poll() on the EQ's fd)
+/// wakes when a connection moves: an epoll of the watched connections'
+/// sockets, brought up to date each time a thread is about to sleep
+/// (added anew, EEXIST ignored, so a closed fd whose number came back is
+/// watched again; sockets no longer watched taken out, so a request
+/// waiting for fi_accept whose socket is readable cannot keep waking it).
+struct CmWake {
+    epoll: crate::sys::Epoll,
+    sources: Sources,
+    /// The fds added last time.
+    added: Mutex<Vec<std::os::fd::RawFd>>,
+}
+
+impl crate::queues::wait::Sleeper for CmWake {
+    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.epoll.fd())
+    }
+
+    fn sleep(&self) -> bool {
+        let live: Vec<Arc<dyn CmSource>> =
+            self.sources.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect();
+        let mut want = Vec::new();
+        let quiet = live.iter().fold(true, |q, s| s.cm_wake_fds(&mut want) & q);
+        let mut added = self.added.lock().unwrap_or_else(|p| p.into_inner());
+        for fd in added.iter().filter(|fd| !want.contains(fd)) {
+            self.epoll.remove(*fd);
+        }
+        // (A socket that cannot be added is not rung for: tick instead.)
+        let all = want.iter().fold(true, |ok, &fd| self.epoll.add_again(fd) & ok);
+        *added = want;
+        quiet && all
+    }
+
+    fn awake(&self) {}
 }
 
 struct Event {
@@ -62,7 +104,7 @@ pub struct Eq {
     q: Mutex<Queues>,
     /// Who posts connection events here (weak: they are the EQ's users,
     /// closed before it).
-    sources: Mutex<Vec<Weak<dyn CmSource>>>,
+    sources: Sources,
     /// The err_data handed out by the last fi_eq_readerr that asked for
     /// the provider's buffer (valid until the next one: fi_eq(3)).
     err_keep: Mutex<Vec<u8>>,
@@ -84,13 +126,20 @@ impl Eq {
         if attr.flags & !known != 0 {
             return Err(fail!(ffi::FI_EINVAL, "unsupported fi_eq_attr flags {:#x}", attr.flags & !known));
         }
+        let waiter = Waiter::new(attr.wait_obj)?;
+        let sources = Sources::default();
+        // (Without an epoll the sleeper polls every tick, as before.)
+        if let Ok(epoll) = crate::sys::Epoll::new() {
+            let wake = CmWake { epoll, sources: sources.clone(), added: Mutex::new(Vec::new()) };
+            waiter.attach(Arc::new(wake), fabric.config.wait_tick);
+        }
         Ok(Eq {
             hdr,
             fabric,
             size: if attr.size == 0 { DEFAULT_SIZE } else { attr.size },
-            waiter: Waiter::new(attr.wait_obj)?,
+            waiter,
             q: Mutex::new(Queues::default()),
-            sources: Mutex::new(Vec::new()),
+            sources,
             err_keep: Mutex::new(Vec::new()),
         })
     }
@@ -164,6 +213,7 @@ impl Eq {
     /// Read (or with `peek`, look at) the next event into `buf`.
     /// Returns the event and its length.
     pub fn read(&self, buf: &mut [u8], peek: bool) -> Result<(u32, usize)> {
+        self.waiter.unpark();
         self.drive();
         self.take(buf, peek)
     }
@@ -224,16 +274,19 @@ impl Eq {
 
     /// fi_trywait: -FI_EAGAIN if an event is ready, else clear the fd.
     pub fn trywait(&self) -> Result<()> {
+        self.waiter.unpark();
         self.waiter.clear();
         self.drive();
         if self.ready() {
             self.waiter.notify();
             return Err(Error::quiet(ffi::FI_EAGAIN));
         }
-        // Connections move only when this EQ is read: wake the sleeper
-        // soon to read again (as a CQ's trywait does for its peers).
+        // Connections move only when this EQ is read: their sockets make
+        // the fd readable when something arrives (`CmWake`), the safety
+        // tick covers their timeouts, and a connect under way (no socket
+        // to ring yet) arms the short tick (`Waiter::park`).
         if self.watching() {
-            self.waiter.tick();
+            self.waiter.park();
         }
         Ok(())
     }

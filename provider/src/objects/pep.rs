@@ -180,6 +180,17 @@ impl Pep {
 }
 
 impl CmSource for Pep {
+    fn cm_wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool {
+        let s = self.state();
+        if !s.listening {
+            return true;
+        }
+        if let Some(l) = &s.listener {
+            out.push(std::os::fd::AsRawFd::as_raw_fd(l));
+        }
+        s.arriving.wake_fds(out)
+    }
+
     fn cm_progress(&self) -> bool {
         let mut s = self.state();
         let (Some(eq), true) = (s.eq.clone(), s.listening) else {

@@ -58,6 +58,16 @@ pub struct Arrivals {
 }
 
 impl Arrivals {
+    /// The sockets whose readability moves these connections on (into
+    /// `out`); false if one has bytes to write that only a poll writes.
+    pub fn wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool {
+        self.waiting.iter().fold(true, |quiet, (c, _)| {
+            let (fd, writing) = c.wake_fd();
+            out.push(fd);
+            quiet && !writing
+        })
+    }
+
     /// Accept what the (non-blocking) listener has, read what has arrived,
     /// and return the complete requests with their cm_data. A connection
     /// that sends anything but a Request, or nothing for `timeout`, is
@@ -186,6 +196,21 @@ impl Conn {
     /// An acceptor's connection, from its FI_CONNREQ.
     pub fn offered(req: Incoming) -> Conn {
         Conn { peer: Some(req.peer), phase: Phase::Offered(req), shutdown_posted: false }
+    }
+
+    /// The socket whose readability moves this connection on (into
+    /// `out`); false while it has work no socket rings for: a connect
+    /// under way (on its helper thread), or bytes to write.
+    pub fn wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool {
+        match &self.phase {
+            Phase::Dialing { .. } => false,
+            Phase::Requested { conn, .. } | Phase::Accepted { conn, .. } | Phase::Connected { conn } => {
+                let (fd, writing) = conn.wake_fd();
+                out.push(fd);
+                !writing
+            }
+            _ => true,
+        }
     }
 
     /// Whether events may still come (the EQ keeps driving it).

@@ -146,6 +146,21 @@ impl Epoll {
         Ok(())
     }
 
+    /// Add an fd, or find it there already (true either way).
+    pub fn add_again(&self, fd: RawFd) -> bool {
+        match self.add(fd) {
+            Ok(()) => true,
+            Err(e) => e.raw_os_error() == Some(libc::EEXIST),
+        }
+    }
+
+    /// Take an fd out (one closed since has left by itself).
+    pub fn remove(&self, fd: RawFd) {
+        // SAFETY: epoll_ctl DEL reads no event; a stale fd number only
+        // fails (ENOENT/EBADF), which is what "already gone" means here.
+        unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+    }
+
     /// The fds readable now (none waited for), into `out` (cleared
     /// first; at most 64, the rest on the next call: level-triggered).
     pub fn readable_now(&self, out: &mut Vec<RawFd>) -> io::Result<()> {

@@ -174,6 +174,12 @@ impl CmConn {
         self.local
     }
 
+    /// The socket, readable when a frame (or the end) arrives, and whether
+    /// bytes still wait to be written (which only a later poll writes).
+    pub fn wake_fd(&self) -> (std::os::fd::RawFd, bool) {
+        (std::os::fd::AsRawFd::as_raw_fd(&self.stream), !self.wbuf.is_empty())
+    }
+
     /// Queue a frame and write what the socket takes now.
     pub fn send(&mut self, f: &Frame) -> Result<(), CmError> {
         self.wbuf.extend_from_slice(&f.encode());
