@@ -109,6 +109,10 @@ pub struct MrDomain {
     pub cache_explicit: bool,
     /// FI_OXMR_MR_RECORD_PFN.
     pub record_pfn: bool,
+    /// How the domain's TCP links send: through the pinner's ring, whose
+    /// table holds the registrations SEND_ZC names by slot, or plain
+    /// (`with_tcp_io_uring`); and the counters.
+    pub tcp: crate::wire::tcp::TcpSend,
 }
 
 /// Cache settings (FI_OXMR_MR_CACHE_*).
@@ -192,7 +196,33 @@ impl MrDomain {
             cache,
             cache_explicit: cc.explicit,
             record_pfn: cc.record_pfn,
+            tcp: Default::default(),
         }
+    }
+
+    /// FI_OXMR_TCP_IO_URING: TCP links send registered memory with
+    /// SEND_ZC on the pinner's ring when `on`, where there is a ring that
+    /// can (one log line says why not otherwise); plain sockets when not.
+    pub fn with_tcp_io_uring(mut self, on: bool) -> Self {
+        let ring = self.pinner.uring().filter(|_| on);
+        self.tcp.ring = match ring {
+            Some(r) if r.sends_zc() => Some(r.clone()),
+            Some(_) => {
+                tracing::info!(
+                    "this kernel has no io_uring SEND_ZC; TCP sends use plain sockets (FI_OXMR_TCP_IO_URING)"
+                );
+                None
+            }
+            None if on => {
+                tracing::info!(
+                    "the domain has no io_uring ring (FI_OXMR_MR_PIN={:?}, or io_uring unavailable); TCP sends use plain sockets",
+                    self.pinner.mode()
+                );
+                None
+            }
+            None => None,
+        };
+        self
     }
 
     fn mode(&self, bit: u32) -> bool {

@@ -109,6 +109,12 @@ pub struct UringTable {
     pid: u32,
 }
 
+impl std::fmt::Debug for UringTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UringTable({} slots used)", self.used())
+    }
+}
+
 impl UringTable {
     /// Create a ring and register its sparse buffer table.
     pub fn new() -> io::Result<Self> {

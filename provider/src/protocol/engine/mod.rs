@@ -474,7 +474,7 @@ impl Engine {
         let crate::protocol::inbox::Inbox(rx) = inbox;
         let epoch = rx.epoch();
         Engine {
-            dial: Dial::new(cfg.wire, &name, epoch),
+            dial: Dial::new(cfg.wire, &name, epoch).with_tcp(mr.tcp.clone()),
             copies: rx.copies(),
             offers: Vec::new(),
             sender_jobs: cfg.sender_jobs,
