@@ -311,7 +311,7 @@ unsafe extern "C" fn ext_stats(domain: *mut c_void, stats: *mut oxmr_mr_stats) -
         let d = unsafe { borrow::<Domain>(domain as *const ffi::fid) }?;
         let s = &d.mr.stats;
         let p = &d.mr.pinner;
-        let t = &d.mr.tcp.stats;
+        let t = &d.mr.tcp_stats;
         let (cache_entries, cache_bytes) = d.mr.cache.as_ref().map_or((0, 0), |c| c.size());
         let cs = d.mr.cache.as_ref().map(|c| &c.stats);
         let c = |f: fn(&crate::mr::cache::CacheStats) -> &std::sync::atomic::AtomicU64| {

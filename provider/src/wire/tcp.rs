@@ -26,12 +26,13 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{LinkState, OpenError, WireError, MAX_FRAME};
 use crate::mr::uring::{Flight, UringTable};
+pub use crate::mr::TcpStats;
 
 const MAGIC: u32 = 0x3154_584f; // "OXT1"
 /// This build's TCP wire version (the hello's; the message header has its
@@ -117,20 +118,6 @@ pub(crate) const ZC_MIN: usize = 32 << 10;
 pub struct TcpSend {
     pub ring: Option<Arc<UringTable>>,
     pub stats: Arc<TcpStats>,
-}
-
-/// A domain's TCP send counters (the extension's stats).
-#[derive(Debug, Default)]
-pub struct TcpStats {
-    /// SEND_ZC completions that sent their whole part.
-    pub zc_sends: AtomicU64,
-    /// The bytes those sent.
-    pub zc_bytes: AtomicU64,
-    /// Frames that had no zero-copy part (every byte written with writev).
-    pub copied_frames: AtomicU64,
-    /// Bytes the socket took from write/writev: whole copied frames, and
-    /// the length prefixes and headers of zero-copy ones.
-    pub copied_bytes: AtomicU64,
 }
 
 /// What waits to go out, in stream order.
@@ -1242,11 +1229,12 @@ mod zc {
             crate::mr::account::Account::new(None, crate::mr::account::CapSource::Variable),
         );
         let d = crate::mr::MrDomain::new(0, pinner, Default::default()).with_tcp_io_uring(false);
-        assert!(d.tcp.ring.is_none(), "FI_OXMR_TCP_IO_URING=0: plain sockets");
-        let got = run(&d.tcp, &frames);
+        assert!(d.tcp_ring.is_none(), "FI_OXMR_TCP_IO_URING=0: plain sockets");
+        let tx = TcpSend { ring: d.tcp_ring.clone(), stats: d.tcp_stats.clone() };
+        let got = run(&tx, &frames);
         assert!(got.iter().zip(&frames).all(|(g, f)| *g == f.concat()));
-        assert_eq!(d.tcp.stats.zc_sends.load(Relaxed), 0);
-        assert_eq!(d.tcp.stats.copied_frames.load(Relaxed), frames.len() as u64);
+        assert_eq!(d.tcp_stats.zc_sends.load(Relaxed), 0);
+        assert_eq!(d.tcp_stats.copied_frames.load(Relaxed), frames.len() as u64);
         assert_eq!(table.in_flight(), 0);
         table.unpin(&slots);
     }

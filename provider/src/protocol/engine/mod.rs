@@ -474,7 +474,8 @@ impl Engine {
         let crate::protocol::inbox::Inbox(rx) = inbox;
         let epoch = rx.epoch();
         Engine {
-            dial: Dial::new(cfg.wire, &name, epoch).with_tcp(mr.tcp.clone()),
+            dial: Dial::new(cfg.wire, &name, epoch)
+                .with_tcp(crate::wire::tcp::TcpSend { ring: mr.tcp_ring.clone(), stats: mr.tcp_stats.clone() }),
             copies: rx.copies(),
             offers: Vec::new(),
             sender_jobs: cfg.sender_jobs,
