@@ -232,10 +232,12 @@ impl MrDomain {
                 None
             }
             None if on => {
-                tracing::info!(
-                    "the domain has no io_uring ring (FI_OXMR_MR_PIN={:?}, or io_uring unavailable); TCP sends use plain sockets",
-                    self.pinner.mode()
-                );
+                let why = match self.pinner.mode() {
+                    pin::PinMode::Uring => "io_uring is unavailable",
+                    pin::PinMode::Mlock => "registrations pin with mlock",
+                    pin::PinMode::None => "FI_OXMR_MR_PIN=none",
+                };
+                tracing::info!("the domain has no io_uring ring ({why}); TCP sends use plain sockets");
                 None
             }
             None => None,

@@ -1,5 +1,15 @@
-//! The TCP wire (plain non-blocking sockets; io_uring and SEND_ZC from
-//! registered memory are still to come, see docs/wire.md "TCP").
+//! The TCP wire: non-blocking sockets, and io_uring SEND_ZC for frame
+//! parts in registered memory (docs/wire.md, "io_uring and SEND_ZC").
+//!
+//! Sending: a part of at least `ZC_MIN` bytes that lies in one slot of
+//! the domain's io_uring table (`TcpSend::ring`, `UringTable::fixed`)
+//! goes out with SEND_ZC from that fixed buffer on the domain's ring;
+//! everything else is written with writev ("small messages are copied").
+//! The out queue holds segments in stream order, and a zero-copy part is
+//! submitted only once every byte before it is out, and nothing after it
+//! goes until its completion is reaped: at most one SEND_ZC per link in
+//! flight, and the socket's bytes are the frames in order. The receiving
+//! side (`Inbox`) knows nothing of this.
 //!
 //! Nothing here waits: a link's connect runs in the kernel while frames
 //! queue behind it (bounded, `OUT_MAX`), and fails the link if refused or
