@@ -1224,6 +1224,65 @@ mod zc {
     }
 
     #[test]
+    fn a_link_dropped_with_a_send_in_flight_leaves_the_flight_to_the_ring() {
+        let Ok(table) = UringTable::new() else { return };
+        if !table.sends_zc() {
+            return;
+        }
+        let table = Arc::new(table);
+        let mut buf = Anon::new(1 << 20);
+        buf.fill(|i| i as u8);
+        let slots = table.pin(&[(buf.0, 1 << 20)]).unwrap();
+        // A reader that never reads, with a tiny receive window: the send
+        // cannot finish (MSG_WAITALL) while it lives.
+        let small = |fd: i32, opt: i32| {
+            let v: libc::c_int = 4096;
+            // SAFETY: setsockopt reads an int of the size given.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&v as *const libc::c_int).cast(),
+                    size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(r, 0);
+        };
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        small(l.as_raw_fd(), libc::SO_RCVBUF);
+        let at = l.local_addr().unwrap();
+        let tx = TcpSend { ring: Some(table.clone()), stats: Default::default() };
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let link = Link::open(&at, &tests_hello(&me, 1), &tx).unwrap();
+        small(link.sock.as_raw_fd(), libc::SO_SNDBUF);
+        let (peer, _) = l.accept().unwrap();
+        link.send(&[b"hdr", &buf.bytes()[..1 << 20]]).unwrap();
+        for _ in 0..100 {
+            link.flush();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(link.flush(), "the send is still in flight");
+        assert_eq!(table.in_flight(), 1);
+        drop(link);
+        table.reap();
+        assert_eq!(table.in_flight(), 1, "the ring's map owns the flight of a link gone");
+        // The reader goes (unread data: a reset): the send fails, its
+        // completions come, and the map lets the flight go.
+        drop(peer);
+        for _ in 0..5000 {
+            table.reap();
+            if table.in_flight() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(table.in_flight(), 0, "the flight ended with its last completion");
+        assert_eq!(tx.stats.zc_sends.load(Relaxed), 0, "a failed send is not counted as sent");
+        table.unpin(&slots);
+    }
+
+    #[test]
     fn without_the_ring_nothing_goes_with_send_zc() {
         let Ok(table) = UringTable::new() else { return };
         let table = Arc::new(table);
