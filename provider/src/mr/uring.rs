@@ -27,8 +27,8 @@
 //! own reference to the pages until it completes (its notification), so
 //! an unpin with a send in flight is safe for the kernel. At fork, pinned
 //! anonymous pages are copied for the child, so the parent keeps the pages
-//! it pinned; the ring's queues are mapped MADV_DONTFORK and a child never
-//! submits (`owned_here`).
+//! it pinned; a child, which shares the ring's queues, never submits or
+//! reaps on them (`owned_here`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -118,7 +118,10 @@ impl std::fmt::Debug for UringTable {
 impl UringTable {
     /// Create a ring and register its sparse buffer table.
     pub fn new() -> io::Result<Self> {
-        let uring = IoUring::builder().dontfork().build(RING_ENTRIES)?;
+        // (Not MADV_DONTFORK: a child that drops an inherited domain would then
+        // unmap, at the queues' addresses, whatever it mapped there since. The
+        // child shares the queues' pages instead and never touches them.)
+        let uring = IoUring::builder().build(RING_ENTRIES)?;
         let sub = uring.submitter();
         sub.register_buffers_sparse(TABLE_SLOTS)?;
         let mut probe = Probe::new();
@@ -240,6 +243,10 @@ impl UringTable {
     /// it, and `fd` is a socket the caller keeps open until this call
     /// returns (the request then holds its own reference to the file).
     pub unsafe fn send_zc(&self, fd: RawFd, addr: usize, len: u32, slot: u16) -> io::Result<Option<Arc<Flight>>> {
+        // (A forked child shares the parent's queues: it must not push.)
+        if !self.owned_here() {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
         let mut ring = self.ring();
         let id = ring.next;
         ring.next += 1;
@@ -274,6 +281,9 @@ impl UringTable {
     /// Take every completion the ring has and hand each to its flight
     /// (any endpoint's progress may reap: the flights say whose it was).
     pub fn reap(&self) {
+        if !self.owned_here() {
+            return;
+        }
         let mut ring = self.ring();
         // (Pushes what a busy submit left queued, and flushes completions
         // the kernel kept aside while the queue was full; an error here

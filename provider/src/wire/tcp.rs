@@ -378,7 +378,7 @@ impl Link {
     /// or more, wholly in one slot of the domain's ring); None when no
     /// part does.
     fn zc_slots(&self, parts: &[&[u8]]) -> Option<Vec<Option<u16>>> {
-        let ring = self.tx.ring.as_ref()?;
+        let ring = self.tx.ring.as_ref().filter(|r| r.sends_zc())?;
         if !parts.iter().any(|p| p.len() >= ZC_MIN) {
             return None;
         }
