@@ -190,6 +190,10 @@ extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
 # The whole transfer suite over the TCP wire (both processes, real sockets
 # on 127.0.0.1; docs/wire.md "TCP").
 extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
+# The same over plain sockets (no io_uring SEND_ZC from registered memory;
+# xfer.c's 1z checks the counters say so, as it checks they count SEND_ZC
+# in the run above, FI_OXMR_TCP_IO_URING=1 being the default).
+extra_run "xfer[FI_OXMR_WIRE=tcp,FI_OXMR_TCP_IO_URING=0]" xfer FI_OXMR_WIRE=tcp FI_OXMR_TCP_IO_URING=0
 # Blocked waiters woken by arrivals on TCP sockets (not the shm doorbell).
 extra_run "wake[FI_OXMR_WIRE=tcp]" wake FI_OXMR_WIRE=tcp
 # Tagged FI_PEEK/FI_CLAIM/FI_DISCARD over TCP too.
@@ -303,6 +307,7 @@ else
 		OXT_ADDR_NOBODY="$NETNS_ADDR_NOBODY" ip netns exec "$NETNS_A")
 	extra_run "conn[two hosts]" conn "${two_hosts[@]}"
 	extra_run "xfer[two hosts]" xfer "${two_hosts[@]}"
+	extra_run "xfer[two hosts,FI_OXMR_TCP_IO_URING=0]" xfer FI_OXMR_TCP_IO_URING=0 "${two_hosts[@]}"
 	extra_run "wake[two hosts]" wake "${two_hosts[@]}"
 	netns_down
 fi

@@ -16,7 +16,10 @@
  *  1. FI_MSG sizes 0 B .. 16 MiB both ways (eager up to 8080 B, RTS above),
  *     the eager/RTS boundary (an eager send completes without the
  *     receiver, an RTS one on its ACK), fi_sendv/fi_recvv, fi_senddata,
- *     fi_inject, FI_DELIVERY_COMPLETE;
+ *     fi_inject, FI_DELIVERY_COMPLETE; over TCP (1z), the parent's sends
+ *     from its registered buffer counted as io_uring SEND_ZC in the
+ *     domain's extension stats under FI_OXMR_TCP_IO_URING=1, and not
+ *     under 0;
  *  2. unexpected messages in order; messages queued behind a copy the
  *     receiver keeps for later, in order; FI_SOURCE (FI_ADDR_NOTAVAIL,
  *     then the inserted fi_addr);
@@ -38,6 +41,7 @@
 #include "oxt.h"
 
 #include <fcntl.h>
+#include <rdma/fi_ext_oxmr.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -2597,6 +2601,83 @@ static void t_dead(struct node *n, const char *self)
 	}
 }
 
+/* --------------------------------------------- TCP sends from registered memory */
+
+/* The domain's counters (fi_ext_oxmr.h, oxmr_mr_ops.stats). */
+static struct oxmr_mr_stats dom_stats(struct node *n)
+{
+	struct oxmr_mr_ops *ops = NULL;
+	struct oxmr_mr_stats s;
+
+	memset(&s, 0, sizeof s);
+	s.size = sizeof s;
+	REQUIRE_RC(fi_open_ops(&n->domain->fid, OXMR_MR_OPS_NAME, 0,
+			       (void **)&ops, NULL),
+		   0);
+	EXPECT_RC(ops->stats(n->domain, &s), 0);
+	return s;
+}
+
+/* FI_OXMR_TCP_IO_URING as the provider reads it (a boolean, default 1). */
+static bool tcp_io_uring(void)
+{
+	const char *v = getenv("FI_OXMR_TCP_IO_URING");
+
+	return !v || !(!strcmp(v, "0") || !strcasecmp(v, "no") ||
+		       !strcasecmp(v, "false") || !strcasecmp(v, "off"));
+}
+
+/*
+ * 1z. Over TCP, the parent's sends of group 1 (up to 16 MiB, from its
+ * registered, io_uring-pinned buffer) went out with io_uring SEND_ZC under
+ * FI_OXMR_TCP_IO_URING=1: the push path's DATA frames carry the payload as
+ * a slice of the source buffer, and every part of 32 KiB or more in a
+ * pinned slot is sent zero-copy; under FI_OXMR_TCP_IO_URING=0 (or another
+ * pin mode: no ring) none is, and the bytes are copied with writev.
+ */
+static void t_zc_counted(struct node *n, const struct oxmr_mr_stats *b)
+{
+	struct oxmr_mr_stats a = dom_stats(n);
+	bool zc = tcp_io_uring() && a.pin_mode == 1;
+	uint64_t zc_sends = a.tcp_zc_sends - b->tcp_zc_sends;
+	uint64_t zc_bytes = a.tcp_zc_bytes - b->tcp_zc_bytes;
+	uint64_t copied = a.tcp_copied_bytes - b->tcp_copied_bytes;
+
+	OXT_GROUP(gname("1z. TCP: the parent's sends of 1. from registered memory %s SEND_ZC (FI_OXMR_TCP_IO_URING=%d, pin mode %u)",
+			zc ? "went with" : "did not use", tcp_io_uring(),
+			a.pin_mode));
+	printf("# parent's domain over 1.: tcp_zc_sends %" PRIu64
+	       ", tcp_zc_bytes %" PRIu64 ", tcp_zc_copied %" PRIu64
+	       " (all so far), tcp_copied_frames %" PRIu64
+	       ", tcp_copied_bytes %" PRIu64 "\n",
+	       zc_sends, zc_bytes, a.tcp_zc_copied,
+	       a.tcp_copied_frames - b->tcp_copied_frames, copied);
+	EXPECT(a.size == sizeof a, "stats: size %zu, expected %zu", a.size,
+	       sizeof a);
+	if (zc) {
+		/* (16 MiB in DATA frames of about 256 KiB; only the last,
+		 * shorter one may be under 32 KiB.) */
+		EXPECT(zc_sends >= BIG / (256 * KiB),
+		       "tcp_zc_sends grew by %" PRIu64
+		       ", expected at least %lu for the 16 MiB send",
+		       zc_sends, BIG / (256 * KiB));
+		EXPECT(zc_bytes >= BIG - 32 * KiB,
+		       "tcp_zc_bytes grew by %" PRIu64 ", expected at least %lu",
+		       zc_bytes, BIG - 32 * KiB);
+		EXPECT(a.tcp_zc_copied <= a.tcp_zc_sends,
+		       "more notifications said copied (%" PRIu64
+		       ") than sends were made (%" PRIu64 ")",
+		       a.tcp_zc_copied, a.tcp_zc_sends);
+	} else {
+		EXPECT(zc_sends == 0 && zc_bytes == 0 && a.tcp_zc_copied == 0,
+		       "SEND_ZC used without the ring: tcp_zc_sends +%" PRIu64
+		       ", tcp_zc_bytes +%" PRIu64 ", tcp_zc_copied %" PRIu64,
+		       zc_sends, zc_bytes, a.tcp_zc_copied);
+		EXPECT(copied >= BIG, "tcp_copied_bytes grew by %" PRIu64
+		       ", expected at least the 16 MiB sent", copied);
+	}
+}
+
 /* ------------------------------------------------------------- main */
 
 static void run_groups(struct node *n, const struct hello *peer)
@@ -2605,8 +2686,12 @@ static void run_groups(struct node *n, const struct hello *peer)
 	struct rinfo ri[R_COUNT];
 	struct cmsg m;
 
-	for (int ps = 1; ps >= 0; ps--)
-		t_sizes(n, ps);
+	struct oxmr_mr_stats before = dom_stats(n);
+
+	t_sizes(n, 1);
+	if (n->parent && over_tcp())
+		t_zc_counted(n, &before);
+	t_sizes(n, 0);
 	for (int ps = 1; ps >= 0; ps--)
 		t_offsets(n, ps);
 	for (int ps = 1; ps >= 0; ps--)

@@ -247,6 +247,27 @@ typedef struct oxmr_mr_stats {
    */
   uint64_t cache_entries;
   uint64_t cache_bytes;
+  /**
+   * TCP sends from registered memory (FI_OXMR_TCP_IO_URING): io_uring
+   * SEND_ZC completions that sent their whole frame part, and the
+   * bytes they sent.
+   */
+  uint64_t tcp_zc_sends;
+  uint64_t tcp_zc_bytes;
+  /**
+   * SEND_ZC notifications that reported the kernel copied the bytes
+   * after all (IORING_NOTIF_USAGE_ZC_COPIED): on loopback, every one.
+   */
+  uint64_t tcp_zc_copied;
+  /**
+   * TCP frames with no zero-copy part (every byte copied by writev).
+   */
+  uint64_t tcp_copied_frames;
+  /**
+   * Bytes TCP sockets took by copy (write/writev): whole copied
+   * frames, and the length prefixes and headers of zero-copy ones.
+   */
+  uint64_t tcp_copied_bytes;
 } oxmr_mr_stats;
 
 /**

@@ -47,6 +47,9 @@ pub struct Config {
     /// whose endpoints all ring its fd sleeps at most before it runs
     /// progress anyway (`queues::wait`'s safety tick).
     pub wait_tick: std::time::Duration,
+    /// FI_OXMR_TCP_IO_URING: TCP links send frame parts in registered
+    /// memory with io_uring SEND_ZC (false: plain sockets only).
+    pub tcp_io_uring: bool,
 }
 
 /// Default of FI_OXMR_WAIT_TICK_MS.
@@ -90,6 +93,7 @@ impl Default for Config {
             wire: Wire::Auto,
             cm_timeout: std::time::Duration::from_millis(CM_TIMEOUT_MS as u64),
             wait_tick: std::time::Duration::from_millis(WAIT_TICK_MS as u64),
+            tcp_io_uring: true,
         }
     }
 }

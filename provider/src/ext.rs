@@ -203,6 +203,19 @@ pub struct oxmr_mr_stats {
     /// Entries and bytes cached now (in use and unused).
     pub cache_entries: u64,
     pub cache_bytes: u64,
+    /// TCP sends from registered memory (FI_OXMR_TCP_IO_URING): io_uring
+    /// SEND_ZC completions that sent their whole frame part, and the
+    /// bytes they sent.
+    pub tcp_zc_sends: u64,
+    pub tcp_zc_bytes: u64,
+    /// SEND_ZC notifications that reported the kernel copied the bytes
+    /// after all (IORING_NOTIF_USAGE_ZC_COPIED): on loopback, every one.
+    pub tcp_zc_copied: u64,
+    /// TCP frames with no zero-copy part (every byte copied by writev).
+    pub tcp_copied_frames: u64,
+    /// Bytes TCP sockets took by copy (write/writev): whole copied
+    /// frames, and the length prefixes and headers of zero-copy ones.
+    pub tcp_copied_bytes: u64,
 }
 
 /// The table `fi_open_ops(&domain->fid, OXMR_MR_OPS_NAME, 0, &ops, NULL)` returns.

@@ -80,6 +80,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         help: c"How long a thread blocked in fi_cq_sread, fi_cntr_wait or poll() on a wait fd sleeps at most when every endpoint feeding the queue wakes it on arrival; progress then runs anyway, to notice peers that died without a word (default: 100)",
     },
     ParamDef {
+        name: c"tcp_io_uring",
+        kind: ffi::FI_PARAM_BOOL,
+        help: c"TCP links send each frame part of at least 32 KiB that lies in memory registered (pinned) in the domain's io_uring with io_uring SEND_ZC, on that ring; the rest (length prefixes, headers, small frames, unregistered memory) is copied with writev. 0: plain non-blocking sockets only. Falls back to sockets where the domain has no ring (FI_OXMR_MR_PIN=mlock or none, io_uring unavailable) or the kernel has no SEND_ZC (default: 1)",
+    },
+    ParamDef {
         name: c"cm_timeout_ms",
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"How long an FI_EP_MSG fi_connect may take before its EQ gets an FI_ETIMEDOUT error event, and how long an accepted connection waits for the connector's answer (default: 10000)",
@@ -207,6 +212,7 @@ pub fn define_and_load() {
     let cm_timeout =
         std::time::Duration::from_millis(get_size(c"cm_timeout_ms").unwrap_or(CM_TIMEOUT_MS).max(1) as u64);
     let wait_tick = std::time::Duration::from_millis(get_size(c"wait_tick_ms").unwrap_or(WAIT_TICK_MS).max(1) as u64);
+    let tcp_io_uring = get_bool(c"tcp_io_uring").unwrap_or(true);
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -223,5 +229,6 @@ pub fn define_and_load() {
         wire,
         cm_timeout,
         wait_tick,
+        tcp_io_uring,
     });
 }

@@ -263,6 +263,11 @@ impl Pinner {
         self.mode
     }
 
+    /// The domain's ring (uring mode, where io_uring could be set up).
+    pub fn uring(&self) -> Option<&Arc<UringTable>> {
+        self.uring.as_ref()
+    }
+
     /// io_uring slots in use.
     pub fn slots_used(&self) -> u32 {
         self.uring.as_ref().map_or(0, |t| t.used())

@@ -1,119 +1,153 @@
-//! Pinning through an io_uring fixed-buffer table.
+//! Pinning through an io_uring fixed-buffer table, and zero-copy sends
+//! from it.
 //!
 //! Registering a buffer with io_uring pins its pages with the kernel's
 //! `FOLL_WRITE | FOLL_LONGTERM` pin and charges them to `RLIMIT_MEMLOCK`
 //! (unless the process has `CAP_IPC_LOCK`): what `ibv_reg_mr` does. Each
-//! domain owns one ring whose buffer table is registered once, sparse
-//! (`IORING_REGISTER_BUFFERS2` + `IORING_RSRC_REGISTER_SPARSE`), and filled
-//! and emptied slot by slot with `IORING_REGISTER_BUFFERS_UPDATE`. A slot
-//! holds at most 1 GiB, so a larger region takes several slots.
+//! domain owns one ring (the `io-uring` crate's `IoUring`) whose buffer
+//! table is registered once, sparse, and filled and emptied slot by slot
+//! (`register_buffers_update`). A slot holds at most 1 GiB, so a larger
+//! region takes several slots; the table records each piece (base, len,
+//! slot) so `fixed` can say which slot covers a range.
+//!
+//! The same ring carries the TCP wire's `IORING_OP_SEND_ZC` from
+//! registered memory (`wire::tcp`): a SEND_ZC's `buf_index` names a slot
+//! of the *submitting* ring's table, so the domain has one ring for both,
+//! and every endpoint of the domain submits and reaps on it under its
+//! mutex. Each send is a `Flight` the ring's map owns (by user_data) until
+//! its last completion, so a link closed with a send in flight leaves
+//! nothing dangling; whoever reaps dispatches every completion to its
+//! flight. Lock order: a link's own mutex, then the ring's (reaping never
+//! takes a link's).
 //!
 //! Kernel facts relied on: the pin needs a writable mapping (read-only
 //! memory fails with EFAULT; the caller pins it with mlock instead);
-//! PFN-mapped and secret memory fail with EFAULT; emptying a slot drops the
-//! pin once no request uses it (oxmr never submits I/O on this ring before
-//! the TCP wire exists). At fork, pinned anonymous pages are copied for the
-//! child, so the parent keeps the pages it pinned.
+//! PFN-mapped and secret memory fail with EFAULT; emptying a slot drops
+//! the table's pin, while a request that imported the buffer keeps its
+//! own reference to the pages until it completes (its notification), so
+//! an unpin with a send in flight is safe for the kernel. At fork, pinned
+//! anonymous pages are copied for the child, so the parent keeps the pages
+//! it pinned; a child, which shares the ring's queues, never submits or
+//! reaps on them (`owned_here`).
 
+use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Mutex;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use io_uring::{cqueue, opcode, types, IoUring, Probe};
 
 /// Largest buffer one slot can hold (io_buffer_validate: SZ_1G).
 pub(crate) const SLOT_MAX: usize = 1 << 30;
 /// Slots in a domain's table (IORING_MAX_REG_BUFFERS).
 pub(crate) const TABLE_SLOTS: u32 = 1 << 14;
+/// Submission entries of a domain's ring: a link has at most one send in
+/// flight, so this bounds the links of a domain that submit at once (a
+/// full queue makes a link wait, it does not fail it).
+const RING_ENTRIES: u32 = 256;
+/// IORING_SEND_ZC_REPORT_USAGE (zc_flags): the notification says whether
+/// the kernel copied after all.
+pub(crate) const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+/// IORING_NOTIF_USAGE_ZC_COPIED, in a notification's res.
+pub(crate) const NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 
-const IORING_REGISTER_BUFFERS2: u32 = 15;
-const IORING_REGISTER_BUFFERS_UPDATE: u32 = 16;
-const IORING_RSRC_REGISTER_SPARSE: u32 = 1;
-
-#[repr(C)]
-struct Params {
-    sq_entries: u32,
-    cq_entries: u32,
-    flags: u32,
-    sq_thread_cpu: u32,
-    sq_thread_idle: u32,
-    features: u32,
-    wq_fd: u32,
-    resv: [u32; 3],
-    offsets: [u8; 80],
-}
-const _: () = assert!(size_of::<Params>() == 120);
-
-#[repr(C)]
-struct RsrcRegister {
-    nr: u32,
-    flags: u32,
-    resv2: u64,
-    data: u64,
-    tags: u64,
+/// One SEND_ZC in flight: its first completion (the bytes sent, or an
+/// errno) and, later, its notification (the kernel is done with the
+/// pages). Shared by the link that submitted it and the ring's map.
+#[derive(Debug, Default)]
+pub struct Flight {
+    /// 0 in flight, 1 completed (`res` holds the result).
+    state: AtomicU8,
+    res: AtomicI32,
+    /// The notification arrived, and whether it said the kernel copied.
+    notified: AtomicBool,
+    copied: AtomicBool,
 }
 
-#[repr(C)]
-struct RsrcUpdate2 {
-    offset: u32,
-    resv: u32,
-    data: u64,
-    tags: u64,
-    nr: u32,
-    resv2: u32,
+impl Flight {
+    /// The first completion's result (bytes sent, or -errno), once in.
+    pub fn result(&self) -> Option<i32> {
+        (self.state.load(Ordering::Acquire) == 1).then(|| self.res.load(Ordering::Relaxed))
+    }
+
+    /// The notification's report: None until it arrived, then whether the
+    /// kernel copied the bytes instead of sending the pages.
+    pub fn notified_copied(&self) -> Option<bool> {
+        self.notified.load(Ordering::Acquire).then(|| self.copied.load(Ordering::Relaxed))
+    }
+}
+
+struct Ring {
+    uring: IoUring,
+    /// Flights by user_data, until their last completion.
+    flights: HashMap<u64, Arc<Flight>>,
+    next: u64,
+}
+
+/// Counts of the ring's SEND_ZC notifications.
+#[derive(Debug, Default)]
+pub struct ZcNotes {
+    /// Notifications that arrived.
+    pub notified: AtomicU64,
+    /// Of those, the ones that reported the kernel copied
+    /// (IORING_NOTIF_USAGE_ZC_COPIED): loopback always does.
+    pub copied: AtomicU64,
 }
 
 /// A domain's ring and its buffer table.
 pub struct UringTable {
-    ring: OwnedFd,
+    ring: Mutex<Ring>,
     free: Mutex<Vec<u32>>,
+    /// Pinned pieces: (base, slot) -> len (two registrations may cover
+    /// the same memory, hence the slot in the key).
+    pieces: Mutex<BTreeMap<(usize, u32), usize>>,
+    /// Whether the kernel has IORING_OP_SEND_ZC (io_uring's probe).
+    send_zc: bool,
+    pub notes: ZcNotes,
     /// The process that created the ring.
     pid: u32,
 }
 
-fn register(fd: i32, op: u32, arg: *const libc::c_void, nr: u32) -> io::Result<i32> {
-    // SAFETY: io_uring_register reads `arg` (a live struct of the size the
-    // op expects, or an array of `nr`) and touches nothing else of ours.
-    let r = unsafe { libc::syscall(libc::SYS_io_uring_register, fd, op, arg, nr) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as i32)
+impl std::fmt::Debug for UringTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UringTable({} slots used)", self.used())
     }
 }
 
 impl UringTable {
     /// Create a ring and register its sparse buffer table.
     pub fn new() -> io::Result<Self> {
-        // SAFETY: a zeroed Params is the documented "no options" input.
-        let mut p: Params = unsafe { std::mem::zeroed() };
-        // SAFETY: io_uring_setup writes into `p` and returns a new fd.
-        let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 4u32, &mut p as *mut Params) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a new fd owned by nobody else.
-        let ring = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        let reg = RsrcRegister { nr: TABLE_SLOTS, flags: IORING_RSRC_REGISTER_SPARSE, resv2: 0, data: 0, tags: 0 };
-        register(
-            ring.as_raw_fd(),
-            IORING_REGISTER_BUFFERS2,
-            (&reg as *const RsrcRegister).cast(),
-            size_of::<RsrcRegister>() as u32,
-        )?;
+        // (Not MADV_DONTFORK: a child that drops an inherited domain would then
+        // unmap, at the queues' addresses, whatever it mapped there since. The
+        // child shares the queues' pages instead and never touches them.)
+        let uring = IoUring::builder().build(RING_ENTRIES)?;
+        let sub = uring.submitter();
+        sub.register_buffers_sparse(TABLE_SLOTS)?;
+        let mut probe = Probe::new();
+        let send_zc = sub.register_probe(&mut probe).is_ok() && probe.is_supported(opcode::SendZc::CODE);
         let free = (0..TABLE_SLOTS).rev().collect();
-        Ok(UringTable { ring, free: Mutex::new(free), pid: std::process::id() })
+        Ok(UringTable {
+            ring: Mutex::new(Ring { uring, flights: HashMap::new(), next: 1 }),
+            free: Mutex::new(free),
+            pieces: Mutex::new(BTreeMap::new()),
+            send_zc,
+            notes: ZcNotes::default(),
+            pid: std::process::id(),
+        })
+    }
+
+    fn ring(&self) -> MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn update(&self, slot: u32, base: usize, len: usize) -> io::Result<()> {
         let iov = libc::iovec { iov_base: base as *mut libc::c_void, iov_len: len };
-        let up =
-            RsrcUpdate2 { offset: slot, resv: 0, data: &iov as *const libc::iovec as u64, tags: 0, nr: 1, resv2: 0 };
-        register(
-            self.ring.as_raw_fd(),
-            IORING_REGISTER_BUFFERS_UPDATE,
-            (&up as *const RsrcUpdate2).cast(),
-            size_of::<RsrcUpdate2>() as u32,
-        )?;
-        Ok(())
+        let ring = self.ring();
+        // SAFETY: the slot then refers to [base, base+len), which the
+        // kernel pins here (FOLL_LONGTERM) and reads through its own page
+        // references, never through our mapping; a zero iovec empties it.
+        unsafe { ring.uring.submitter().register_buffers_update(slot, &[iov], None) }
     }
 
     /// Pin every byte of `iovs`; all-or-nothing. Returns the slots used.
@@ -139,12 +173,19 @@ impl UringTable {
                 self.release(&slots[i..]);
                 return Err(e);
             }
+            self.pieces().insert((base, slot), len);
         }
         Ok(slots)
     }
 
+    fn pieces(&self) -> MutexGuard<'_, BTreeMap<(usize, u32), usize>> {
+        self.pieces.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Empty the slots (dropping their pins) and free them.
     pub fn unpin(&self, slots: &[u32]) {
+        // (Forget the pieces first: no send starts from a slot emptied.)
+        self.pieces().retain(|&(_, s), _| !slots.contains(&s));
         for &s in slots {
             if let Err(e) = self.update(s, 0, 0) {
                 tracing::warn!(
@@ -159,6 +200,21 @@ impl UringTable {
         self.free.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(slots);
     }
 
+    /// The slot whose pinned piece covers [addr, addr+len) wholly, if one
+    /// does. (Pieces are at most `SLOT_MAX`, so only those starting within
+    /// that distance below `addr` can; the nearest few are looked at.)
+    pub fn fixed(&self, addr: usize, len: usize) -> Option<u16> {
+        let end = addr.checked_add(len)?;
+        let pieces = self.pieces();
+        pieces
+            .range(..=(addr, u32::MAX))
+            .rev()
+            .take(8)
+            .take_while(|(&(base, _), _)| addr - base < SLOT_MAX)
+            .find(|(&(base, _), &l)| base + l >= end)
+            .and_then(|(&(_, slot), _)| u16::try_from(slot).ok())
+    }
+
     /// Whether this process created the ring (false in a forked child,
     /// which inherits the fd and must not change the parent's table).
     pub fn owned_here(&self) -> bool {
@@ -168,6 +224,101 @@ impl UringTable {
     /// Slots in use.
     pub fn used(&self) -> u32 {
         TABLE_SLOTS - self.free.lock().unwrap_or_else(|p| p.into_inner()).len() as u32
+    }
+
+    /// Whether this ring can send zero-copy (the kernel has SEND_ZC, and
+    /// this is the process that created it).
+    pub fn sends_zc(&self) -> bool {
+        self.send_zc && self.owned_here()
+    }
+
+    /// Submit `IORING_OP_SEND_ZC` of [addr, addr+len) from `slot` on the
+    /// socket `fd`, with MSG_WAITALL (the kernel retries a short send, so
+    /// the stream stays whole or the send fails). `Ok(None)`: the
+    /// submission queue is full, try again after a reap.
+    ///
+    /// # Safety
+    ///
+    /// `fixed(addr, len) == Some(slot)` held when the caller decided on
+    /// it, and `fd` is a socket the caller keeps open until this call
+    /// returns (the request then holds its own reference to the file).
+    pub unsafe fn send_zc(&self, fd: RawFd, addr: usize, len: u32, slot: u16) -> io::Result<Option<Arc<Flight>>> {
+        // (A forked child shares the parent's queues: it must not push.)
+        if !self.owned_here() {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
+        let mut ring = self.ring();
+        let id = ring.next;
+        ring.next += 1;
+        let sqe = opcode::SendZc::new(types::Fd(fd), addr as *const u8, len)
+            .buf_index(Some(slot))
+            .flags(libc::MSG_WAITALL)
+            .zc_flags(SEND_ZC_REPORT_USAGE)
+            .build()
+            .user_data(id);
+        // SAFETY: the kernel reads [addr, addr+len) through the pages the
+        // fixed buffer `slot` pinned (it checks the range lies in the
+        // slot's, else the send fails with EFAULT), never through our
+        // mapping, so nothing of ours is touched whatever happens to the
+        // mapping meanwhile; the fd is open now (caller's promise).
+        if unsafe { ring.uring.submission().push(&sqe) }.is_err() {
+            return Ok(None);
+        }
+        let flight = Arc::new(Flight::default());
+        ring.flights.insert(id, flight.clone());
+        if let Err(e) = ring.uring.submit() {
+            // (EBUSY/EAGAIN: the entry stays queued and goes with the
+            // next submit; anything else, the ring is broken.)
+            if !matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EAGAIN) | Some(libc::EINTR)) {
+                ring.flights.remove(&id);
+                return Err(e);
+            }
+        }
+        Self::drain(&mut ring, &self.notes);
+        Ok(Some(flight))
+    }
+
+    /// Take every completion the ring has and hand each to its flight
+    /// (any endpoint's progress may reap: the flights say whose it was).
+    pub fn reap(&self) {
+        if !self.owned_here() {
+            return;
+        }
+        let mut ring = self.ring();
+        // (Pushes what a busy submit left queued, and flushes completions
+        // the kernel kept aside while the queue was full; an error here
+        // leaves both for the next reap.)
+        let _ = ring.uring.submit();
+        Self::drain(&mut ring, &self.notes);
+    }
+
+    fn drain(ring: &mut Ring, notes: &ZcNotes) {
+        let Ring { uring, flights, .. } = ring;
+        for cqe in uring.completion() {
+            let id = cqe.user_data();
+            let flags = cqe.flags();
+            let Some(f) = flights.get(&id) else { continue };
+            if cqueue::notif(flags) {
+                let copied = cqe.result() as u32 & NOTIF_USAGE_ZC_COPIED != 0;
+                f.copied.store(copied, Ordering::Relaxed);
+                f.notified.store(true, Ordering::Release);
+                notes.notified.fetch_add(1, Ordering::Relaxed);
+                notes.copied.fetch_add(copied as u64, Ordering::Relaxed);
+                flights.remove(&id);
+                continue;
+            }
+            f.res.store(cqe.result(), Ordering::Relaxed);
+            f.state.store(1, Ordering::Release);
+            // (No IORING_CQE_F_MORE: no notification follows.)
+            if !cqueue::more(flags) {
+                flights.remove(&id);
+            }
+        }
+    }
+
+    /// Flights whose last completion has not been reaped.
+    pub fn in_flight(&self) -> usize {
+        self.ring().flights.len()
     }
 }
 
@@ -220,6 +371,39 @@ mod tests {
         assert_eq!(t.used(), 0);
         // SAFETY: mapping created above.
         unsafe { libc::munmap(a as *mut _, len) };
+    }
+
+    #[test]
+    fn fixed_names_the_slot_whose_piece_covers_a_range_wholly() {
+        let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let t = UringTable::new().unwrap();
+        let len = 16 * 4096;
+        let a = anon(len);
+        let b = anon(len);
+        let sa = t.pin(&[(a, len)]).unwrap();
+        let sb = t.pin(&[(b + 4096, 4096)]).unwrap();
+        assert_eq!(t.fixed(a, len), Some(sa[0] as u16), "the whole piece");
+        assert_eq!(t.fixed(a + 100, 5000), Some(sa[0] as u16), "inside it");
+        assert_eq!(t.fixed(a + len - 10, 11), None, "crossing the piece's end");
+        assert_eq!(t.fixed(a - 1, 2), None, "starting before it");
+        assert_eq!(t.fixed(b + 4096, 4096), Some(sb[0] as u16));
+        assert_eq!(t.fixed(b, 4097), None, "memory not pinned, then pinned");
+        // The same memory in two registrations: either slot covers it.
+        let sa2 = t.pin(&[(a, 4096)]).unwrap();
+        let got = t.fixed(a, 4096).unwrap() as u32;
+        assert!(got == sa[0] || got == sa2[0]);
+        assert_eq!(t.fixed(a, 8192), Some(sa[0] as u16), "only the larger piece covers two pages");
+        t.unpin(&sa);
+        assert_eq!(t.fixed(a, 8192), None, "removed at unpin");
+        assert_eq!(t.fixed(a, 4096), Some(sa2[0] as u16), "the other registration's piece stays");
+        t.unpin(&sa2);
+        t.unpin(&sb);
+        assert_eq!(t.fixed(b + 4096, 1), None);
+        // SAFETY: mappings created above.
+        unsafe {
+            libc::munmap(a as *mut _, len);
+            libc::munmap(b as *mut _, len);
+        }
     }
 
     #[test]

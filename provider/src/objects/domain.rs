@@ -66,7 +66,7 @@ impl Domain {
             name,
             av_type: d.av_type,
             mr_mode,
-            mr: Arc::new(MrDomain::new(mr_mode, pinner, cfg.cache)),
+            mr: Arc::new(MrDomain::new(mr_mode, pinner, cfg.cache).with_tcp_io_uring(cfg.tcp_io_uring)),
             progress: Default::default(),
             info,
         })

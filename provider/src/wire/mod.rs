@@ -117,6 +117,8 @@ pub struct Dial {
     /// was made (`auto`: a peer at one of them, or at a loopback address,
     /// is on this host and gets shared memory).
     local: std::sync::Arc<[IpAddr]>,
+    /// How TCP links send (the domain's ring for SEND_ZC, its counters).
+    pub tcp: tcp::TcpSend,
 }
 
 impl Dial {
@@ -129,7 +131,17 @@ impl Dial {
             Wire::Auto => crate::sys::ifaddrs().into_iter().map(|i| i.ip).collect(),
             _ => std::sync::Arc::from([]),
         };
-        Dial { wire, hello: tcp::Hello { version: tcp::VERSION, name: n, epoch, pid: std::process::id() }, local }
+        Dial {
+            wire,
+            hello: tcp::Hello { version: tcp::VERSION, name: n, epoch, pid: std::process::id() },
+            local,
+            tcp: tcp::TcpSend::default(),
+        }
+    }
+
+    /// The same dial, its TCP links sending as `tcp` says.
+    pub fn with_tcp(self, tcp: tcp::TcpSend) -> Dial {
+        Dial { tcp, ..self }
     }
 
     /// The wire that carries frames to and from the endpoint named `to`:
@@ -172,7 +184,7 @@ impl Link {
             return Ok(Link::Loop(q));
         }
         if dial.route(to) == Wire::Tcp {
-            return tcp::Link::open(to, &dial.hello).map(Link::Tcp);
+            return tcp::Link::open(to, &dial.hello, &dial.tcp).map(Link::Tcp);
         }
         let region = shm::region::Region::open(to).map_err(|e| {
             match e.get_ref().and_then(|x| x.downcast_ref::<shm::region::VersionMismatch>()) {

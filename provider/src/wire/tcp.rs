@@ -1,5 +1,15 @@
-//! The TCP wire (plain non-blocking sockets; io_uring and SEND_ZC from
-//! registered memory are still to come, see docs/wire.md "TCP").
+//! The TCP wire: non-blocking sockets, and io_uring SEND_ZC for frame
+//! parts in registered memory (docs/wire.md, "io_uring and SEND_ZC").
+//!
+//! Sending: a part of at least `ZC_MIN` bytes that lies in one slot of
+//! the domain's io_uring table (`TcpSend::ring`, `UringTable::fixed`)
+//! goes out with SEND_ZC from that fixed buffer on the domain's ring;
+//! everything else is written with writev ("small messages are copied").
+//! The out queue holds segments in stream order, and a zero-copy part is
+//! submitted only once every byte before it is out, and nothing after it
+//! goes until its completion is reaped: at most one SEND_ZC per link in
+//! flight, and the socket's bytes are the frames in order. The receiving
+//! side (`Inbox`) knows nothing of this.
 //!
 //! Nothing here waits: a link's connect runs in the kernel while frames
 //! queue behind it (bounded, `OUT_MAX`), and fails the link if refused or
@@ -25,10 +35,14 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Mutex;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{LinkState, OpenError, WireError, MAX_FRAME};
+use crate::mr::uring::{Flight, UringTable};
+pub use crate::mr::TcpStats;
 
 const MAGIC: u32 = 0x3154_584f; // "OXT1"
 /// This build's TCP wire version (the hello's; the message header has its
@@ -98,11 +112,47 @@ pub(crate) fn hello_bytes(h: &Hello) -> [u8; HELLO_LEN] {
     h.encode()
 }
 
+/// The smallest part of a frame sent with SEND_ZC. Below it, the copy
+/// writev does costs less than what zero copy adds: a submission, two
+/// completions to reap and the page references the kernel takes and
+/// drops (msg_zerocopy.rst: "zerocopy is generally only effective at
+/// writes over around 10 KB"); 32 KiB leaves room for the ring's
+/// round trip, and the push path's DATA frames (up to `TCP_MAX_FRAME`)
+/// are well above it.
+pub(crate) const ZC_MIN: usize = 32 << 10;
+
+/// How a domain's links send: its ring, for frame parts in registered
+/// memory (None: plain sockets, FI_OXMR_TCP_IO_URING=0 or no ring), and
+/// the counters they keep.
+#[derive(Clone, Debug, Default)]
+pub struct TcpSend {
+    pub ring: Option<Arc<UringTable>>,
+    pub stats: Arc<TcpStats>,
+}
+
+/// What waits to go out, in stream order.
+enum Seg {
+    /// Bytes to write (copied into the link).
+    Bytes(VecDeque<u8>),
+    /// A frame part in registered memory, sent with SEND_ZC once every
+    /// byte before it is out.
+    Zc(ZcPart),
+}
+
+struct ZcPart {
+    addr: usize,
+    len: usize,
+    slot: u16,
+    /// Once submitted (it completes before anything after it goes).
+    flight: Option<Arc<Flight>>,
+}
+
 /// What an opened link knows, and what it has not sent yet.
 struct Out {
-    /// Bytes queued behind a full socket, or behind a connect in progress
-    /// (our hello first).
-    queued: VecDeque<u8>,
+    /// What waits behind a full socket, a connect in progress (our hello
+    /// first) or a zero-copy send in flight, and its bytes in all.
+    queued: VecDeque<Seg>,
+    queued_len: usize,
     state: LinkState,
     setup: Setup,
     /// The peer's hello, once it arrived (its first bytes so far).
@@ -115,6 +165,30 @@ pub struct Link {
     sock: TcpStream,
     to: SocketAddr,
     out: Mutex<Out>,
+    tx: TcpSend,
+}
+
+impl Out {
+    /// Queue bytes at the back (behind everything queued).
+    fn push_bytes(&mut self, b: &[u8]) {
+        if b.is_empty() {
+            return;
+        }
+        self.queued_len += b.len();
+        if let Some(Seg::Bytes(q)) = self.queued.back_mut() {
+            q.extend(b);
+        } else {
+            self.queued.push_back(Seg::Bytes(b.iter().copied().collect()));
+        }
+    }
+
+    fn close(&mut self) {
+        self.state = LinkState::Closed;
+        // (A flight in progress stays owned by the ring's map until its
+        // notification: dropping ours leaves nothing dangling.)
+        self.queued.clear();
+        self.queued_len = 0;
+    }
 }
 
 impl Link {
@@ -126,18 +200,16 @@ impl Link {
     /// closes the link (`setup` says why). The peer's hello, which answers
     /// ours once the peer next polls, is read when it is there (`epoch`).
     /// An error here is a refusal the kernel knew at once.
-    pub fn open(to: &SocketAddr, me: &Hello) -> Result<Link, OpenError> {
+    /// Frame parts in memory pinned in `tx`'s ring go out with SEND_ZC.
+    pub fn open(to: &SocketAddr, me: &Hello, tx: &TcpSend) -> Result<Link, OpenError> {
         let (sock, up) = crate::sys::connect_start(to).map_err(OpenError::Unreachable)?;
         let _ = sock.set_nodelay(true);
         let setup = if up { Setup::Up } else { Setup::Connecting(Instant::now()) };
-        let out = Out {
-            queued: me.encode().into_iter().collect(),
-            state: LinkState::Open,
-            setup,
-            peer: None,
-            got: Vec::new(),
-        };
-        let l = Link { sock, to: *to, out: Mutex::new(out) };
+        let mut out =
+            Out { queued: VecDeque::new(), queued_len: 0, state: LinkState::Open, setup, peer: None, got: Vec::new() };
+        out.push_bytes(&me.encode());
+        let tx = TcpSend { ring: tx.ring.clone().filter(|r| r.sends_zc()), stats: tx.stats.clone() };
+        let l = Link { sock, to: *to, out: Mutex::new(out), tx };
         {
             let mut o = l.out();
             l.push_out(&mut o);
@@ -172,8 +244,7 @@ impl Link {
                 }
             );
             o.setup = Setup::Failed(errno);
-            o.state = LinkState::Closed;
-            o.queued.clear();
+            o.close();
         }
     }
 
@@ -214,34 +285,114 @@ impl Link {
         self.out.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Write what is queued (once connected); the state after.
+    /// Write what is queued (once connected), in order: bytes as the
+    /// socket takes them, a zero-copy part submitted once it is first and
+    /// taken off once its completion is reaped; the state after.
     fn push_out(&self, o: &mut Out) {
         self.advance(o);
         if o.setup != Setup::Up {
             return;
         }
-        while !o.queued.is_empty() {
-            let (a, _) = o.queued.as_slices();
-            match (&self.sock).write(a) {
-                Ok(0) => {
-                    o.state = LinkState::Closed;
-                    return;
+        while let Some(front) = o.queued.front_mut() {
+            match front {
+                Seg::Bytes(q) => {
+                    while !q.is_empty() {
+                        let (a, _) = q.as_slices();
+                        match (&self.sock).write(a) {
+                            Ok(0) => return o.close(),
+                            Ok(n) => {
+                                q.drain(..n);
+                                o.queued_len -= n;
+                                self.tx.stats.copied_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(_) => return o.close(),
+                        }
+                    }
                 }
-                Ok(n) => {
-                    o.queued.drain(..n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    o.state = LinkState::Closed;
-                    return;
+                Seg::Zc(z) => {
+                    let Some(ring) = self.tx.ring.as_ref() else { return o.close() };
+                    match &z.flight {
+                        Some(_) => ring.reap(),
+                        None => {
+                            // Buffer lifetime. The kernel reads the part
+                            // through the pages the fixed buffer `slot`
+                            // pinned (and takes its own reference to them
+                            // until the notification), never through our
+                            // mapping: an unpin, or an unmap, while the send
+                            // is queued or in flight cannot make it touch
+                            // memory that is not ours (an emptied or reused
+                            // slot fails the range check: EFAULT, and the
+                            // link closes). What the peer gets is the
+                            // source's bytes at send time: the push path
+                            // completes an operation only at the peer's ACK,
+                            // after the peer has every byte, so the
+                            // application cannot reuse the buffer while the
+                            // kernel may still read it.
+                            //
+                            // SAFETY: `fixed` named `slot` for this range
+                            // when the part was queued, and `self.sock`
+                            // stays open for this call.
+                            match unsafe { ring.send_zc(self.sock.as_raw_fd(), z.addr, z.len as u32, z.slot) } {
+                                Ok(Some(f)) => z.flight = Some(f),
+                                // (The domain's submission queue is full:
+                                // again at the next flush.)
+                                Ok(None) => return ring.reap(),
+                                Err(e) => {
+                                    tracing::warn!(
+                                        "submitting a zero-copy send to {} failed: {e}; the link closes",
+                                        self.to
+                                    );
+                                    return o.close();
+                                }
+                            }
+                        }
+                    }
+                    let Some(res) = z.flight.as_ref().and_then(|f| f.result()) else { return };
+                    if res < 0 || res as usize != z.len {
+                        // (MSG_WAITALL: a short count means the stream
+                        // broke mid-part; nothing after it can follow.)
+                        tracing::debug!(
+                            "a zero-copy send of {} bytes to {} ended with {}; the link closes",
+                            z.len,
+                            self.to,
+                            if res < 0 {
+                                io::Error::from_raw_os_error(-res).to_string()
+                            } else {
+                                format!("{res} bytes")
+                            }
+                        );
+                        return o.close();
+                    }
+                    self.tx.stats.zc_sends.fetch_add(1, Ordering::Relaxed);
+                    self.tx.stats.zc_bytes.fetch_add(z.len as u64, Ordering::Relaxed);
+                    o.queued_len -= z.len;
                 }
             }
+            o.queued.pop_front();
         }
     }
 
+    /// The slot of each part that goes out with SEND_ZC (`ZC_MIN` bytes
+    /// or more, wholly in one slot of the domain's ring); None when no
+    /// part does.
+    fn zc_slots(&self, parts: &[&[u8]]) -> Option<Vec<Option<u16>>> {
+        let ring = self.tx.ring.as_ref().filter(|r| r.sends_zc())?;
+        if !parts.iter().any(|p| p.len() >= ZC_MIN) {
+            return None;
+        }
+        let slots: Vec<Option<u16>> = parts
+            .iter()
+            .map(|p| if p.len() >= ZC_MIN { ring.fixed(p.as_ptr() as usize, p.len()) } else { None })
+            .collect();
+        slots.iter().any(Option::is_some).then_some(slots)
+    }
+
     /// Send one frame in parts: queued whole, written as far as the socket
-    /// takes it now (nothing, while connecting).
+    /// takes it now (nothing, while connecting). A part in registered
+    /// memory (`zc_slots`) queues as itself, sent with SEND_ZC when its
+    /// turn comes; the rest is copied ("small messages are copied").
     pub fn send(&self, parts: &[&[u8]]) -> Result<(), WireError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut o = self.out();
@@ -251,10 +402,30 @@ impl Link {
         if !o.queued.is_empty() {
             self.push_out(&mut o);
         }
-        if o.queued.len() + len + 4 > OUT_MAX {
+        if o.queued_len + len + 4 > OUT_MAX {
             return Err(WireError::Full);
         }
         let prefix = (len as u32).to_le_bytes();
+        if let Some(slots) = self.zc_slots(parts) {
+            o.push_bytes(&prefix);
+            for (p, slot) in parts.iter().zip(slots) {
+                match slot {
+                    Some(slot) => {
+                        o.queued_len += p.len();
+                        o.queued.push_back(Seg::Zc(ZcPart {
+                            addr: p.as_ptr() as usize,
+                            len: p.len(),
+                            slot,
+                            flight: None,
+                        }));
+                    }
+                    None => o.push_bytes(p),
+                }
+            }
+            self.push_out(&mut o);
+            return if o.state == LinkState::Open { Ok(()) } else { Err(WireError::Closed) };
+        }
+        self.tx.stats.copied_frames.fetch_add(1, Ordering::Relaxed);
         // Nothing queued ahead and connected: write the frame straight
         // from its parts (one writev, no gather copy); queue only what the
         // socket did not take.
@@ -276,19 +447,20 @@ impl Link {
             loop {
                 match (&self.sock).write_vectored(slices) {
                     Ok(0) => {
-                        o.state = LinkState::Closed;
+                        o.close();
                         return Err(WireError::Closed);
                     }
                     Ok(n) => sent = n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => {
-                        o.state = LinkState::Closed;
+                        o.close();
                         return Err(WireError::Closed);
                     }
                 }
                 break;
             }
+            self.tx.stats.copied_bytes.fetch_add(sent as u64, Ordering::Relaxed);
         }
         let mut skip = sent;
         for p in std::iter::once(&prefix[..]).chain(parts.iter().copied()) {
@@ -296,7 +468,7 @@ impl Link {
                 skip -= p.len();
                 continue;
             }
-            o.queued.extend(&p[skip..]);
+            o.push_bytes(&p[skip..]);
             skip = 0;
         }
         if !o.queued.is_empty() {
@@ -972,7 +1144,7 @@ mod tests {
         let mut inbox = Inbox::new(l, hello(&at, 7), w.clone(), Default::default()).unwrap();
         assert!(!w.readable_within(0), "nothing arrived yet");
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let link = Link::open(&at, &hello(&me, 9)).unwrap();
+        let link = Link::open(&at, &hello(&me, 9), &TcpSend::default()).unwrap();
         link.send(&[b"first"]).unwrap();
         assert!(w.readable_within(5000), "a connection waits at the listener");
         let mut got = 0;
@@ -1006,7 +1178,7 @@ mod tests {
         let mut inbox = Inbox::new(l, hello(&at, 7), wake(), Default::default()).unwrap();
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
         // (Opening needs nothing of the inbox: the kernel accepts.)
-        let link = Link::open(&at, &hello(&me, 9)).unwrap();
+        let link = Link::open(&at, &hello(&me, 9), &TcpSend::default()).unwrap();
         link.send(&[b"ab", b"cd"]).unwrap();
         link.send(&[&[5u8; 1000]]).unwrap();
         assert_eq!(link.epoch(), 0, "the peer's hello comes once it polls");
@@ -1040,7 +1212,7 @@ mod tests {
         let mut h = hello(&at2, 3);
         h.version = 99;
         let mut other = Inbox::new(l2, h, wake(), Default::default()).unwrap();
-        let bad = Link::open(&at2, &hello(&me, 9)).unwrap();
+        let bad = Link::open(&at2, &hello(&me, 9), &TcpSend::default()).unwrap();
         let mut state = LinkState::Open;
         for _ in 0..2000 {
             bad.flush();
@@ -1093,7 +1265,7 @@ mod tests {
         // frames queue behind it; the refusal closes the link.
         let nobody = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        match Link::open(&nobody, &hello(&me, 1)) {
+        match Link::open(&nobody, &hello(&me, 1), &TcpSend::default()) {
             Ok(link) => {
                 let _ = link.send(&[b"queued while connecting"]);
                 assert_eq!(settle(&link), Setup::Failed(libc::ECONNREFUSED));
@@ -1108,7 +1280,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
         let mut inbox = Inbox::new(l, hello(&at, 5), wake(), Default::default()).unwrap();
-        let link = Link::open(&at, &hello(&me, 2)).unwrap();
+        let link = Link::open(&at, &hello(&me, 2), &TcpSend::default()).unwrap();
         link.send(&[b"first"]).unwrap();
         assert_eq!(settle(&link), Setup::Up);
         let mut got = Vec::new();
@@ -1162,6 +1334,250 @@ mod tests {
             n = old.read(&mut b).unwrap_or(0);
         }
         assert_eq!(n, 0, "the replaced connection was closed");
+    }
+}
+
+/// Zero-copy sends from registered memory, against a plain TCP reader
+/// that checks every byte.
+#[cfg(test)]
+mod zc {
+    use super::*;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    struct Anon(usize, usize);
+    impl Anon {
+        fn new(len: usize) -> Anon {
+            // SAFETY: a fresh private anonymous mapping, unmapped on drop.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            Anon(p as usize, len)
+        }
+        fn fill(&mut self, f: impl Fn(usize) -> u8) {
+            // SAFETY: our mapping, of this length, borrowed mutably once.
+            let b = unsafe { std::slice::from_raw_parts_mut(self.0 as *mut u8, self.1) };
+            b.iter_mut().enumerate().for_each(|(i, x)| *x = f(i));
+        }
+        fn bytes(&self) -> &[u8] {
+            // SAFETY: our mapping, of this length, alive while `self` is.
+            unsafe { std::slice::from_raw_parts(self.0 as *const u8, self.1) }
+        }
+    }
+    impl Drop for Anon {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`.
+            unsafe { libc::munmap(self.0 as *mut _, self.1) };
+        }
+    }
+
+    /// Send `frames` on a link that sends as `tx` to a plain listener;
+    /// the frames the listener read, in order.
+    fn run(tx: &TcpSend, frames: &[Vec<&[u8]>]) -> Vec<Vec<u8>> {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut all = Vec::new();
+            s.read_to_end(&mut all).unwrap();
+            all
+        });
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let link = Link::open(&at, &tests_hello(&me, 1), tx).unwrap();
+        for f in frames {
+            let mut tries = 0;
+            loop {
+                match link.send(f) {
+                    Ok(()) => break,
+                    Err(WireError::Full) if tries < 100_000 => {
+                        link.flush();
+                        tries += 1;
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
+        }
+        for _ in 0..100_000 {
+            if !link.flush() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        assert!(!link.flush() && !link.closed(), "everything went out");
+        drop(link);
+        let all = reader.join().unwrap();
+        assert_eq!(Hello::decode(&all).map(|h| h.epoch), Some(1), "our hello first");
+        let mut got = Vec::new();
+        let mut at = HELLO_LEN;
+        while at < all.len() {
+            let n = u32::from_le_bytes(all[at..at + 4].try_into().unwrap()) as usize;
+            got.push(all[at + 4..at + 4 + n].to_vec());
+            at += 4 + n;
+        }
+        assert_eq!(at, all.len(), "the stream ends at a frame's end");
+        got
+    }
+
+    #[test]
+    fn pinned_parts_go_with_send_zc_in_stream_order_and_the_rest_is_copied() {
+        let Ok(table) = UringTable::new() else {
+            println!("io_uring unavailable: nothing to test");
+            return;
+        };
+        if !table.sends_zc() {
+            println!("this kernel has no SEND_ZC: nothing to test");
+            return;
+        }
+        let table = Arc::new(table);
+        let mut buf = Anon::new(2 << 20);
+        buf.fill(|i| (i * 7 + i / 4093) as u8);
+        // The first MiB pinned, the second not.
+        let slots = table.pin(&[(buf.0, 1 << 20)]).unwrap();
+        let src = buf.bytes();
+        let heap = vec![0xa5u8; 200 << 10];
+        let part = 200 << 10;
+        let mut frames: Vec<Vec<&[u8]>> = Vec::new();
+        let hdrs: Vec<[u8; 4]> = (0..40u32).map(u32::to_le_bytes).collect();
+        let mut zc_parts = 0;
+        for (i, hdr) in hdrs.iter().enumerate() {
+            let off = ((i * 37) << 10) % ((1 << 20) - part);
+            match i % 5 {
+                // Pinned: header copied, payload zero-copy.
+                0 | 1 => {
+                    frames.push(vec![&hdr[..], &src[off..off + part]]);
+                    zc_parts += 1;
+                }
+                // Small frames in between (copied, queued behind a send in flight).
+                2 => frames.push(vec![&hdr[..], b"small"]),
+                // Crossing the pinned piece's end: copied.
+                3 => frames.push(vec![&hdr[..], &src[(1 << 20) - 4096..(1 << 20) - 4096 + part]]),
+                // Not registered at all, and under ZC_MIN in pinned memory: copied.
+                _ => frames.push(vec![&hdr[..], &heap[..], &src[off..off + ZC_MIN - 1]]),
+            }
+        }
+        let tx = TcpSend { ring: Some(table.clone()), stats: Default::default() };
+        let got = run(&tx, &frames);
+        assert_eq!(got.len(), frames.len());
+        for (i, (g, f)) in got.iter().zip(&frames).enumerate() {
+            assert!(*g == f.concat(), "frame {i} arrived changed or out of order");
+        }
+        let st = &tx.stats;
+        assert_eq!(st.zc_sends.load(Relaxed), zc_parts, "every pinned part went with SEND_ZC");
+        assert_eq!(st.zc_bytes.load(Relaxed), zc_parts * part as u64);
+        assert_eq!(st.copied_frames.load(Relaxed), frames.len() as u64 - zc_parts);
+        let total: usize = frames.iter().map(|f| 4 + f.iter().map(|p| p.len()).sum::<usize>()).sum();
+        assert_eq!(
+            st.copied_bytes.load(Relaxed) + st.zc_bytes.load(Relaxed),
+            (HELLO_LEN + total) as u64,
+            "every byte counted once"
+        );
+        for _ in 0..10_000 {
+            table.reap();
+            if table.in_flight() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        assert_eq!(table.in_flight(), 0, "every notification arrived; the map keeps nothing");
+        assert_eq!(table.notes.notified.load(Relaxed), zc_parts);
+        // Loopback delivers to a local socket, which cannot keep the
+        // sender's pages: the kernel copies (msg_zerocopy.rst, "Loopback"),
+        // and REPORT_USAGE says so in every notification.
+        assert_eq!(table.notes.copied.load(Relaxed), zc_parts, "loopback: the kernel copied every one");
+        table.unpin(&slots);
+    }
+
+    #[test]
+    fn a_link_dropped_with_a_send_in_flight_leaves_the_flight_to_the_ring() {
+        let Ok(table) = UringTable::new() else { return };
+        if !table.sends_zc() {
+            return;
+        }
+        let table = Arc::new(table);
+        let mut buf = Anon::new(1 << 20);
+        buf.fill(|i| i as u8);
+        let slots = table.pin(&[(buf.0, 1 << 20)]).unwrap();
+        // A reader that never reads, with a tiny receive window: the send
+        // cannot finish (MSG_WAITALL) while it lives.
+        let small = |fd: i32, opt: i32| {
+            let v: libc::c_int = 4096;
+            // SAFETY: setsockopt reads an int of the size given.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&v as *const libc::c_int).cast(),
+                    size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(r, 0);
+        };
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        small(l.as_raw_fd(), libc::SO_RCVBUF);
+        let at = l.local_addr().unwrap();
+        let tx = TcpSend { ring: Some(table.clone()), stats: Default::default() };
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let link = Link::open(&at, &tests_hello(&me, 1), &tx).unwrap();
+        small(link.sock.as_raw_fd(), libc::SO_SNDBUF);
+        let (peer, _) = l.accept().unwrap();
+        link.send(&[b"hdr", &buf.bytes()[..1 << 20]]).unwrap();
+        for _ in 0..100 {
+            link.flush();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(link.flush(), "the send is still in flight");
+        assert_eq!(table.in_flight(), 1);
+        drop(link);
+        table.reap();
+        assert_eq!(table.in_flight(), 1, "the ring's map owns the flight of a link gone");
+        // The reader goes (unread data: a reset): the send fails, its
+        // completions come, and the map lets the flight go.
+        drop(peer);
+        for _ in 0..5000 {
+            table.reap();
+            if table.in_flight() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(table.in_flight(), 0, "the flight ended with its last completion");
+        assert_eq!(tx.stats.zc_sends.load(Relaxed), 0, "a failed send is not counted as sent");
+        table.unpin(&slots);
+    }
+
+    #[test]
+    fn without_the_ring_nothing_goes_with_send_zc() {
+        let Ok(table) = UringTable::new() else { return };
+        let table = Arc::new(table);
+        let mut buf = Anon::new(1 << 20);
+        buf.fill(|i| (i % 251) as u8);
+        let slots = table.pin(&[(buf.0, 1 << 20)]).unwrap();
+        let src = buf.bytes();
+        let frames: Vec<Vec<&[u8]>> =
+            (0..8).map(|i| vec![&b"hdr"[..], &src[i << 16..(i << 16) + (256 << 10) - 64]]).collect();
+        // FI_OXMR_TCP_IO_URING=0: the domain's links get no ring.
+        let pinner = crate::mr::pin::Pinner::new(
+            crate::mr::pin::PinMode::Uring,
+            crate::mr::account::Account::new(None, crate::mr::account::CapSource::Variable),
+        );
+        let d = crate::mr::MrDomain::new(0, pinner, Default::default()).with_tcp_io_uring(false);
+        assert!(d.tcp_ring.is_none(), "FI_OXMR_TCP_IO_URING=0: plain sockets");
+        let tx = TcpSend { ring: d.tcp_ring.clone(), stats: d.tcp_stats.clone() };
+        let got = run(&tx, &frames);
+        assert!(got.iter().zip(&frames).all(|(g, f)| *g == f.concat()));
+        assert_eq!(d.tcp_stats.zc_sends.load(Relaxed), 0);
+        assert_eq!(d.tcp_stats.copied_frames.load(Relaxed), frames.len() as u64);
+        assert_eq!(table.in_flight(), 0);
+        table.unpin(&slots);
     }
 }
 

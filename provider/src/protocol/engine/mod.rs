@@ -489,7 +489,8 @@ impl Engine {
         let lands = rx.landings();
         lands.set_classifier(land_head, HDR_MAX);
         Engine {
-            dial: Dial::new(cfg.wire, &name, epoch),
+            dial: Dial::new(cfg.wire, &name, epoch)
+                .with_tcp(crate::wire::tcp::TcpSend { ring: mr.tcp_ring.clone(), stats: mr.tcp_stats.clone() }),
             copies: rx.copies(),
             offers: Vec::new(),
             sender_jobs: cfg.sender_jobs,
