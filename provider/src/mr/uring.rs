@@ -333,13 +333,14 @@ pub fn vm_pinned_bytes() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// VmPin is process-wide: tests that read it must not overlap.
     pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 
-    fn anon(len: usize) -> usize {
+    /// A fresh private anonymous read-write mapping (the caller unmaps it).
+    pub(crate) fn anon(len: usize) -> usize {
         // SAFETY: anonymous private mapping; unmapped by the caller.
         let p = unsafe {
             libc::mmap(

@@ -31,7 +31,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 
 pub use crate::config::Wire;
-pub use land::Landings;
+pub use land::{Head as LandHead, Landings};
+pub use tcp::TcpSend;
 
 pub use shm::share::{Copies, SharedCopy, Span};
 /// A TCP hello's bytes, for tests that speak the wire by hand.

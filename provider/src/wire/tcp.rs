@@ -1347,19 +1347,7 @@ mod zc {
     struct Anon(usize, usize);
     impl Anon {
         fn new(len: usize) -> Anon {
-            // SAFETY: a fresh private anonymous mapping, unmapped on drop.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            Anon(p as usize, len)
+            Anon(crate::mr::uring::tests::anon(len), len)
         }
         fn fill(&mut self, f: impl Fn(usize) -> u8) {
             // SAFETY: our mapping, of this length, borrowed mutably once.

@@ -399,9 +399,9 @@ pub struct Engine {
 /// it matters).
 /// A frame's landing head (`wire::land`): a DATA frame's transfer (our
 /// pull's id, with the connection's sender), offset and header length.
-fn land_head(b: &[u8]) -> Option<crate::wire::land::Head> {
+fn land_head(b: &[u8]) -> Option<crate::wire::LandHead> {
     let (h, len) = Hdr::decode(b)?;
-    (h.op == op::DATA).then_some(crate::wire::land::Head { key: h.msg_id, off: h.rma_addr as usize, len })
+    (h.op == op::DATA).then_some(crate::wire::LandHead { key: h.msg_id, off: h.rma_addr as usize, len })
 }
 
 fn total(iovs: &[(usize, usize)]) -> usize {
@@ -490,7 +490,7 @@ impl Engine {
         lands.set_classifier(land_head, HDR_MAX);
         Engine {
             dial: Dial::new(cfg.wire, &name, epoch)
-                .with_tcp(crate::wire::tcp::TcpSend { ring: mr.tcp_ring.clone(), stats: mr.tcp_stats.clone() }),
+                .with_tcp(crate::wire::TcpSend { ring: mr.tcp_ring.clone(), stats: mr.tcp_stats.clone() }),
             copies: rx.copies(),
             offers: Vec::new(),
             sender_jobs: cfg.sender_jobs,
