@@ -120,6 +120,9 @@ pub struct Dial {
     local: std::sync::Arc<[IpAddr]>,
     /// How TCP links send (the domain's ring for SEND_ZC, its counters).
     pub tcp: tcp::TcpSend,
+    /// The endpoint's TCP connections, shared with its inbox (one per pair
+    /// of endpoints: `tcp::Pairs`); None without a TCP inbox.
+    pub pairs: Option<std::sync::Arc<tcp::Pairs>>,
 }
 
 impl Dial {
@@ -137,7 +140,14 @@ impl Dial {
             hello: tcp::Hello { version: tcp::VERSION, name: n, epoch, pid: std::process::id() },
             local,
             tcp: tcp::TcpSend::default(),
+            pairs: None,
         }
+    }
+
+    /// The same dial, its TCP links sharing connections with the inbox
+    /// whose `pairs` these are (`Inbox::pairs`).
+    pub fn with_pairs(self, pairs: Option<std::sync::Arc<tcp::Pairs>>) -> Dial {
+        Dial { pairs, ..self }
     }
 
     /// The same dial, its TCP links sending as `tcp` says.
@@ -168,6 +178,9 @@ fn is_local(ip: IpAddr, local: &[IpAddr]) -> bool {
 }
 
 /// A link to one peer's endpoint.
+// (The shm queue inline, not boxed: it is the same-host data path, one
+// per peer, and a box would add a pointer chase to every frame.)
+#[allow(clippy::large_enum_variant)]
 pub enum Link {
     /// The peer's shared-memory queue.
     Shm(shm::region::Region),
@@ -185,7 +198,7 @@ impl Link {
             return Ok(Link::Loop(q));
         }
         if dial.route(to) == Wire::Tcp {
-            return tcp::Link::open(to, &dial.hello, &dial.tcp).map(Link::Tcp);
+            return tcp::Link::open(to, &dial.hello, &dial.tcp, dial.pairs.as_ref()).map(Link::Tcp);
         }
         let region = shm::region::Region::open(to).map_err(|e| {
             match e.get_ref().and_then(|x| x.downcast_ref::<shm::region::VersionMismatch>()) {
@@ -336,11 +349,12 @@ impl Link {
         }
     }
 
-    /// Whether the link's connection is still being set up (TCP: frames
-    /// sent meanwhile queue; `state` says `Unreachable` if it fails).
+    /// Whether the link's connection is still being set up (TCP: the
+    /// connect, or the peer's answer to our hello; frames sent meanwhile
+    /// queue; `state` says `Unreachable` if it fails).
     pub fn connecting(&self) -> bool {
         match self {
-            Link::Tcp(t) => matches!(t.setup(), tcp::Setup::Connecting(_)),
+            Link::Tcp(t) => t.connecting(),
             _ => false,
         }
     }
@@ -497,6 +511,12 @@ impl Inbox {
             Some(t) => t.pop(|m, more, from, landed| f(m, more, Some(from), landed)),
             None => false,
         }
+    }
+
+    /// The TCP connections this inbox shares with the endpoint's links
+    /// (None: it takes no TCP).
+    pub fn pairs(&self) -> Option<std::sync::Arc<tcp::Pairs>> {
+        self.tcp.as_ref().map(|t| t.pairs())
     }
 
     /// The landing zones of this inbox's TCP connections (the engine adds

@@ -15,29 +15,43 @@
 //! queue behind it (bounded, `OUT_MAX`), and fails the link if refused or
 //! not up within `CONNECT_WAIT`.
 //!
-//! A connection carries frames one way: the side that opened it sends, the
-//! side that accepted it (at the endpoint's listener, whose address is the
-//! endpoint's name) receives. Two endpoints that both send have a
-//! connection each way, so simultaneous connects never race for one socket.
-//! Each side opens with a hello: magic, wire version, endpoint name, epoch
-//! and pid. The acceptor answers with its own hello, so the opener learns
-//! the peer's epoch (a restarted peer at the same address has another) and
-//! refuses a peer of another version, naming both. Then each frame is a
-//! 4-byte little-endian length and the frame; a length over `TCP_MAX_FRAME`
+//! One connection per pair of endpoints, carrying frames both ways. The
+//! side that sends first opens it to the peer's listener (whose address is
+//! the peer's name) and writes its hello: magic, wire version, endpoint
+//! name, epoch, pid and a kind (OPEN). The acceptor answers with its own
+//! hello, of kind ACCEPT or YIELD, and until the answer comes the opener's
+//! frames wait in its queue: no frame ever goes on a connection that may
+//! not survive. An accepted connection whose hello names an address at
+//! the IP it comes from is adopted (`Pairs`): our frames to that address go
+//! on it too, and a later send to that peer opens nothing. When both
+//! sides open at once, each sees the other's hello while its own waits
+//! for its answer, and both keep the connection opened by the lower
+//! address (`SocketAddr` order): the other is answered YIELD and closed,
+//! and the yielded side moves its queue onto the survivor when it adopts
+//! it (or, if the survivor never comes, connects again after
+//! `CONNECT_WAIT`). A connection whose source IP is not its hello's is
+//! never adopted (a process elsewhere cannot make us send to it by naming
+//! another endpoint): frames to that peer go on a connection of our own,
+//! one each way, as a multi-homed host's may. Then each frame is a 4-byte
+//! little-endian length and the frame; a length over `TCP_MAX_FRAME`
 //! closes the connection (a lying or broken peer cannot make us buffer
 //! without bound).
+//!
+//! The inbox reads every connection, the links' too (handed to it once
+//! their answer came); a link learns that its connection ended from the
+//! inbox (`Tie`), and shuts its side down when the engine drops it.
 //!
 //! The wire cannot reach the peer's memory: every copy answers `Push`, and
 //! the engine's PULL -> DATA -> ACK path moves rendezvous and RMA data.
 //! Every frame is handed up with the name its connection's hello gave, so
 //! a frame that claims another sender is dropped (identity from the link).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::{LinkState, OpenError, WireError, MAX_FRAME};
@@ -46,9 +60,16 @@ pub use crate::mr::TcpStats;
 
 const MAGIC: u32 = 0x3154_584f; // "OXT1"
 /// This build's TCP wire version (the hello's; the message header has its
-/// own, checked above the wire).
-pub(crate) const VERSION: u32 = 1;
+/// own, checked above the wire). Version 2: one connection per pair
+/// (the hello's kind; frames wait for the answer).
+pub(crate) const VERSION: u32 = 2;
 const HELLO_LEN: usize = 48;
+/// A hello's kind (its last word): the opener's, or the acceptor's answer
+/// (this connection carries frames, both ways; or: it does not, the peer
+/// keeps the one it opened to us, and closes this).
+const OPEN: u32 = 0;
+const ACCEPT: u32 = 1;
+const YIELD: u32 = 2;
 /// Bytes a link queues for a peer whose socket is full before a send
 /// answers `Full` (flow control, as a full shm queue).
 const OUT_MAX: usize = 4 << 20;
@@ -73,24 +94,26 @@ pub struct Hello {
 }
 
 impl Hello {
-    fn encode(&self) -> [u8; HELLO_LEN] {
+    fn encode(&self, kind: u32) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         b[4..8].copy_from_slice(&self.version.to_le_bytes());
         b[8..36].copy_from_slice(&self.name);
         b[36..40].copy_from_slice(&self.epoch.to_le_bytes());
         b[40..44].copy_from_slice(&self.pid.to_le_bytes());
+        b[44..48].copy_from_slice(&kind.to_le_bytes());
         b
     }
 
-    fn decode(b: &[u8]) -> Option<Hello> {
+    /// The hello and its kind.
+    fn decode(b: &[u8]) -> Option<(Hello, u32)> {
         let word = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
         if b.len() < HELLO_LEN || word(0) != MAGIC {
             return None;
         }
         let mut name = [0u8; 28];
         name.copy_from_slice(&b[8..36]);
-        Some(Hello { version: word(4), name, epoch: word(36), pid: word(40) })
+        Some((Hello { version: word(4), name, epoch: word(36), pid: word(40) }, word(44)))
     }
 }
 
@@ -99,8 +122,11 @@ impl Hello {
 pub enum Setup {
     /// The kernel is still connecting (since then): frames queue.
     Connecting(Instant),
-    /// Connected: queued frames go out.
+    /// Connected (frames go out once the peer's answer came: `Link::connecting`).
     Up,
+    /// The peer answered YIELD (since then): it keeps the connection it
+    /// opened to us, which we adopt when its hello arrives; frames queue.
+    Yielded(Instant),
     /// The connect failed (the errno: ECONNREFUSED, or ETIMEDOUT after
     /// `CONNECT_WAIT`, EHOSTUNREACH...): the link is closed.
     Failed(i32),
@@ -109,7 +135,7 @@ pub enum Setup {
 /// A hello as it goes on the wire (tests that play a peer).
 #[cfg(test)]
 pub(crate) fn hello_bytes(h: &Hello) -> [u8; HELLO_LEN] {
-    h.encode()
+    h.encode(OPEN)
 }
 
 /// The smallest part of a frame sent with SEND_ZC. Below it, the copy
@@ -147,28 +173,69 @@ struct ZcPart {
     flight: Option<Arc<Flight>>,
 }
 
+/// What a link and the inbox share of the connection the link writes on:
+/// set by the inbox when it found the connection ended (or closed it).
+type Tie = Arc<AtomicBool>;
+
 /// What an opened link knows, and what it has not sent yet.
 struct Out {
-    /// What waits behind a full socket, a connect in progress (our hello
-    /// first) or a zero-copy send in flight, and its bytes in all.
+    /// The connection our frames go on (replaced when we adopt the one the
+    /// peer opened, or connect again after a YIELD), and its id (the
+    /// inbox's, see `InConn::id`).
+    sock: TcpStream,
+    id: u64,
+    /// What waits behind a full socket, a connect in progress, the peer's
+    /// answer or a zero-copy send in flight, and its bytes in all.
     queued: VecDeque<Seg>,
     queued_len: usize,
+    /// Our hello's bytes not yet written (they go first, before any frame).
+    greet: Vec<u8>,
     state: LinkState,
     setup: Setup,
-    /// The peer's hello, once it arrived (its first bytes so far).
+    /// The peer's hello, once it answered (its first bytes so far).
     peer: Option<Hello>,
     got: Vec<u8>,
+    /// Whether the inbox reads this connection (then it says, in `tie`,
+    /// when the connection ends; we never read it).
+    handed: bool,
+    tie: Tie,
+    /// Whether the connection comes from our name's IP (the peer adopts
+    /// only such a connection: `Pairs::greeted`).
+    adoptable: bool,
 }
 
-/// A link to one peer: the connection we opened to its listener.
-pub struct Link {
-    sock: TcpStream,
+/// A link to one peer: the connection that carries our frames to it.
+pub struct Link(Arc<Core>);
+
+struct Core {
     to: SocketAddr,
+    me: Hello,
     out: Mutex<Out>,
     tx: TcpSend,
+    /// The endpoint's table of connections (None: a bare sender of tests,
+    /// whose link reads its own connection).
+    pairs: Option<Arc<Pairs>>,
 }
 
 impl Out {
+    /// A link's state on `sock`, established (`fresh` when we opened it).
+    fn new(sock: TcpStream) -> Out {
+        Out {
+            sock,
+            id: 0,
+            queued: VecDeque::new(),
+            queued_len: 0,
+            greet: Vec::new(),
+            state: LinkState::Open,
+            setup: Setup::Up,
+            peer: None,
+            got: Vec::new(),
+            handed: false,
+            tie: Tie::default(),
+            adoptable: false,
+        }
+    }
+
     /// Queue bytes at the back (behind everything queued).
     fn push_bytes(&mut self, b: &[u8]) {
         if b.is_empty() {
@@ -189,42 +256,229 @@ impl Out {
         self.queued.clear();
         self.queued_len = 0;
     }
+
+    /// Whether frames go out: connected, and the peer's answer came.
+    fn established(&self) -> bool {
+        self.state == LinkState::Open && self.setup == Setup::Up && self.peer.is_some()
+    }
+
+    /// Write on `sock`, a connection we just opened (connected already if
+    /// `up`), our hello first.
+    fn start(&mut self, up: bool, id: u64, me: &Hello) {
+        let _ = self.sock.set_nodelay(true);
+        self.adoptable = match (self.sock.local_addr(), crate::info::addr::parse(&me.name)) {
+            (Ok(l), Some(n)) => same_ip(l.ip(), n.ip()),
+            _ => false,
+        };
+        self.id = id;
+        self.setup = if up { Setup::Up } else { Setup::Connecting(Instant::now()) };
+        self.greet = me.encode(OPEN).to_vec();
+        self.peer = None;
+        self.got.clear();
+        self.handed = false;
+        self.tie = Tie::default();
+    }
+
+    /// Write on `c`, the connection the peer opened (its hello `h`), which
+    /// the inbox reads: our queue goes out on it once we write again.
+    fn adopt(&mut self, c: &InConn, h: Hello) -> bool {
+        let Ok(sock) = c.sock.try_clone() else { return false };
+        self.sock = sock;
+        self.id = c.id;
+        self.setup = Setup::Up;
+        self.greet.clear();
+        self.peer = Some(h);
+        self.got.clear();
+        self.handed = true;
+        self.tie = c.tie.clone();
+        true
+    }
+}
+
+/// Whether two addresses are one IP (an IPv4 address and its IPv6-mapped
+/// form are).
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+    let v4 = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        ip => ip,
+    };
+    v4(a) == v4(b)
+}
+
+impl Drop for Link {
+    /// The engine is done with this peer: the connection ends both ways
+    /// (the inbox holds it too, and reads the peer's end).
+    fn drop(&mut self) {
+        let o = self.0.out();
+        if o.handed {
+            let _ = o.sock.shutdown(std::net::Shutdown::Write);
+        }
+    }
 }
 
 impl Link {
-    /// Start connecting to the endpoint named `to`, our hello (`me`)
-    /// queued first. Nothing waits: the connect goes on in the kernel
-    /// (the peer's listener completes it without the peer's help), frames
-    /// sent meanwhile queue (within `OUT_MAX`) and go out from `flush`
-    /// once it is up; one that fails, or is not up within `CONNECT_WAIT`,
-    /// closes the link (`setup` says why). The peer's hello, which answers
-    /// ours once the peer next polls, is read when it is there (`epoch`).
-    /// An error here is a refusal the kernel knew at once.
-    /// Frame parts in memory pinned in `tx`'s ring go out with SEND_ZC.
-    pub fn open(to: &SocketAddr, me: &Hello, tx: &TcpSend) -> Result<Link, OpenError> {
-        let (sock, up) = crate::sys::connect_start(to).map_err(OpenError::Unreachable)?;
-        let _ = sock.set_nodelay(true);
-        let setup = if up { Setup::Up } else { Setup::Connecting(Instant::now()) };
-        let mut out =
-            Out { queued: VecDeque::new(), queued_len: 0, state: LinkState::Open, setup, peer: None, got: Vec::new() };
-        out.push_bytes(&me.encode());
+    /// Start connecting to the endpoint named `to` (or take the connection
+    /// it opened to us, if `pairs` adopted one). Nothing waits: the
+    /// connect goes on in the kernel (the peer's listener completes it
+    /// without the peer's help), our hello goes once it is up, frames sent
+    /// meanwhile queue (within `OUT_MAX`) and go out from `flush` once the
+    /// peer answered; a connect that fails, or is not up within
+    /// `CONNECT_WAIT`, closes the link (`setup` says why). An error here is
+    /// a refusal the kernel knew at once. Frame parts in memory pinned in
+    /// `tx`'s ring go out with SEND_ZC.
+    pub fn open(to: &SocketAddr, me: &Hello, tx: &TcpSend, pairs: Option<&Arc<Pairs>>) -> Result<Link, OpenError> {
         let tx = TcpSend { ring: tx.ring.clone().filter(|r| r.sends_zc()), stats: tx.stats.clone() };
-        let l = Link { sock, to: *to, out: Mutex::new(out), tx };
+        let mut table = pairs.map(|p| p.table());
+        let parked = match table.as_mut().and_then(|t| t.remove(to)) {
+            Some(Pair::Parked(c, h)) if !c.tie.load(Ordering::Acquire) => Some((c, h)),
+            _ => None,
+        };
+        let out = match parked {
+            Some((c, h)) => {
+                let mut o = Out::new(c.sock);
+                o.id = c.id;
+                o.peer = Some(h);
+                o.handed = true;
+                o.tie = c.tie;
+                o
+            }
+            None => {
+                let (sock, up) = crate::sys::connect_start(to).map_err(OpenError::Unreachable)?;
+                let id = pairs.map_or(0, |p| p.new_id());
+                let mut o = Out::new(sock);
+                o.start(up, id, me);
+                o
+            }
+        };
+        let core = Arc::new(Core { to: *to, me: *me, out: Mutex::new(out), tx, pairs: pairs.cloned() });
         {
-            let mut o = l.out();
-            l.push_out(&mut o);
+            let mut o = core.out();
+            core.step(&mut o);
         }
-        Ok(l)
+        if let Some(t) = table.as_mut() {
+            t.insert(*to, Pair::Mine(Arc::downgrade(&core)));
+        }
+        Ok(Link(core))
     }
 
-    /// Move a connect in progress on: up, failed, or out of time. (Two
-    /// system calls, only while connecting.)
+    /// Send one frame in parts: queued whole, written as far as the socket
+    /// takes it now (nothing, while connecting or waiting for the peer's
+    /// answer). A part in registered memory (`zc_slots`) queues as itself,
+    /// sent with SEND_ZC when its turn comes; the rest is copied ("small
+    /// messages are copied").
+    pub fn send(&self, parts: &[&[u8]]) -> Result<(), WireError> {
+        self.0.send(parts)
+    }
+
+    /// Write what waits (connecting on first); whether something still does.
+    pub fn flush(&self) -> bool {
+        let mut o = self.0.out();
+        self.0.push_out(&mut o);
+        !o.queued.is_empty() && o.state == LinkState::Open
+    }
+
+    /// Where the connection stands (moves a connect in progress on).
+    pub fn setup(&self) -> Setup {
+        let mut o = self.0.out();
+        self.0.step(&mut o);
+        o.setup
+    }
+
+    /// Whether frames still wait for the connection: a connect in
+    /// progress, the peer's answer, or the peer's own connection after it
+    /// answered YIELD (false once established, or failed). Established,
+    /// what waited is written (as far as the socket takes it): an
+    /// operation that completes when this says false has its frame out.
+    pub fn connecting(&self) -> bool {
+        let mut o = self.0.out();
+        self.0.push_out(&mut o);
+        o.state == LinkState::Open && !o.established()
+    }
+
+    /// The peer's epoch, once its hello arrived (0: not yet).
+    pub fn epoch(&self) -> u32 {
+        let mut o = self.0.out();
+        self.0.step(&mut o);
+        o.peer.map_or(0, |h| h.epoch)
+    }
+
+    /// The peer's process, as its hello says (0: not yet).
+    pub fn owner(&self) -> u32 {
+        let mut o = self.0.out();
+        self.0.step(&mut o);
+        o.peer.map_or(0, |h| h.pid)
+    }
+
+    /// Whether the link is known closed (no system call).
+    pub fn closed(&self) -> bool {
+        let o = self.0.out();
+        o.state != LinkState::Open || (o.handed && o.tie.load(Ordering::Acquire))
+    }
+
+    /// Where the link stands: a connection the inbox reads ended when the
+    /// inbox says so (`tie`); one we read ourselves (a bare sender's) ended
+    /// when a read finds its end or an error (the peer writes nothing on it
+    /// after its hello); a connect that failed is `Unreachable`.
+    pub fn state(&self) -> LinkState {
+        let mut o = self.0.out();
+        self.0.step(&mut o);
+        if o.state == LinkState::Open && o.handed && o.tie.load(Ordering::Acquire) {
+            o.state = LinkState::Closed;
+        } else if o.state == LinkState::Open && o.peer.is_some() && !o.handed {
+            let mut b = [0u8; 1];
+            match (&o.sock).read(&mut b) {
+                Ok(0) => o.state = LinkState::Closed,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => o.state = LinkState::Closed,
+            }
+        }
+        match o.setup {
+            Setup::Failed(errno) => LinkState::Unreachable(errno),
+            _ => o.state,
+        }
+    }
+
+    /// Our socket (tests that shrink its buffers).
+    #[cfg(test)]
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.out().sock.as_raw_fd()
+    }
+}
+
+impl Core {
+    fn out(&self) -> std::sync::MutexGuard<'_, Out> {
+        self.out.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Move a connect in progress on: up, failed, or out of time; after a
+    /// YIELD whose survivor never came, connect again. (System calls only
+    /// while connecting.)
     fn advance(&self, o: &mut Out) {
+        if let Setup::Yielded(since) = o.setup {
+            if since.elapsed() < CONNECT_WAIT {
+                return;
+            }
+            // (The peer's own connection did not come: it failed on the
+            // way, or the peer dropped its link. Ours again.)
+            tracing::debug!("{} answered YIELD but its connection did not come: connecting again", self.to);
+            match crate::sys::connect_start(&self.to) {
+                Ok((sock, up)) => {
+                    let id = self.pairs.as_ref().map_or(0, |p| p.new_id());
+                    o.sock = sock;
+                    o.start(up, id, &self.me);
+                }
+                Err(e) => {
+                    o.setup = Setup::Failed(e.raw_os_error().unwrap_or(libc::EIO));
+                    return o.close();
+                }
+            }
+        }
         let Setup::Connecting(since) = o.setup else { return };
-        let failed = match self.sock.take_error() {
+        let failed = match o.sock.take_error() {
             Ok(Some(e)) => Some(e.raw_os_error().unwrap_or(libc::EIO)),
             Err(e) => Some(e.raw_os_error().unwrap_or(libc::EIO)),
-            Ok(None) if self.sock.peer_addr().is_ok() => {
+            Ok(None) if o.sock.peer_addr().is_ok() => {
                 o.setup = Setup::Up;
                 None
             }
@@ -248,49 +502,80 @@ impl Link {
         }
     }
 
-    /// Read the peer's hello if it is there (never waits).
-    fn read_hello(&self, o: &mut Out) {
+    /// Move the connection on as far as it goes without waiting: the
+    /// connect, our hello, the peer's answer (read here, exactly its bytes:
+    /// what follows is the inbox's to read).
+    fn step(&self, o: &mut Out) {
         self.advance(o);
-        if o.peer.is_some() || o.state != LinkState::Open || o.setup != Setup::Up {
+        if o.state != LinkState::Open || o.setup != Setup::Up {
+            return;
+        }
+        while !o.greet.is_empty() {
+            match (&o.sock).write(&o.greet) {
+                Ok(0) => return o.close(),
+                Ok(n) => {
+                    o.greet.drain(..n);
+                    self.tx.stats.copied_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return o.close(),
+            }
+        }
+        if o.peer.is_some() {
             return;
         }
         let mut b = [0u8; HELLO_LEN];
         let want = HELLO_LEN - o.got.len();
-        match (&self.sock).read(&mut b[..want]) {
+        match (&o.sock).read(&mut b[..want]) {
             Ok(0) => o.state = LinkState::Closed,
             Ok(n) => o.got.extend_from_slice(&b[..n]),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => o.state = LinkState::Closed,
         }
-        if o.got.len() == HELLO_LEN {
-            match Hello::decode(&o.got) {
-                Some(h) if h.version == VERSION => o.peer = Some(h),
-                Some(h) => {
-                    tracing::warn!(
-                        "the endpoint at {} speaks TCP wire version {}, this oxmr speaks version {VERSION}: run one oxmr build on both sides",
-                        self.to,
-                        h.version
-                    );
-                    o.state = LinkState::Closed;
+        if o.got.len() < HELLO_LEN {
+            return;
+        }
+        match Hello::decode(&o.got) {
+            Some((h, _)) if h.version != VERSION => {
+                tracing::warn!(
+                    "the endpoint at {} speaks TCP wire version {}, this oxmr speaks version {VERSION}: run one oxmr build on both sides",
+                    self.to,
+                    h.version
+                );
+                o.close();
+            }
+            Some((_, YIELD)) => {
+                // (It keeps its own connection to us; this one ends.)
+                let _ = o.sock.shutdown(std::net::Shutdown::Both);
+                o.got.clear();
+                o.setup = Setup::Yielded(Instant::now());
+            }
+            Some((h, ACCEPT)) => {
+                o.peer = Some(h);
+                if let Some(p) = &self.pairs {
+                    match o.sock.try_clone() {
+                        Ok(sock) => {
+                            p.hand_over(InConn::new(sock, o.id, Some((self.to, h.epoch)), o.tie.clone()));
+                            o.handed = true;
+                        }
+                        Err(_) => o.close(),
+                    }
                 }
-                None => {
-                    tracing::warn!("the endpoint at {} does not speak oxmr's TCP wire", self.to);
-                    o.state = LinkState::Closed;
-                }
+            }
+            _ => {
+                tracing::warn!("the endpoint at {} does not speak oxmr's TCP wire", self.to);
+                o.close();
             }
         }
     }
 
-    fn out(&self) -> std::sync::MutexGuard<'_, Out> {
-        self.out.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Write what is queued (once connected), in order: bytes as the
+    /// Write what is queued (once established), in order: bytes as the
     /// socket takes them, a zero-copy part submitted once it is first and
     /// taken off once its completion is reaped; the state after.
     fn push_out(&self, o: &mut Out) {
-        self.advance(o);
-        if o.setup != Setup::Up {
+        self.step(o);
+        if !o.established() {
             return;
         }
         while let Some(front) = o.queued.front_mut() {
@@ -298,7 +583,7 @@ impl Link {
                 Seg::Bytes(q) => {
                     while !q.is_empty() {
                         let (a, _) = q.as_slices();
-                        match (&self.sock).write(a) {
+                        match (&o.sock).write(a) {
                             Ok(0) => return o.close(),
                             Ok(n) => {
                                 q.drain(..n);
@@ -332,9 +617,9 @@ impl Link {
                             // kernel may still read it.
                             //
                             // SAFETY: `fixed` named `slot` for this range
-                            // when the part was queued, and `self.sock`
+                            // when the part was queued, and `o.sock`
                             // stays open for this call.
-                            match unsafe { ring.send_zc(self.sock.as_raw_fd(), z.addr, z.len as u32, z.slot) } {
+                            match unsafe { ring.send_zc(o.sock.as_raw_fd(), z.addr, z.len as u32, z.slot) } {
                                 Ok(Some(f)) => z.flight = Some(f),
                                 // (The domain's submission queue is full:
                                 // again at the next flush.)
@@ -430,7 +715,7 @@ impl Link {
         // from its parts (one writev, no gather copy); queue only what the
         // socket did not take.
         let mut sent = 0;
-        if o.queued.is_empty() && o.setup == Setup::Up {
+        if o.queued.is_empty() && o.established() {
             // (On the stack for the usual few parts: this runs per frame.)
             let mut few = [io::IoSlice::new(&[]); 8];
             let many: Vec<io::IoSlice<'_>>;
@@ -445,7 +730,7 @@ impl Link {
                 &many
             };
             loop {
-                match (&self.sock).write_vectored(slices) {
+                match (&o.sock).write_vectored(slices) {
                     Ok(0) => {
                         o.close();
                         return Err(WireError::Closed);
@@ -479,63 +764,10 @@ impl Link {
         }
         Ok(())
     }
-
-    /// Write what waits (connecting on first); whether something still does.
-    pub fn flush(&self) -> bool {
-        let mut o = self.out();
-        self.push_out(&mut o);
-        !o.queued.is_empty() && o.state == LinkState::Open
-    }
-
-    /// Where the connection stands (moves a connect in progress on).
-    pub fn setup(&self) -> Setup {
-        let mut o = self.out();
-        self.advance(&mut o);
-        o.setup
-    }
-
-    /// The peer's epoch, once its hello arrived (0: not yet).
-    pub fn epoch(&self) -> u32 {
-        let mut o = self.out();
-        self.read_hello(&mut o);
-        o.peer.map_or(0, |h| h.epoch)
-    }
-
-    /// The peer's process, as its hello says (0: not yet).
-    pub fn owner(&self) -> u32 {
-        let mut o = self.out();
-        self.read_hello(&mut o);
-        o.peer.map_or(0, |h| h.pid)
-    }
-
-    /// Whether the link is known closed (no system call).
-    pub fn closed(&self) -> bool {
-        self.out().state != LinkState::Open
-    }
-
-    /// Where the link stands: the peer never sends on our connection after
-    /// its hello, so a read that finds the end of the stream (or an error,
-    /// a reset) means it closed; a connect that failed is `Unreachable`.
-    pub fn state(&self) -> LinkState {
-        let mut o = self.out();
-        self.read_hello(&mut o);
-        if o.state == LinkState::Open && o.peer.is_some() {
-            let mut b = [0u8; 1];
-            match (&self.sock).read(&mut b) {
-                Ok(0) => o.state = LinkState::Closed,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => o.state = LinkState::Closed,
-            }
-        }
-        match o.setup {
-            Setup::Failed(errno) => LinkState::Unreachable(errno),
-            _ => o.state,
-        }
-    }
 }
 
-/// A connection accepted at our listener.
+/// A connection the inbox reads: one accepted at our listener, or one a
+/// link of ours opened (handed over once the peer answered).
 struct InConn {
     sock: TcpStream,
     /// Bytes read and not yet taken as frames.
@@ -545,10 +777,158 @@ struct InConn {
     /// The epoch its hello gave.
     epoch: u32,
     closed: bool,
-    /// Which connection it is (frames carry it, see `Inbox::reject_last`).
+    /// Which connection it is (frames carry it, see `Inbox::reject_last`;
+    /// one count per endpoint, `Pairs::new_id`).
     id: u64,
     /// The frame whose payload is being read into its landing zone.
     land: Option<Landing>,
+    /// Set when the connection ends or is closed here: a link writing on
+    /// it learns so.
+    tie: Tie,
+}
+
+impl InConn {
+    fn new(sock: TcpStream, id: u64, peer: Option<(SocketAddr, u32)>, tie: Tie) -> InConn {
+        InConn {
+            sock,
+            buf: Vec::new(),
+            peer: peer.map(|p| p.0),
+            epoch: peer.map_or(0, |p| p.1),
+            closed: false,
+            id,
+            land: None,
+            tie,
+        }
+    }
+}
+
+/// Who carries our frames to a peer (`Pairs`).
+enum Pair {
+    /// A connection the peer opened and we adopted, not yet taken by a
+    /// link of ours (the inbox reads it: a clone), with the peer's hello.
+    Parked(InConn, Hello),
+    /// Our link to the peer (gone when the engine dropped it).
+    Mine(Weak<Core>),
+}
+
+/// What an endpoint's links and its inbox share: which connection carries
+/// our frames to each peer, one per pair of endpoints (see the module
+/// header), and the connections of our links whose answer came, for the
+/// inbox to read. Locking: the table before a link's `out`, never the
+/// reverse; `handoff` is taken alone.
+pub struct Pairs {
+    me: SocketAddr,
+    table: Mutex<HashMap<SocketAddr, Pair>>,
+    handoff: Mutex<Vec<InConn>>,
+    /// Whether `handoff` holds any (one load per poll, no lock).
+    handing: AtomicBool,
+    ids: AtomicU64,
+}
+
+impl std::fmt::Debug for Pairs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pairs").field("me", &self.me).finish_non_exhaustive()
+    }
+}
+
+/// What an accepted connection's hello is answered.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// It carries frames (to us; both ways if adopted).
+    Accept,
+    /// The connection we opened to that peer survives; this one closes.
+    Yield,
+}
+
+impl Pairs {
+    fn new(me: SocketAddr) -> Pairs {
+        Pairs {
+            me,
+            table: Mutex::new(HashMap::new()),
+            handoff: Mutex::new(Vec::new()),
+            handing: AtomicBool::new(false),
+            ids: AtomicU64::new(0),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Pair>> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn new_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn hand_over(&self, c: InConn) {
+        self.handoff.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        self.handing.store(true, Ordering::Release);
+    }
+
+    fn take_handed(&self) -> Vec<InConn> {
+        if !self.handing.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.handoff.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The connection `id` ended: a parked one is no longer to be taken.
+    fn forget(&self, id: u64) {
+        self.table().retain(|_, p| !matches!(p, Pair::Parked(c, _) if c.id == id));
+    }
+
+    /// The peer at `from` opened `c` to us, its hello `h`: adopt it for our
+    /// frames to `from` (parked for our next link, or moved under the link
+    /// we have that still waits), or keep ours and answer YIELD.
+    ///
+    /// Both sides decide alike from what both know: the connection opened
+    /// by the lower address survives, among those that come from their
+    /// hello's IP (`adoptable`; if neither does, each side keeps sending on
+    /// its own, one each way). A connection from an endpoint we have one
+    /// with already is its newest (a peer has one link to us at a time: it
+    /// dropped the other, whose end we will read; or it is a restarted
+    /// peer, of another epoch, whose old link the engine drops): parked,
+    /// for our next link to that address. (The loser of a race seen late is
+    /// closed by its opener already: parked, then forgotten at its end.)
+    fn greeted(&self, c: &InConn, from: SocketAddr, h: &Hello) -> Answer {
+        if from == self.me {
+            // (Our own link to ourselves: it writes, we read; one way.)
+            return Answer::Accept;
+        }
+        let theirs_ok = c.sock.peer_addr().is_ok_and(|p| same_ip(p.ip(), from.ip()));
+        let mut t = self.table();
+        let park = |t: &mut HashMap<SocketAddr, Pair>| {
+            if let (true, Ok(sock)) = (theirs_ok, c.sock.try_clone()) {
+                t.insert(from, Pair::Parked(InConn::new(sock, c.id, Some((from, h.epoch)), c.tie.clone()), *h));
+            }
+            Answer::Accept
+        };
+        let core = match t.get(&from) {
+            Some(Pair::Mine(w)) => w.upgrade(),
+            _ => None,
+        };
+        let Some(core) = core else { return park(&mut t) };
+        let mut o = core.out();
+        if o.state != LinkState::Open {
+            return park(&mut t);
+        }
+        match (o.setup, o.peer) {
+            (_, Some(_)) => park(&mut t),
+            (Setup::Yielded(_), None) if theirs_ok && o.adopt(c, *h) => Answer::Accept,
+            (Setup::Yielded(_), None) => Answer::Accept,
+            (_, None) => {
+                let ours_wins = if o.adoptable && theirs_ok { self.me < from } else { o.adoptable };
+                if ours_wins {
+                    Answer::Yield
+                } else {
+                    // (Ours never carried a frame: it waited for its answer.)
+                    if theirs_ok {
+                        o.adopt(c, *h);
+                    }
+                    Answer::Accept
+                }
+            }
+        }
+    }
 }
 
 /// A frame whose payload goes straight from the socket to its landing
@@ -604,17 +984,20 @@ fn skip(dest: &mut Vec<(usize, usize)>, mut n: usize) {
     dest.drain(..i);
 }
 
-/// An endpoint's TCP inbox: its listener and the connections peers opened.
+/// An endpoint's TCP inbox: its listener, and every connection with its
+/// peers (those they opened, those our links opened).
 pub struct Inbox {
     listener: TcpListener,
     me: Hello,
     conns: Vec<InConn>,
+    /// What the endpoint's links share with us (`Pairs`).
+    pairs: Arc<Pairs>,
     /// Frames read and not yet handed up, with their connection's sender
     /// and id.
     frames: VecDeque<Frame>,
-    /// Connections accepted so far (the last one's id), and the connection
-    /// of the frame handed up last.
-    next_conn: u64,
+    /// Connections accepted so far, and the connection of the frame
+    /// handed up last.
+    accepted: u64,
     last: Option<u64>,
     /// The hellos of connections accepted (address, epoch), not yet taken
     /// by the engine.
@@ -731,12 +1114,14 @@ impl Inbox {
     ) -> io::Result<Inbox> {
         listener.set_nonblocking(true)?;
         wake.add(std::os::fd::AsRawFd::as_raw_fd(&listener))?;
+        let pairs = Arc::new(Pairs::new(listener.local_addr()?));
         Ok(Inbox {
             listener,
             me,
             conns: Vec::new(),
+            pairs,
             frames: VecDeque::new(),
-            next_conn: 0,
+            accepted: 0,
             last: None,
             hellos: Vec::new(),
             popped: 0,
@@ -751,8 +1136,35 @@ impl Inbox {
         })
     }
 
+    /// What this endpoint's links share with the inbox (`Dial::pairs`).
+    pub fn pairs(&self) -> Arc<Pairs> {
+        self.pairs.clone()
+    }
+
+    /// Close the connections marked closed: their links learn it (`tie`),
+    /// a parked one is no longer taken, and the wake fd lets them go
+    /// (a link may hold the socket open a while longer).
+    fn sweep(&mut self) {
+        for c in self.conns.iter().filter(|c| c.closed) {
+            c.tie.store(true, Ordering::Release);
+            self.wake.remove(c.sock.as_raw_fd());
+            self.pairs.forget(c.id);
+        }
+        self.conns.retain(|c| !c.closed);
+    }
+
     /// Accept what waits, read what the connections hold, cut frames.
     fn poll(&mut self) {
+        // (Our links' connections, once their peer answered: read here.)
+        for c in self.pairs.take_handed() {
+            // (Not in the wake fd: a sleeper would not wake for its frames;
+            // the link learns it closed.)
+            if self.wake.add(c.sock.as_raw_fd()).is_ok() {
+                self.conns.push(c);
+            } else {
+                c.tie.store(true, Ordering::Release);
+            }
+        }
         // With connections, one epoll_wait says which sockets (and whether
         // the listener) have something: reading every connection on every
         // poll takes each socket's lock, in contention with the kernel
@@ -779,17 +1191,8 @@ impl Inbox {
                         && self.wake.add(std::os::fd::AsRawFd::as_raw_fd(&sock)).is_ok()
                     {
                         let _ = sock.set_nodelay(true);
-                        self.next_conn += 1;
-                        let id = self.next_conn;
-                        self.conns.push(InConn {
-                            sock,
-                            buf: Vec::new(),
-                            peer: None,
-                            epoch: 0,
-                            closed: false,
-                            id,
-                            land: None,
-                        });
+                        self.accepted += 1;
+                        self.conns.push(InConn::new(sock, self.pairs.new_id(), None, Tie::default()));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -909,28 +1312,37 @@ impl Inbox {
             let mut at = 0;
             if c.peer.is_none() && c.buf.len() >= HELLO_LEN {
                 match Hello::decode(&c.buf[..HELLO_LEN]) {
-                    Some(h) if h.version == VERSION => match crate::info::addr::parse(&h.name) {
+                    Some((h, OPEN)) if h.version == VERSION => match crate::info::addr::parse(&h.name) {
                         Some(a) => {
+                            let answer = self.pairs.greeted(c, a, &h);
+                            let kind = if answer == Answer::Yield { YIELD } else { ACCEPT };
                             // (Small, on a fresh socket: taken at once.)
-                            let _ = (&c.sock).write_all(&self.me.encode());
+                            let _ = (&c.sock).write_all(&self.me.encode(kind));
                             c.peer = Some(a);
                             c.epoch = h.epoch;
                             fresh.push((a, h.epoch));
                             at = HELLO_LEN;
+                            // (A yielded connection carries nothing: the
+                            // peer moves to the one we opened.)
+                            c.closed = answer == Answer::Yield;
                         }
                         None => {
                             tracing::warn!("refusing a TCP connection whose hello names no valid address");
                             c.closed = true;
                         }
                     },
-                    Some(h) => {
+                    Some((h, OPEN)) => {
                         // (Ours goes back first: the opener says whose
                         // version differs.)
                         tracing::warn!(
                             "refusing a TCP connection of wire version {}; this oxmr speaks version {VERSION}: run one oxmr build on both sides",
                             h.version
                         );
-                        let _ = (&c.sock).write_all(&self.me.encode());
+                        let _ = (&c.sock).write_all(&self.me.encode(ACCEPT));
+                        c.closed = true;
+                    }
+                    Some((_, kind)) => {
+                        tracing::warn!("refusing a TCP connection that opens with an answer (hello kind {kind}), not a hello of its own");
                         c.closed = true;
                     }
                     None => {
@@ -985,7 +1397,7 @@ impl Inbox {
             }
             self.hellos.push((a, epoch));
         }
-        self.conns.retain(|c| !c.closed);
+        self.sweep();
     }
 
     /// Whether a frame waits (reads the sockets).
@@ -1024,7 +1436,7 @@ impl Inbox {
         let before = self.frames.len();
         self.frames.retain(|f| f.2 != id);
         self.popped += (before - self.frames.len()) as u64;
-        self.conns.retain(|c| !c.closed);
+        self.sweep();
     }
 
     /// The hellos that arrived since the last call (the sender's address
@@ -1144,7 +1556,7 @@ mod tests {
         let mut inbox = Inbox::new(l, hello(&at, 7), w.clone(), Default::default()).unwrap();
         assert!(!w.readable_within(0), "nothing arrived yet");
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let link = Link::open(&at, &hello(&me, 9), &TcpSend::default()).unwrap();
+        let link = Link::open(&at, &hello(&me, 9), &TcpSend::default(), None).unwrap();
         link.send(&[b"first"]).unwrap();
         assert!(w.readable_within(5000), "a connection waits at the listener");
         let mut got = 0;
@@ -1178,7 +1590,7 @@ mod tests {
         let mut inbox = Inbox::new(l, hello(&at, 7), wake(), Default::default()).unwrap();
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
         // (Opening needs nothing of the inbox: the kernel accepts.)
-        let link = Link::open(&at, &hello(&me, 9), &TcpSend::default()).unwrap();
+        let link = Link::open(&at, &hello(&me, 9), &TcpSend::default(), None).unwrap();
         link.send(&[b"ab", b"cd"]).unwrap();
         link.send(&[&[5u8; 1000]]).unwrap();
         assert_eq!(link.epoch(), 0, "the peer's hello comes once it polls");
@@ -1212,7 +1624,7 @@ mod tests {
         let mut h = hello(&at2, 3);
         h.version = 99;
         let mut other = Inbox::new(l2, h, wake(), Default::default()).unwrap();
-        let bad = Link::open(&at2, &hello(&me, 9), &TcpSend::default()).unwrap();
+        let bad = Link::open(&at2, &hello(&me, 9), &TcpSend::default(), None).unwrap();
         let mut state = LinkState::Open;
         for _ in 0..2000 {
             bad.flush();
@@ -1227,7 +1639,7 @@ mod tests {
         assert!(bad.send(&[b"x"]).is_err());
         // A frame over TCP_MAX_FRAME: the connection is closed, nothing handed up.
         let mut raw = TcpStream::connect(at).unwrap();
-        raw.write_all(&hello(&me, 1).encode()).unwrap();
+        raw.write_all(&hello(&me, 1).encode(OPEN)).unwrap();
         raw.write_all(&((TCP_MAX_FRAME as u32) + 1).to_le_bytes()).unwrap();
         for _ in 0..200 {
             inbox.poll();
@@ -1265,7 +1677,7 @@ mod tests {
         // frames queue behind it; the refusal closes the link.
         let nobody = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        match Link::open(&nobody, &hello(&me, 1), &TcpSend::default()) {
+        match Link::open(&nobody, &hello(&me, 1), &TcpSend::default(), None) {
             Ok(link) => {
                 let _ = link.send(&[b"queued while connecting"]);
                 assert_eq!(settle(&link), Setup::Failed(libc::ECONNREFUSED));
@@ -1280,7 +1692,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
         let mut inbox = Inbox::new(l, hello(&at, 5), wake(), Default::default()).unwrap();
-        let link = Link::open(&at, &hello(&me, 2), &TcpSend::default()).unwrap();
+        let link = Link::open(&at, &hello(&me, 2), &TcpSend::default(), None).unwrap();
         link.send(&[b"first"]).unwrap();
         assert_eq!(settle(&link), Setup::Up);
         let mut got = Vec::new();
@@ -1302,7 +1714,7 @@ mod tests {
         let mut inbox = Inbox::new(l, hello(&at, 5), wake(), Default::default()).unwrap();
         let peer: SocketAddr = "127.0.0.1:2".parse().unwrap();
         let mut old = TcpStream::connect(at).unwrap();
-        old.write_all(&hello(&peer, 10).encode()).unwrap();
+        old.write_all(&hello(&peer, 10).encode(OPEN)).unwrap();
         for _ in 0..200 {
             inbox.poll();
             if inbox.conns.iter().any(|c| c.peer.is_some()) {
@@ -1313,7 +1725,7 @@ mod tests {
         assert_eq!(inbox.take_hellos(), vec![(peer, 10)]);
         assert_eq!(inbox.conns.len(), 1);
         let mut new = TcpStream::connect(at).unwrap();
-        new.write_all(&hello(&peer, 11).encode()).unwrap();
+        new.write_all(&hello(&peer, 11).encode(OPEN)).unwrap();
         let mut restarts = Vec::new();
         for _ in 0..2000 {
             inbox.poll();
@@ -1334,6 +1746,203 @@ mod tests {
             n = old.read(&mut b).unwrap_or(0);
         }
         assert_eq!(n, 0, "the replaced connection was closed");
+    }
+
+    /// An endpoint of the TCP wire alone: its inbox, and how its links send.
+    struct Ep {
+        at: SocketAddr,
+        me: Hello,
+        inbox: Inbox,
+    }
+
+    fn ep(ip: &str, epoch: u32) -> Ep {
+        let l = TcpListener::bind((ip, 0)).unwrap();
+        let at = l.local_addr().unwrap();
+        let me = hello(&at, epoch);
+        Ep { at, me, inbox: Inbox::new(l, me, wake(), Default::default()).unwrap() }
+    }
+
+    impl Ep {
+        fn link(&self, to: &Ep) -> Link {
+            Link::open(&to.at, &self.me, &TcpSend::default(), Some(&self.inbox.pairs())).unwrap()
+        }
+    }
+
+    /// Frames `0..n` (4-byte counters) from each link, polled and flushed
+    /// alternately until both sides took them all: what each took, with
+    /// its senders.
+    fn trade(a: &mut Ep, la: &Link, b: &mut Ep, lb: &Link, n: u32) -> [Vec<(u32, SocketAddr)>; 2] {
+        let mut got: [Vec<(u32, SocketAddr)>; 2] = Default::default();
+        let mut sent = [0u32; 2];
+        for _ in 0..20_000 {
+            for (k, l) in [la, lb].into_iter().enumerate() {
+                while sent[k] < n && l.send(&[&sent[k].to_le_bytes()]).is_ok() {
+                    sent[k] += 1;
+                }
+                l.flush();
+            }
+            for (k, e) in [&mut *a, &mut *b].into_iter().enumerate() {
+                while e.inbox.pop(|f, _, from, _| got[k].push((u32::from_le_bytes(f.try_into().unwrap()), from))) {}
+            }
+            if got[0].len() == n as usize && got[1].len() == n as usize {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        got
+    }
+
+    /// The one connection each side reads: (its local port, its peer's).
+    fn conns(e: &Ep) -> Vec<(u16, u16)> {
+        e.inbox
+            .conns
+            .iter()
+            .map(|c| (c.sock.local_addr().unwrap().port(), c.sock.peer_addr().unwrap().port()))
+            .collect()
+    }
+
+    #[test]
+    fn two_endpoints_keep_one_connection_whoever_opens_first_and_frames_stay_in_order() {
+        // Three orders: both open before either polls (each sees the
+        // other's hello while its own waits for its answer: the lower
+        // address's connection survives, the other is answered YIELD);
+        // one opens, the other polls (and adopts it) before it opens (and
+        // takes it: it connects nowhere); and both open, one polls first.
+        for order in 0..3 {
+            for _ in 0..5 {
+                let mut a = ep("127.0.0.1", 1);
+                let mut b = ep("127.0.0.1", 2);
+                let (la, lb) = match order {
+                    0 => (a.link(&b), b.link(&a)),
+                    1 => {
+                        let la = a.link(&b);
+                        la.send(&[&0u32.to_le_bytes()]).unwrap();
+                        for _ in 0..2000 {
+                            b.inbox.poll();
+                            if !b.inbox.pairs.table().is_empty() {
+                                break;
+                            }
+                            la.flush();
+                            std::thread::sleep(Duration::from_micros(100));
+                        }
+                        let lb = b.link(&a);
+                        assert!(!lb.connecting(), "b took the connection a opened: nothing to connect");
+                        // (Frame 0 went already; trade sends 0.. again.)
+                        let mut first = Vec::new();
+                        for _ in 0..2000 {
+                            la.flush();
+                            b.inbox.pop(|f, _, _, _| first.push(f.to_vec()));
+                            if !first.is_empty() {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_micros(100));
+                        }
+                        assert_eq!(first, vec![0u32.to_le_bytes().to_vec()]);
+                        (la, lb)
+                    }
+                    _ => {
+                        let la = a.link(&b);
+                        let lb = b.link(&a);
+                        for _ in 0..50 {
+                            la.flush();
+                            b.inbox.poll();
+                            std::thread::sleep(Duration::from_micros(50));
+                        }
+                        (la, lb)
+                    }
+                };
+                let got = trade(&mut a, &la, &mut b, &lb, 300);
+                for (k, from) in [(0, b.at), (1, a.at)] {
+                    let want: Vec<(u32, SocketAddr)> = (0..300).map(|i| (i, from)).collect();
+                    assert!(
+                        got[k] == want,
+                        "order {order}: side {k} took {} frames, not 0..300 in order",
+                        got[k].len()
+                    );
+                }
+                assert!(!la.connecting() && !lb.connecting());
+                assert_eq!((la.epoch(), lb.epoch()), (2, 1), "each knows the other's epoch");
+                assert_eq!(
+                    (a.inbox.accepted + b.inbox.accepted, conns(&a).len(), conns(&b).len()),
+                    (if order == 1 { 1 } else { 2 }, 1, 1)
+                );
+                let (ca, cb) = (conns(&a)[0], conns(&b)[0]);
+                assert_eq!((ca.0, ca.1), (cb.1, cb.0), "order {order}: both read the same connection");
+                if order != 1 {
+                    // (Opened by the lower address: the peer's end is its
+                    // listener.)
+                    let (low, high) = if a.at < b.at { (&ca, &b.at) } else { (&cb, &a.at) };
+                    assert_eq!(low.1, high.port(), "order {order}: the lower address's connection survived");
+                }
+                // The engine drops a link: the connection ends for both.
+                drop(la);
+                let mut state = LinkState::Open;
+                for _ in 0..2000 {
+                    a.inbox.poll();
+                    b.inbox.poll();
+                    state = lb.state();
+                    if state != LinkState::Open {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                assert_eq!(state, LinkState::Closed, "order {order}: b's link learns the connection ended");
+                assert!(b.inbox.conns.is_empty());
+                // (b's engine drops its link in turn: a reads the end.)
+                drop(lb);
+                for _ in 0..2000 {
+                    a.inbox.poll();
+                    if a.inbox.conns.is_empty() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                assert!(a.inbox.conns.is_empty(), "order {order}: a's inbox let the ended connection go");
+            }
+        }
+    }
+
+    #[test]
+    fn a_connection_from_another_ip_than_its_hello_names_is_never_sent_on() {
+        // A process at 127.0.0.1 names an endpoint at 127.0.0.2: taken as
+        // that sender's frames (as before), but b's frames to 127.0.0.2 go
+        // on a connection of b's own, to the real listener there.
+        let mut b = ep("127.0.0.1", 2);
+        let real = TcpListener::bind("127.0.0.2:0").unwrap();
+        let named = real.local_addr().unwrap();
+        let mut liar = TcpStream::connect(b.at).unwrap();
+        liar.write_all(&hello(&named, 9).encode(OPEN)).unwrap();
+        liar.write_all(&1u32.to_le_bytes()).unwrap();
+        liar.write_all(b"x").unwrap();
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            b.inbox.pop(|f, _, from, _| got.push((f.to_vec(), from)));
+            if !got.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        assert_eq!(got, vec![(b"x".to_vec(), named)]);
+        let lb = Link::open(&named, &b.me, &TcpSend::default(), Some(&b.inbox.pairs())).unwrap();
+        lb.send(&[b"for the real one"]).unwrap();
+        real.set_nonblocking(false).unwrap();
+        let (mut s, _) = real.accept().unwrap();
+        let mut h = [0u8; HELLO_LEN];
+        s.read_exact(&mut h).unwrap();
+        assert_eq!(Hello::decode(&h).map(|h| (h.0.epoch, h.1)), Some((2, OPEN)), "b connected to the real endpoint");
+        liar.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let mut answer = [0u8; HELLO_LEN];
+        liar.read_exact(&mut answer).unwrap();
+        assert_eq!(Hello::decode(&answer).map(|h| h.1), Some(ACCEPT));
+        let mut more = [0u8; 1];
+        for _ in 0..10 {
+            lb.flush();
+            b.inbox.poll();
+        }
+        assert!(
+            matches!(liar.read(&mut more), Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut),
+            "nothing of b's went to the liar"
+        );
     }
 }
 
@@ -1373,12 +1982,14 @@ mod zc {
         let at = l.local_addr().unwrap();
         let reader = std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
+            // (The answer a peer's inbox gives: frames go after it.)
+            s.write_all(&tests_hello(&l.local_addr().unwrap(), 2).encode(ACCEPT)).unwrap();
             let mut all = Vec::new();
             s.read_to_end(&mut all).unwrap();
             all
         });
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let link = Link::open(&at, &tests_hello(&me, 1), tx).unwrap();
+        let link = Link::open(&at, &tests_hello(&me, 1), tx, None).unwrap();
         for f in frames {
             let mut tries = 0;
             loop {
@@ -1402,7 +2013,7 @@ mod zc {
         assert!(!link.flush() && !link.closed(), "everything went out");
         drop(link);
         let all = reader.join().unwrap();
-        assert_eq!(Hello::decode(&all).map(|h| h.epoch), Some(1), "our hello first");
+        assert_eq!(Hello::decode(&all).map(|h| (h.0.epoch, h.1)), Some((1, OPEN)), "our hello first");
         let mut got = Vec::new();
         let mut at = HELLO_LEN;
         while at < all.len() {
@@ -1514,9 +2125,10 @@ mod zc {
         let at = l.local_addr().unwrap();
         let tx = TcpSend { ring: Some(table.clone()), stats: Default::default() };
         let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let link = Link::open(&at, &tests_hello(&me, 1), &tx).unwrap();
-        small(link.sock.as_raw_fd(), libc::SO_SNDBUF);
-        let (peer, _) = l.accept().unwrap();
+        let link = Link::open(&at, &tests_hello(&me, 1), &tx, None).unwrap();
+        small(link.raw_fd(), libc::SO_SNDBUF);
+        let (mut peer, _) = l.accept().unwrap();
+        peer.write_all(&tests_hello(&at, 2).encode(ACCEPT)).unwrap();
         link.send(&[b"hdr", &buf.bytes()[..1 << 20]]).unwrap();
         for _ in 0..100 {
             link.flush();
@@ -1618,17 +2230,17 @@ mod fuzz {
             }
             1 => {
                 let mut h = *me;
-                h.version = 2 + r.below(1000) as u32;
-                b.extend(h.encode());
+                h.version = VERSION + 1 + r.below(1000) as u32;
+                b.extend(h.encode(OPEN));
                 false
             }
             2 => {
                 let n = r.below(HELLO_LEN as u64) as usize;
-                b.extend(&me.encode()[..n]);
+                b.extend(&me.encode(OPEN)[..n]);
                 return (b, want, false);
             }
             _ => {
-                b.extend(me.encode());
+                b.extend(me.encode(OPEN));
                 true
             }
         };
@@ -1681,7 +2293,7 @@ mod fuzz {
         let me = tests_hello(&peer, 4);
         for round in 0..rounds() {
             let (bytes, want, sound) = stream(&mut r, &me);
-            let accepted = inbox.next_conn;
+            let accepted = inbox.accepted;
             let mut s = TcpStream::connect(at).unwrap();
             let mut at_byte = 0;
             let mut got: Vec<Vec<u8>> = Vec::new();
@@ -1700,7 +2312,7 @@ mod fuzz {
             }
             let _ = s.shutdown(std::net::Shutdown::Write);
             let mut left = 2000;
-            while (inbox.next_conn == accepted || !inbox.conns.is_empty()) && left > 0 {
+            while (inbox.accepted == accepted || !inbox.conns.is_empty()) && left > 0 {
                 inbox.poll();
                 while inbox.pop(|f, _, _, _| got.push(f.to_vec())) {}
                 left -= 1;
@@ -1708,7 +2320,7 @@ mod fuzz {
             }
             while inbox.pop(|f, _, _, _| got.push(f.to_vec())) {}
             assert!(
-                inbox.conns.is_empty() && inbox.next_conn == accepted + 1,
+                inbox.conns.is_empty() && inbox.accepted == accepted + 1,
                 "round {round}: a connection that ended is still kept"
             );
             assert_eq!(got.len(), want.len(), "round {round} (sound {sound}): frames taken");

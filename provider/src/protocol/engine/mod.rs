@@ -490,7 +490,8 @@ impl Engine {
         lands.set_classifier(land_head, HDR_MAX);
         Engine {
             dial: Dial::new(cfg.wire, &name, epoch)
-                .with_tcp(crate::wire::TcpSend { ring: mr.tcp_ring.clone(), stats: mr.tcp_stats.clone() }),
+                .with_tcp(crate::wire::TcpSend { ring: mr.tcp_ring.clone(), stats: mr.tcp_stats.clone() })
+                .with_pairs(rx.pairs()),
             copies: rx.copies(),
             offers: Vec::new(),
             sender_jobs: cfg.sender_jobs,

@@ -656,7 +656,7 @@ fn a_tcp_frame_naming_another_sender_is_dropped() {
     // receive stays posted. The same frame naming a, on a new connection,
     // is delivered (the control).
     VIA.with(|c| c.set(Via::Tcp));
-    let (a, mut b) = pair();
+    let (mut a, mut b) = pair();
     let c: SocketAddr = "127.0.0.1:9".parse().unwrap();
     let mut buf = [0u8; 8];
     recv(&mut b, 1, &mut buf, ffi::FI_ADDR_UNSPEC, None);
@@ -681,6 +681,8 @@ fn a_tcp_frame_naming_another_sender_is_dropped() {
     let mut state = LinkState::Open;
     for _ in 0..2000 {
         b.eng.progress();
+        // (a's inbox reads the connection its link opened, and tells it.)
+        a.eng.progress();
         state = link.state();
         if state != LinkState::Open {
             break;
