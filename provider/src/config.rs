@@ -50,7 +50,13 @@ pub struct Config {
     /// FI_OXMR_TCP_IO_URING: TCP links send frame parts in registered
     /// memory with io_uring SEND_ZC (false: plain sockets only).
     pub tcp_io_uring: bool,
+    /// FI_OXMR_TCP_ZC_COPIED: after this many zero-copy sends in a row
+    /// that the kernel copied anyway, a link sends with writev (0: never).
+    pub tcp_zc_copied: u32,
 }
+
+/// Default of FI_OXMR_TCP_ZC_COPIED.
+pub(crate) const TCP_ZC_COPIED: usize = 4;
 
 /// Default of FI_OXMR_WAIT_TICK_MS.
 pub(crate) const WAIT_TICK_MS: usize = 100;
@@ -94,6 +100,7 @@ impl Default for Config {
             cm_timeout: std::time::Duration::from_millis(CM_TIMEOUT_MS as u64),
             wait_tick: std::time::Duration::from_millis(WAIT_TICK_MS as u64),
             tcp_io_uring: true,
+            tcp_zc_copied: TCP_ZC_COPIED as u32,
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use oxmr_ffi as ffi;
 
 use super::provider::provider_ptr;
-use crate::config::{Config, CM_TIMEOUT_MS, EAGER_MAX, SHARE_MIN, WAIT_TICK_MS, WRITE_BATCH};
+use crate::config::{Config, CM_TIMEOUT_MS, EAGER_MAX, SHARE_MIN, TCP_ZC_COPIED, WAIT_TICK_MS, WRITE_BATCH};
 
 /// One variable: `name` is the suffix after `FI_OXMR_`, lower case.
 pub struct ParamDef {
@@ -83,6 +83,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         name: c"tcp_io_uring",
         kind: ffi::FI_PARAM_BOOL,
         help: c"TCP links send each frame part of at least 32 KiB that lies in memory registered (pinned) in the domain's io_uring with io_uring SEND_ZC, on that ring; the rest (length prefixes, headers, small frames, unregistered memory) is copied with writev. 0: plain non-blocking sockets only. Falls back to sockets where the domain has no ring (FI_OXMR_MR_PIN=mlock or none, io_uring unavailable) or the kernel has no SEND_ZC (default: 1)",
+    },
+    ParamDef {
+        name: c"tcp_zc_copied",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"After this many SEND_ZC sends in a row that the kernel reported it copied anyway (a peer on this machine: loopback, veth), a TCP link sends with writev, which costs less there; 0: never stop (default: 4)",
     },
     ParamDef {
         name: c"cm_timeout_ms",
@@ -213,6 +218,7 @@ pub fn define_and_load() {
         std::time::Duration::from_millis(get_size(c"cm_timeout_ms").unwrap_or(CM_TIMEOUT_MS).max(1) as u64);
     let wait_tick = std::time::Duration::from_millis(get_size(c"wait_tick_ms").unwrap_or(WAIT_TICK_MS).max(1) as u64);
     let tcp_io_uring = get_bool(c"tcp_io_uring").unwrap_or(true);
+    let tcp_zc_copied = get_size(c"tcp_zc_copied").unwrap_or(TCP_ZC_COPIED).min(u32::MAX as usize) as u32;
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -230,5 +236,6 @@ pub fn define_and_load() {
         cm_timeout,
         wait_tick,
         tcp_io_uring,
+        tcp_zc_copied,
     });
 }

@@ -292,6 +292,14 @@ impl UringTable {
         Self::drain(&mut ring, &self.notes);
     }
 
+    /// Take the completions already in the ring (no system call: what
+    /// `reap` does short of submitting).
+    pub fn collect(&self) {
+        if self.owned_here() {
+            Self::drain(&mut self.ring(), &self.notes);
+        }
+    }
+
     fn drain(ring: &mut Ring, notes: &ZcNotes) {
         let Ring { uring, flights, .. } = ring;
         for cqe in uring.completion() {

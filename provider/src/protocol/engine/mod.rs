@@ -490,7 +490,11 @@ impl Engine {
         lands.set_classifier(land_head, HDR_MAX);
         Engine {
             dial: Dial::new(cfg.wire, &name, epoch)
-                .with_tcp(crate::wire::TcpSend { ring: mr.tcp_ring.clone(), stats: mr.tcp_stats.clone() })
+                .with_tcp(crate::wire::TcpSend {
+                    ring: mr.tcp_ring.clone(),
+                    stats: mr.tcp_stats.clone(),
+                    copied_off: cfg.tcp_zc_copied,
+                })
                 .with_pairs(rx.pairs()),
             copies: rx.copies(),
             offers: Vec::new(),
