@@ -71,6 +71,10 @@ pub mod flag {
     /// body (`iov_count` of them), each one's first half in the first
     /// chunk (docs/wire.md, "Jobs over several operations").
     pub(crate) const RUN: u8 = 16;
+    /// WRITE over a wire that cannot reach the initiator's memory (TCP):
+    /// its data follows at once in DATA frames; the target asks for it
+    /// with no PULL (docs/wire.md, "Streamed writes").
+    pub(crate) const STREAM: u8 = 32;
 }
 
 /// The fixed header (little-endian on the wire).

@@ -56,10 +56,17 @@ struct Table {
     next_gen: u64,
 }
 
+/// Whether a frame is a barrier: the inbox cuts nothing after it from its
+/// connection until the engine has taken it (a request whose handling
+/// opens the zone that the frames behind it land in).
+pub type Barrier = fn(&[u8]) -> bool;
+
 /// An endpoint's landing zones, shared by its engine (which adds and
 /// forgets them) and its TCP inbox (which fills them).
 #[derive(Clone, Default)]
 pub struct Landings {
+    /// (Set once, read for every frame cut: no lock.)
+    barrier: Arc<std::sync::OnceLock<Barrier>>,
     table: Arc<Mutex<Table>>,
     /// Zones in the table (read without the lock: an endpoint with none,
     /// the usual case for small messages, pays one load per frame).
@@ -75,6 +82,16 @@ impl Landings {
     /// bytes of a frame the classifier needs at most.
     pub fn set_classifier(&self, f: Classify, head_max: usize) {
         self.table().classify = Some((f, head_max));
+    }
+
+    /// Which frames are barriers (set once by the engine).
+    pub fn set_barrier(&self, f: Barrier) {
+        let _ = self.barrier.set(f);
+    }
+
+    /// Whether `frame` is a barrier (see `Barrier`).
+    pub(crate) fn barrier(&self, frame: &[u8]) -> bool {
+        self.barrier.get().is_some_and(|f| f(frame))
     }
 
     /// Payload of transfer `key` from `from` may land in `dest`.

@@ -324,6 +324,12 @@ impl Link {
         }
     }
 
+    /// Whether RMA writes to this peer stream their data with the request
+    /// (TCP: the target can never copy it from us, so it need not ask).
+    pub fn streams_writes(&self) -> bool {
+        matches!(self, Link::Tcp(_))
+    }
+
     /// Whether the wire offers shared copies with this peer (shm).
     pub fn shares(&self) -> bool {
         matches!(self, Link::Shm(_))

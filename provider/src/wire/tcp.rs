@@ -839,6 +839,9 @@ struct InConn {
     /// Set when the connection ends or is closed here: a link writing on
     /// it learns so.
     tie: Tie,
+    /// Cutting stopped at a barrier frame; the bytes after it (in `buf`)
+    /// are cut at the next poll, once the engine has taken it.
+    held: bool,
 }
 
 impl InConn {
@@ -852,6 +855,7 @@ impl InConn {
             id,
             land: None,
             tie,
+            held: false,
         }
     }
 }
@@ -1096,6 +1100,9 @@ struct Cuts<'a> {
     spare: &'a mut Vec<Vec<u8>>,
     read: &'a mut u64,
     lands: &'a super::land::Landings,
+    /// The last frame cut is a barrier (`Landings::barrier`): nothing more
+    /// of its connection is cut until the engine has taken it.
+    stopped: bool,
 }
 
 /// Cut the whole frames at the start of `bytes` (a connection's stream
@@ -1149,11 +1156,17 @@ fn cut(bytes: &[u8], from: SocketAddr, id: u64, to: &mut Cuts<'_>, land: &mut Op
         if avail < n {
             break;
         }
+        let body = &bytes[at + 4..at + 4 + n];
+        let barrier = to.lands.barrier(body);
         let mut frame = to.spare.pop().unwrap_or_default();
-        frame.extend_from_slice(&bytes[at + 4..at + 4 + n]);
+        frame.extend_from_slice(body);
         to.frames.push_back((frame, from, id, 0));
         *to.read += 1;
         at += 4 + n;
+        if barrier {
+            to.stopped = true;
+            break;
+        }
     }
     Some(at)
 }
@@ -1264,17 +1277,41 @@ impl Inbox {
         // (Connections without their hello yet, new ones among them, are
         // read anyway; the others when epoll said so.)
         let readable = &self.readable;
-        let look =
-            |c: &InConn| !by_epoll || c.peer.is_none() || readable.contains(&std::os::fd::AsRawFd::as_raw_fd(&c.sock));
+        // (And those that stopped at a barrier, whose bytes after it wait.)
+        let look = |c: &InConn| {
+            !by_epoll || c.peer.is_none() || c.held || readable.contains(&std::os::fd::AsRawFd::as_raw_fd(&c.sock))
+        };
         // (Kept between polls: an array here would be zeroed on every one.)
         let chunk = &mut self.chunk[..];
         // Connections whose hello arrived in this poll.
         let mut fresh: Vec<(SocketAddr, u32)> = Vec::new();
-        let mut to =
-            Cuts { frames: &mut self.frames, spare: &mut self.spare, read: &mut self.read, lands: &self.lands };
+        let mut to = Cuts {
+            frames: &mut self.frames,
+            spare: &mut self.spare,
+            read: &mut self.read,
+            lands: &self.lands,
+            stopped: false,
+        };
         for c in &mut self.conns {
             if !look(c) {
                 continue;
+            }
+            to.stopped = false;
+            // (Bytes held after a barrier are cut first, before any read:
+            // the engine has taken the barrier since.)
+            if std::mem::take(&mut c.held) && c.land.is_none() {
+                if let Some(from) = c.peer {
+                    match cut(&c.buf, from, c.id, &mut to, &mut c.land) {
+                        Some(at) => {
+                            c.buf.drain(..at);
+                        }
+                        None => c.closed = true,
+                    }
+                }
+                if to.stopped || c.closed {
+                    c.held = to.stopped;
+                    continue;
+                }
             }
             // (A frame too long, cut straight from a read below.)
             let mut refused = false;
@@ -1360,7 +1397,7 @@ impl Inbox {
                         break;
                     }
                 }
-                if short || refused {
+                if short || refused || to.stopped {
                     break;
                 }
             }
@@ -1410,12 +1447,13 @@ impl Inbox {
                     }
                 }
             }
-            if let (Some(from), false, true) = (c.peer, c.closed, c.land.is_none()) {
+            if let (Some(from), false, true, false) = (c.peer, c.closed, c.land.is_none(), to.stopped) {
                 match cut(&c.buf[at..], from, c.id, &mut to, &mut c.land) {
                     Some(n) => at += n,
                     None => c.closed = true,
                 }
             }
+            c.held = to.stopped;
             if c.closed {
                 c.buf.clear();
                 c.land = None;
@@ -1605,6 +1643,55 @@ mod tests {
         assert_eq!(got.len(), 6);
         assert_eq!(got[5], (b"ok".to_vec(), 0), "the stream goes on after the dropped payload");
         assert_eq!(inbox.positions(), (6, 6));
+    }
+
+    #[test]
+    fn nothing_after_a_barrier_is_cut_until_it_was_taken_so_what_follows_can_land() {
+        // A streamed write's request (the barrier) and its DATA arrive in
+        // one read: the DATA is cut only at the next poll, after the
+        // engine took the request and opened the zone, and lands there.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let lands = super::super::land::Landings::default();
+        lands.set_classifier(test_head, 17);
+        lands.set_barrier(|b| b.first() == Some(&0xBB));
+        let mut inbox = Inbox::new(l, hello(&at, 7), wake(), lands.clone()).unwrap();
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let mut peer = TcpStream::connect(at).unwrap();
+        peer.write_all(&hello_bytes(&hello(&me, 9))).unwrap();
+        let payload: Vec<u8> = (0..20000u32).map(|i| (i % 241) as u8).collect();
+        let mut stream = 3u32.to_le_bytes().to_vec();
+        stream.extend_from_slice(&[0xBB, 1, 2]);
+        stream.extend(land_frame(42, 0, &payload));
+        peer.write_all(&stream).unwrap();
+        let mut got: Vec<(Vec<u8>, usize)> = Vec::new();
+        for _ in 0..2000 {
+            inbox.poll();
+            if !inbox.frames.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        while let Some(f) = inbox.frames.pop_front() {
+            got.push((f.0, f.3));
+        }
+        let lens: Vec<usize> = got.iter().map(|g| g.0.len()).collect();
+        assert_eq!(lens, vec![3], "the barrier alone, nothing after it");
+        assert_eq!(got[0], (vec![0xBB, 1, 2], 0));
+        let mut dest = vec![0u8; 20000];
+        // SAFETY: `dest` outlives the zone (forgotten below).
+        unsafe { lands.expect(me, 42, vec![(dest.as_mut_ptr() as usize, dest.len())]) };
+        for _ in 0..2000 {
+            inbox.pop(|f, _, _, landed| got.push((f.to_vec(), landed)));
+            if got.len() == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        lands.forget(me, 42);
+        assert_eq!((got.len(), got[1].0.len(), got[1].1), (2, 17, 20000), "the DATA's payload landed");
+        assert!(dest == payload);
     }
 
     #[test]

@@ -81,6 +81,11 @@ impl Engine {
                     return;
                 }
                 if let Some(p) = self.pending.remove(&h.msg_id) {
+                    if p.kind == Kind::Write {
+                        // (Answered, even early by a lying target: none of
+                        // its data is read from the buffer after this.)
+                        self.end_stream(from, h.msg_id);
+                    }
                     if h.status == 0 {
                         self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
                     } else {
@@ -103,6 +108,9 @@ impl Engine {
                         continue;
                     }
                     if let Some(p) = self.pending.remove(&id) {
+                        if p.kind == Kind::Write {
+                            self.end_stream(from, id);
+                        }
                         self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
                     }
                 }
@@ -201,7 +209,10 @@ impl Engine {
             self.deferred.push_back(msg.to_vec());
             return;
         }
-        let control = matches!(op, Some(op::ACK | op::ACKS | op::CTS | op::PULL | op::DATA));
+        // (A streamed write too: its DATA follows at once, and must find
+        // its pull; it copies nothing itself.)
+        let control = matches!(op, Some(op::ACK | op::ACKS | op::CTS | op::PULL | op::DATA))
+            || (op == Some(op::WRITE) && msg.get(1).is_some_and(|f| f & flag::STREAM != 0));
         // (Not READ: two-way reads copy into the buffer the peer's copy
         // reads from, and overlap less served in order; docs/architecture.md.)
         let copy = matches!(op, Some(op::RTS | op::WRITE))

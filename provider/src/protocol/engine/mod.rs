@@ -347,6 +347,12 @@ pub struct Engine {
     /// landed so (`on_data`).
     lands: crate::wire::Landings,
     landed: usize,
+    /// Streamed writes we refused (or stopped midway): how many of their
+    /// bytes are still to come in DATA frames, which we drop, and the
+    /// status we answer once they have (at most `DROPPING_MAX` of them;
+    /// past that, a refusal is answered at once, and its DATA logged as
+    /// unknown).
+    dropping: FastMap<(SocketAddr, u64), (u64, u32)>,
     /// Gone peers' operations, failed once their last messages are read.
     gone: Vec<Gone>,
     /// Our shared copies' slots, when our wire offers them (shm), and the
@@ -488,6 +494,9 @@ impl Engine {
         let epoch = rx.epoch();
         let lands = rx.landings();
         lands.set_classifier(land_head, HDR_MAX);
+        // (A streamed write's DATA follows it at once: the inbox waits for
+        // us to open its zone before it cuts them, so they land.)
+        lands.set_barrier(|b| b.first() == Some(&op::WRITE) && b.get(1).is_some_and(|f| f & flag::STREAM != 0));
         Engine {
             dial: Dial::new(cfg.wire, &name, epoch)
                 .with_tcp(crate::wire::TcpSend {
@@ -542,6 +551,7 @@ impl Engine {
             pulls: FastMap::default(),
             lands,
             landed: 0,
+            dropping: FastMap::default(),
             gone: Vec::new(),
         }
     }

@@ -239,6 +239,7 @@ impl Engine {
         let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
         tracing::warn!("peer {a} {why}; failing the {} operations with it", ids.len());
         self.peers.remove(&a);
+        self.dropping.retain(|k, _| k.0 != a);
         let pulls: Vec<(SocketAddr, u64)> = self.pulls.keys().filter(|k| k.0 == a).copied().collect();
         if !ids.is_empty() || !pulls.is_empty() {
             self.gone.push(Gone { ids, pulls, until, err });

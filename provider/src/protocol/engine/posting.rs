@@ -126,7 +126,27 @@ impl Engine {
             }
             hdr.op = if o.read { op::READ } else { op::WRITE };
             hdr.iov_count = o.iovs.len() as u16;
+            // A wire that cannot reach our memory (TCP): the data follows
+            // the request at once, in DATA frames, instead of waiting for
+            // the target's PULL (one round trip less per write). The target
+            // checks the request first and lands the data only then; it
+            // drops the data of a write it refused.
+            let stream = !o.read && self.peer(to)?.link.streams_writes();
+            if stream {
+                hdr.flags |= flag::STREAM;
+            }
             self.push(to, hdr, &[&encode_iovs(&o.iovs)])?;
+            if stream {
+                self.queue_stream(Stream {
+                    to,
+                    msg_id: hdr.msg_id,
+                    src: o.iovs.to_vec(),
+                    off: 0,
+                    total: len,
+                    after: None,
+                    _hold: None,
+                });
+            }
         }
         self.await_answer(hdr.msg_id, TxDone { ctx: o.ctx, kind, tagged: false, len }, credit, to, o.iovs);
         Ok(())

@@ -39,7 +39,9 @@ impl Engine {
         if let Some(pull) = self.pulls.get_mut(&(from, h.msg_id)) {
             if let PullFor::Write { hdr, _hold } = &pull.what {
                 if !self.mr.phys_live(_hold) {
-                    let hdr = *hdr;
+                    let mut hdr = *hdr;
+                    // (A streamed write: what of it is still to come.)
+                    hdr.len = pull.total.saturating_sub(pull.got + chunk.len().max(landed)) as u64;
                     self.take_pull(&(from, h.msg_id));
                     return self.rma_done(hdr, from, ffi::FI_EKEYREJECTED, None);
                 }
@@ -66,8 +68,46 @@ impl Engine {
             let dest = region_slice(&p.iovs, off, chunk.len());
             // SAFETY: the destination buffers of our pending read.
             unsafe { crate::mr::local::scatter(&dest, chunk) };
+        } else if let Some((left, status)) = self.dropping.get_mut(&(from, h.msg_id)) {
+            // A streamed write we refused or stopped: its data goes
+            // nowhere; answered once the last of it came.
+            *left = left.saturating_sub(chunk.len().max(landed) as u64);
+            if *left == 0 {
+                let status = *status;
+                self.dropping.remove(&(from, h.msg_id));
+                self.push_ctrl(from, Hdr { op: op::ACK, msg_id: h.msg_id, status, ..Default::default() });
+            }
         } else {
             tracing::warn!("data from {from} for unknown transfer {}", h.msg_id);
+        }
+    }
+
+    /// (See `Engine::dropping`.)
+    const DROPPING_MAX: usize = 1024;
+
+    /// Drop the `left` bytes still to come of the streamed write `msg_id`
+    /// from `from` (refused, or stopped midway), and answer `status` once
+    /// they came; false when it is answered now instead (nothing to come,
+    /// or too many such writes already).
+    pub(super) fn drop_stream(&mut self, from: SocketAddr, msg_id: u64, left: u64, status: u32) -> bool {
+        if left == 0 || self.dropping.len() >= Self::DROPPING_MAX {
+            return false;
+        }
+        self.dropping.insert((from, msg_id), (left, status));
+        true
+    }
+
+    /// Our streamed write `msg_id` to `to` was answered: push none of it
+    /// any more (its buffer is the application's again).
+    pub(super) fn end_stream(&mut self, to: SocketAddr, msg_id: u64) {
+        if self.peers.owed == 0 {
+            return;
+        }
+        if let Some(p) = self.peers.get_mut(&to) {
+            let before = p.streams.len();
+            p.streams.retain(|s| s.msg_id != msg_id);
+            let gone = before - p.streams.len();
+            self.peers.owed -= gone;
         }
     }
 

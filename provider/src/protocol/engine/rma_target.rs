@@ -125,7 +125,13 @@ impl Engine {
                         (from, h.msg_id),
                         Pull { dest: local, total: len, got: 0, what: PullFor::Write { hdr: h, _hold: region } },
                     );
-                    self.push_ctrl(from, Hdr { op: op::PULL, msg_id: h.msg_id, len: len as u64, ..Default::default() });
+                    // (A streamed write's data is on its way already.)
+                    if h.flags & flag::STREAM == 0 {
+                        self.push_ctrl(
+                            from,
+                            Hdr { op: op::PULL, msg_id: h.msg_id, len: len as u64, ..Default::default() },
+                        );
+                    }
                 }
             }
             Copied::Failed(e) => {
@@ -146,6 +152,11 @@ impl Engine {
     ) {
         if status == 0 {
             self.rma_took_effect(&h, from, region);
+        } else if h.op == op::WRITE && h.flags & flag::STREAM != 0 && self.drop_stream(from, h.msg_id, h.len, status) {
+            // (Refused: its data is on its way, goes nowhere, and is
+            // answered once it has all come, so the initiator's stream
+            // has ended when its operation completes.)
+            return;
         }
         if h.msg_id != 0 {
             self.push_ctrl(from, Hdr { op: op::ACK, msg_id: h.msg_id, status, ..Default::default() });

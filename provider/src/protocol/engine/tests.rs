@@ -271,6 +271,7 @@ fn truncated_receives_report_etrunc_with_the_overflow_inline_and_rendezvous() {
 
 fn rma_writes_and_reads_land_in_the_registration() {
     let (mut a, mut b) = pair();
+    let streams = VIA.with(|v| v.get()) == Via::Tcp;
     let mut target = vec![0u8; 4 * EAGER_MAX];
     let base = target.as_mut_ptr() as usize;
     let (_r, key) = register(&b, &target, RW);
@@ -280,6 +281,9 @@ fn rma_writes_and_reads_land_in_the_registration() {
     assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 1);
     let mut big: Vec<u8> = (0..2 * EAGER_MAX).map(|i| (i % 253) as u8).collect();
     rma(&mut a, 2, &mut big, base + EAGER_MAX, key, false);
+    // (Over TCP the data follows the request at once: it is queued to go
+    // before the target has even seen the request.)
+    assert_eq!(a.eng.peers.owed, streams as usize, "a large write over TCP streams its data");
     assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 2);
     assert_eq!(&target[..100], &small[..]);
     assert!(target[EAGER_MAX..3 * EAGER_MAX] == big[..]);
@@ -314,6 +318,11 @@ fn refused(a: &mut Side, b: &mut Side, target: &[u8], ask: Ask, code: u32) {
         crate::error::errno_name(e.err as u32)
     );
     assert!(target == before, "a refused access changed the target's memory");
+    // (Over TCP a large write streams its data with the request: the
+    // target drops all of it and answers once it came, so nothing of it
+    // is still expected there, nor still pushed here.)
+    assert!(b.eng.dropping.is_empty(), "the target still waits for a refused write's data");
+    assert_eq!(a.eng.peers.owed, 0, "the initiator still pushes a refused write's data");
     if read {
         assert!(buf.iter().all(|&x| x == 0x5a), "a refused read wrote into the initiator's buffer");
     }
