@@ -15,7 +15,10 @@
 # across the veth pair. Each figure is the median of REPS runs (default 3),
 # oxmr and tcp alternating. The programs are upstream fabtests'
 # (FABTESTS_BIN, default /opt/ft117/bin: built locally, never part of this
-# repository). Needs root.
+# repository). Needs root. Server and client are pinned to cores 0 and 1
+# (PIN=0: not pinned): two busy-polling processes left to the scheduler on
+# a small machine share a core now and then, and a run's figure halves
+# (seen here: 1.2 to 3.5 GB/s for one configuration, unpinned).
 #
 # usage: bench/compare_tcp.sh <dir-containing-liboxmr-fi.so>
 set -euo pipefail
@@ -58,7 +61,10 @@ pair() {
 	local where="$1" prov="$2" prog="$3" srv cli sa ca
 	shift 3
 	port=$((port + 1))
-	local env=(env FI_PROVIDER_PATH="$provdir")
+	local env=(env FI_PROVIDER_PATH="$provdir") ps=() pc=()
+	if [ "${PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ]; then
+		ps=(taskset -c 0) pc=(taskset -c 1)
+	fi
 	[ "$prov" = oxmr ] && [ "$where" = lo ] && env+=(FI_OXMR_WIRE=tcp)
 	if [ "$where" = lo ]; then
 		srv=("${env[@]}") cli=("${env[@]}") sa=127.0.0.1 ca=127.0.0.1
@@ -66,10 +72,10 @@ pair() {
 		srv=(ip netns exec "$nsa" "${env[@]}") cli=(ip netns exec "$nsb" "${env[@]}") sa=198.18.0.1 ca=198.18.0.2
 	fi
 	: >"$tmp/cpu"
-	timed "$tmp/cpu" timeout 120 "${srv[@]}" "$prog" -p "$prov" -B "$port" -s "$sa" "$@" &
+	timed "$tmp/cpu" timeout 120 "${srv[@]}" "${ps[@]}" "$prog" -p "$prov" -B "$port" -s "$sa" "$@" &
 	local spid=$!
 	sleep 0.3
-	timed "$tmp/cpu" timeout 120 "${cli[@]}" "$prog" -p "$prov" -B "$((port + 500))" -P "$port" -s "$ca" "$@" "$sa" || true
+	timed "$tmp/cpu" timeout 120 "${cli[@]}" "${pc[@]}" "$prog" -p "$prov" -B "$((port + 500))" -P "$port" -s "$ca" "$@" "$sa" || true
 	wait "$spid" || true
 	# (The client's output: the figure line is the last one with a number first.)
 	awk '$1 ~ /^[0-9]/ {l=$0} END {print l}' "$tmp/cpu.out"

@@ -670,7 +670,7 @@ impl Ep {
 }
 
 impl CmSource for Ep {
-    fn cm_wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool {
+    fn cm_wake_fds(&self, out: &mut Vec<crate::sys::WakeFd>) -> bool {
         self.conn().wake_fds(out)
     }
 

@@ -39,10 +39,11 @@ pub trait CmSource: Send + Sync {
     /// Move connections on and post their events; false once there is
     /// nothing more to watch.
     fn cm_progress(&self) -> bool;
-    /// The sockets whose readability means `cm_progress` has something
-    /// to do (into `out`); false while it has work that no socket rings
-    /// for (a sleeper then looks again after a short tick).
-    fn cm_wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool;
+    /// The sockets whose readability (or writability, where asked: a
+    /// connect under way, bytes to write) means `cm_progress` has
+    /// something to do (into `out`); false while it has work that no
+    /// socket rings for (a sleeper then looks again after a short tick).
+    fn cm_wake_fds(&self, out: &mut Vec<crate::sys::WakeFd>) -> bool;
 }
 
 type Sources = Arc<Mutex<Vec<Weak<dyn CmSource>>>>;
@@ -50,14 +51,15 @@ type Sources = Arc<Mutex<Vec<Weak<dyn CmSource>>>>;
 /// How a thread blocked in fi_eq_sread (or in poll() on the EQ's fd)
 /// wakes when a connection moves: an epoll of the watched connections'
 /// sockets, brought up to date each time a thread is about to sleep
-/// (added anew, EEXIST ignored, so a closed fd whose number came back is
-/// watched again; sockets no longer watched taken out, so a request
+/// (added anew, or their interest changed, so a closed fd whose number
+/// came back is watched again and a connect that completed is watched for
+/// what it reads; sockets no longer watched taken out, so a request
 /// waiting for fi_accept whose socket is readable cannot keep waking it).
 struct CmWake {
     epoll: crate::sys::Epoll,
     sources: Sources,
-    /// The fds added last time.
-    added: Mutex<Vec<std::os::fd::RawFd>>,
+    /// The fds watched since last time.
+    added: Mutex<Vec<crate::sys::WakeFd>>,
 }
 
 impl crate::queues::wait::Sleeper for CmWake {
@@ -71,11 +73,11 @@ impl crate::queues::wait::Sleeper for CmWake {
         let mut want = Vec::new();
         let quiet = live.iter().fold(true, |q, s| s.cm_wake_fds(&mut want) & q);
         let mut added = self.added.lock().unwrap_or_else(|p| p.into_inner());
-        for fd in added.iter().filter(|fd| !want.contains(fd)) {
+        for (fd, _) in added.iter().filter(|(fd, _)| !want.iter().any(|w| w.0 == *fd)) {
             self.epoll.remove(*fd);
         }
-        // (A socket that cannot be added is not rung for: tick instead.)
-        let all = want.iter().fold(true, |ok, &fd| self.epoll.add_again(fd) & ok);
+        // (A socket that cannot be watched is not rung for: tick instead.)
+        let all = want.iter().fold(true, |ok, &w| self.epoll.watch(w) & ok);
         *added = want;
         quiet && all
     }
@@ -282,9 +284,10 @@ impl Eq {
             return Err(Error::quiet(ffi::FI_EAGAIN));
         }
         // Connections move only when this EQ is read: their sockets make
-        // the fd readable when something arrives (`CmWake`), the safety
-        // tick covers their timeouts, and a connect under way (no socket
-        // to ring yet) arms the short tick (`Waiter::park`).
+        // the fd readable when something arrives, or a connect under way
+        // ends (`CmWake`), the safety tick covers their timeouts, and a
+        // connect that failed at once (no socket to ring) arms the short
+        // tick (`Waiter::park`).
         if self.watching() {
             self.waiter.park();
         }

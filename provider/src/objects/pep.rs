@@ -180,13 +180,13 @@ impl Pep {
 }
 
 impl CmSource for Pep {
-    fn cm_wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool {
+    fn cm_wake_fds(&self, out: &mut Vec<crate::sys::WakeFd>) -> bool {
         let s = self.state();
         if !s.listening {
             return true;
         }
         if let Some(l) = &s.listener {
-            out.push(std::os::fd::AsRawFd::as_raw_fd(l));
+            out.push((std::os::fd::AsRawFd::as_raw_fd(l), false));
         }
         s.arriving.wake_fds(out)
     }

@@ -26,6 +26,7 @@ use oxmr_ffi as ffi;
 
 use crate::error::Result;
 use crate::fail;
+use crate::sys::WakeFd;
 use crate::wire::cm::{self, CmConn, CmError, Dialing, Frame, Kind};
 
 /// How long a last frame (reject, shutdown) may take to write.
@@ -58,14 +59,11 @@ pub struct Arrivals {
 }
 
 impl Arrivals {
-    /// The sockets whose readability moves these connections on (into
-    /// `out`); false if one has bytes to write that only a poll writes.
-    pub fn wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool {
-        self.waiting.iter().fold(true, |quiet, (c, _)| {
-            let (fd, writing) = c.wake_fd();
-            out.push(fd);
-            quiet && !writing
-        })
+    /// The sockets whose readability (or writability, for one with bytes
+    /// to write) moves these connections on, into `out`.
+    pub fn wake_fds(&self, out: &mut Vec<WakeFd>) -> bool {
+        out.extend(self.waiting.iter().map(|(c, _)| c.wake_fd()));
+        true
     }
 
     /// Accept what the (non-blocking) listener has, read what has arrived,
@@ -198,16 +196,22 @@ impl Conn {
         Conn { peer: Some(req.peer), phase: Phase::Offered(req), shutdown_posted: false }
     }
 
-    /// The socket whose readability moves this connection on (into
-    /// `out`); false while it has work no socket rings for: a connect
-    /// under way (on its helper thread), or bytes to write.
-    pub fn wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) -> bool {
+    /// The socket whose readability (or writability: a connect under way,
+    /// bytes to write) moves this connection on, into `out`; false while
+    /// it has work no socket rings for (a connect that failed at once, its
+    /// error event not yet posted).
+    pub fn wake_fds(&self, out: &mut Vec<WakeFd>) -> bool {
         match &self.phase {
-            Phase::Dialing { .. } => false,
+            Phase::Dialing { dial, .. } => match dial.wake_fd() {
+                Some(fd) => {
+                    out.push((fd, true));
+                    true
+                }
+                None => false,
+            },
             Phase::Requested { conn, .. } | Phase::Accepted { conn, .. } | Phase::Connected { conn } => {
-                let (fd, writing) = conn.wake_fd();
-                out.push(fd);
-                !writing
+                out.push(conn.wake_fd());
+                true
             }
             _ => true,
         }
@@ -235,7 +239,7 @@ impl Conn {
                 "fi_connect: this endpoint has connected (or tried) already; open a new endpoint for a new connection"
             ));
         }
-        let dial = cm::dial(to, timeout).map_err(|e| fail!(ffi::FI_EIO, "fi_connect: cannot start connecting: {e}"))?;
+        let dial = cm::dial(to, timeout);
         self.phase = Phase::Dialing { dial, to, data: data.to_vec(), since: Instant::now() };
         Ok(())
     }
@@ -284,7 +288,7 @@ impl Conn {
     /// Move the handshake on; `name` is our data name (for the Request).
     pub fn progress(&mut self, name: SocketAddr, timeout: Duration) -> Option<CmEvent> {
         match std::mem::replace(&mut self.phase, Phase::Down) {
-            Phase::Dialing { dial, to, data, since } => match dial.poll() {
+            Phase::Dialing { mut dial, to, data, since } => match dial.poll() {
                 None => {
                     self.phase = Phase::Dialing { dial, to, data, since };
                     None

@@ -15,4 +15,4 @@ pub use ifaddrs::{ifaddrs, Iface};
 pub use net::connect_start;
 pub use process::{random_u32, random_u64, token as process_token};
 pub use spin::{SpinGuard, SpinLock};
-pub use wait::{Epoll, WaitFd};
+pub use wait::{Epoll, WaitFd, WakeFd};

@@ -127,6 +127,9 @@ impl WaitFd {
     }
 }
 
+/// An fd to watch, and whether its writability counts too (`Epoll::watch`).
+pub type WakeFd = (RawFd, bool);
+
 /// A bare epoll instance: an endpoint's wake fd (see `wire::Wake`),
 /// readable when any fd added to it is. Closing an added fd removes it.
 pub struct Epoll(OwnedFd);
@@ -144,6 +147,22 @@ impl Epoll {
         // SAFETY: both fds are open; `ev` is a valid epoll_event.
         cvt(unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
         Ok(())
+    }
+
+    /// Watch `fd` for readability, and for writability too when
+    /// `writable` (a connect under way completes writable; bytes waiting
+    /// to be written go when it is): added, or its interest changed if it
+    /// is there already. False when it cannot be watched.
+    pub fn watch(&self, (fd, writable): WakeFd) -> bool {
+        let events = (libc::EPOLLIN | if writable { libc::EPOLLOUT } else { 0 }) as u32;
+        let mut ev = libc::epoll_event { events, u64: fd as u64 };
+        // SAFETY: both fds are open; `ev` is a valid epoll_event.
+        let added = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } == 0;
+        if added || io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+            return added;
+        }
+        // SAFETY: as above; MOD of an fd this epoll holds.
+        unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) == 0 }
     }
 
     /// Add an fd, or find it there already (true either way).

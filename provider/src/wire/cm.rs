@@ -19,8 +19,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::info::addr;
 
@@ -246,27 +245,52 @@ impl CmConn {
     }
 }
 
-/// A connect under way (on its own thread: std has no non-blocking connect).
+/// A connect under way, on a non-blocking socket (no thread waits for it).
 pub struct Dialing {
-    rx: mpsc::Receiver<io::Result<TcpStream>>,
+    /// The socket while it connects (None once handed out), or why the
+    /// connect failed at once (handed out by the next `poll`, as a failure
+    /// found later is: the EQ's error event either way).
+    sock: Option<io::Result<TcpStream>>,
+    since: Instant,
+    timeout: Duration,
 }
 
-/// Start connecting to `to`, for at most `timeout`.
-pub fn dial(to: SocketAddr, timeout: Duration) -> io::Result<Dialing> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new().name("oxmr-cm-connect".into()).spawn(move || {
-        let _ = tx.send(TcpStream::connect_timeout(&to, timeout));
-    })?;
-    Ok(Dialing { rx })
+/// Start connecting to `to`, for at most `timeout`. Nothing waits: the
+/// kernel connects (`sys::connect_start`), and `poll` says how it went.
+pub fn dial(to: SocketAddr, timeout: Duration) -> Dialing {
+    let sock = crate::sys::connect_start(&to).map(|(s, _)| s);
+    Dialing { sock: Some(sock), since: Instant::now(), timeout }
 }
 
 impl Dialing {
-    /// The connect's outcome, once there is one.
-    pub fn poll(&self) -> Option<io::Result<TcpStream>> {
-        match self.rx.try_recv() {
-            Ok(r) => Some(r),
-            Err(mpsc::TryRecvError::Empty) => None,
-            Err(mpsc::TryRecvError::Disconnected) => Some(Err(io::Error::other("connect thread ended"))),
+    /// The connect's outcome, once there is one (the stream, connected;
+    /// or the error: refused, unreachable, or TimedOut after `timeout`).
+    pub fn poll(&mut self) -> Option<io::Result<TcpStream>> {
+        // (take_error clears the socket's error: read once.)
+        let failed = match self.sock.as_ref()? {
+            Err(_) => None,
+            Ok(s) => match s.take_error() {
+                Ok(Some(e)) | Err(e) => Some(e),
+                Ok(None) if s.peer_addr().is_ok() => None,
+                Ok(None) if self.since.elapsed() >= self.timeout => {
+                    Some(io::Error::new(io::ErrorKind::TimedOut, format!("not connected within {:?}", self.timeout)))
+                }
+                Ok(None) => return None,
+            },
+        };
+        let r = self.sock.take()?;
+        Some(match failed {
+            Some(e) => Err(e),
+            None => r,
+        })
+    }
+
+    /// The socket to watch: a connect completes writable, and fails
+    /// with an error (both wake an epoll that asks for writability).
+    pub fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        match &self.sock {
+            Some(Ok(s)) => Some(std::os::fd::AsRawFd::as_raw_fd(s)),
+            _ => None,
         }
     }
 }
@@ -303,7 +327,13 @@ mod tests {
     #[test]
     fn a_connection_carries_frames_both_ways_and_reports_its_end() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let d = dial(l.local_addr().unwrap(), Duration::from_secs(2)).unwrap();
+        let mut d = dial(l.local_addr().unwrap(), Duration::from_secs(2));
+        // (No thread waits for the connect: its socket, watched for
+        // writability, says when it is done; the listener's kernel
+        // completes it before any accept.)
+        let ep = crate::sys::Epoll::new().unwrap();
+        assert!(ep.watch((d.wake_fd().expect("a socket connecting"), true)));
+        assert!(ep.readable_within(5000), "the connect's end wakes an epoll watching its socket");
         let (s, _) = l.accept().unwrap();
         let mut server = CmConn::new(s).unwrap();
         let mut client = loop {
@@ -342,7 +372,7 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let a = l.local_addr().unwrap();
         drop(l);
-        let d = dial(a, Duration::from_secs(2)).unwrap();
+        let mut d = dial(a, Duration::from_secs(2));
         let r = loop {
             if let Some(r) = d.poll() {
                 break r;
