@@ -799,6 +799,62 @@ fn next_alone(s: &mut Side) -> Got {
 }
 
 #[test]
+fn a_target_that_answers_a_streamed_write_early_stops_its_stream_before_it_completes() {
+    // A lying target (a raw socket speaking the TCP wire) answers a's
+    // 16 MiB write with a success ACK as soon as the request arrives, and
+    // reads nothing more: a completes the write, and by then has dropped
+    // what was left of its stream (its buffer is the application's again:
+    // nothing is read from it after the completion).
+    use std::io::{Read, Write};
+    VIA.with(|c| c.set(Via::Tcp));
+    let mut a = side();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let liar = l.local_addr().unwrap();
+    a.av.insert(&[Some(liar)]);
+    let mut buf = vec![7u8; 16 << 20];
+    rma(&mut a, 9, &mut buf, 0x1000, 0x42, false);
+    let (mut s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let mut name = [0u8; 28];
+    let e = crate::info::addr::encode(&liar);
+    name[..e.len()].copy_from_slice(&e);
+    let hello = crate::wire::tcp::Hello { version: crate::wire::tcp::VERSION, name, epoch: 77, pid: 1 };
+    let mut answer = crate::wire::hello_bytes(&hello);
+    answer[44] = 1; // (ACCEPT)
+    s.write_all(&answer).unwrap();
+    // Its hello, then the WRITE request (a length, the frame).
+    let mut theirs = [0u8; 48];
+    let mut len = [0u8; 4];
+    let mut req = Vec::new();
+    for _ in 0..20_000 {
+        a.eng.progress();
+        if s.set_nonblocking(true).is_ok() && req.is_empty() {
+            if theirs[0] == 0 && s.read_exact(&mut theirs).is_err() {
+                continue;
+            }
+            if s.read_exact(&mut len).is_ok() {
+                req = vec![0u8; u32::from_le_bytes(len) as usize];
+                s.set_nonblocking(false).unwrap();
+                s.read_exact(&mut req).unwrap();
+                break;
+            }
+        }
+    }
+    let (h, _) = Hdr::decode(&req).expect("a's WRITE request");
+    assert_eq!((h.op, h.flags & flag::STREAM != 0), (op::WRITE, true), "a streamed write");
+    assert_eq!(a.eng.peers.owed, 1, "its data is still to go");
+    let ack = Hdr { op: op::ACK, msg_id: h.msg_id, pid: 1, name, ..Default::default() };
+    let mut hb = [0u8; HDR_MAX];
+    let n = ack.encode(&mut hb);
+    s.write_all(&(n as u32).to_le_bytes()).unwrap();
+    s.write_all(&hb[..n]).unwrap();
+    let got = next_alone(&mut a);
+    assert_eq!(ok(got).op_context, 9, "the write completes at the (early) answer");
+    assert_eq!(a.eng.peers.owed, 0, "nothing of the stream is left to read from the buffer");
+    drop(buf);
+}
+
+#[test]
 fn operations_queued_behind_a_refused_connect_fail_with_econnrefused() {
     // a (TCP) posts an eager send, a rendezvous send and an RMA write to a
     // port nobody listens on: none waits for the connect; each fails
