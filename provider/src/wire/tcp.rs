@@ -2049,6 +2049,60 @@ mod tests {
     }
 
     #[test]
+    fn a_yielded_link_whose_survivor_never_comes_connects_again() {
+        // The peer answers YIELD (it says its own connection to us wins)
+        // and then never connects: our frame waits, goes on no connection,
+        // and after CONNECT_WAIT the link connects again; answered ACCEPT
+        // this time, the frame goes out whole on the new connection.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let link = Link::open(&at, &hello(&me, 4), &TcpSend::default(), None).unwrap();
+        link.send(&[b"waits for a connection that stays"]).unwrap();
+        let (mut first, _) = l.accept().unwrap();
+        first.write_all(&hello(&at, 8).encode(YIELD)).unwrap();
+        for _ in 0..2000 {
+            link.flush();
+            if matches!(link.setup(), Setup::Yielded(_)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        assert!(matches!(link.setup(), Setup::Yielded(_)), "the YIELD was read");
+        assert!(link.connecting(), "its frames wait");
+        first.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut all = Vec::new();
+        let _ = first.read_to_end(&mut all);
+        assert_eq!(all.len(), HELLO_LEN, "nothing but our hello went on the yielded connection");
+        l.set_nonblocking(true).unwrap();
+        let start = Instant::now();
+        let mut second = loop {
+            link.flush();
+            if let Ok((s, _)) = l.accept() {
+                break s;
+            }
+            assert!(start.elapsed() < CONNECT_WAIT * 3, "no new connection");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert!(start.elapsed() >= CONNECT_WAIT / 2, "connected again before the survivor could come");
+        second.set_nonblocking(false).unwrap();
+        second.write_all(&hello(&at, 8).encode(ACCEPT)).unwrap();
+        let frame = b"waits for a connection that stays";
+        for _ in 0..2000 {
+            if !link.connecting() && !link.flush() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let mut got = vec![0u8; HELLO_LEN + 4 + frame.len()];
+        second.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        second.read_exact(&mut got).unwrap();
+        assert_eq!(Hello::decode(&got).map(|h| h.1), Some(OPEN));
+        assert_eq!(&got[HELLO_LEN + 4..], frame, "the frame went on the new connection");
+        assert_eq!(link.epoch(), 8);
+    }
+
+    #[test]
     fn a_connection_from_another_ip_than_its_hello_names_is_never_sent_on() {
         // A process at 127.0.0.1 names an endpoint at 127.0.0.2: taken as
         // that sender's frames (as before), but b's frames to 127.0.0.2 go
