@@ -184,7 +184,8 @@ fn is_local(ip: IpAddr, local: &[IpAddr]) -> bool {
 pub enum Link {
     /// The peer's shared-memory queue.
     Shm(shm::region::Region),
-    /// Our connection to the peer's listener.
+    /// The connection that carries our frames to the peer (one per pair of
+    /// endpoints: ours, or the one it opened to us).
     Tcp(tcp::Link),
     #[cfg(test)]
     Loop(std::sync::Arc<loopback::Queue>),
