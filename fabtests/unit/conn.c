@@ -454,7 +454,7 @@ static void t_restarted(struct ep *p)
 	}
 }
 
-/* The TCP wire version this oxmr speaks (wire/tcp.rs, VERSION), which a
+/* The TCP wire version this oxmr speaks (wire/tcp/mod.rs, VERSION), which a
  * raw connection's hello must carry to get past it. */
 #define TCP_WIRE_VERSION 2
 

@@ -1,0 +1,620 @@
+//! The inbox: an endpoint's listener and every connection it reads
+//! (accepted, or handed over by its links), cut into frames; payloads
+//! read straight into their landing zones (`wire::land`).
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+use super::pairs::Answer;
+
+/// A connection the inbox reads: one accepted at our listener, or one a
+/// link of ours opened (handed over once the peer answered).
+pub(super) struct InConn {
+    pub(super) sock: TcpStream,
+    /// Bytes read and not yet taken as frames.
+    pub(super) buf: Vec<u8>,
+    /// The sender, once its hello arrived (and ours went back).
+    pub(super) peer: Option<SocketAddr>,
+    /// The epoch its hello gave.
+    pub(super) epoch: u32,
+    pub(super) closed: bool,
+    /// Which connection it is (frames carry it, see `Inbox::reject_last`;
+    /// one count per endpoint, `Pairs::new_id`).
+    pub(super) id: u64,
+    /// The frame whose payload is being read into its landing zone.
+    pub(super) land: Option<Landing>,
+    /// Set when the connection ends or is closed here: a link writing on
+    /// it learns so.
+    pub(super) tie: Tie,
+    /// Cutting stopped at a barrier frame; the bytes after it (in `buf`)
+    /// are cut at the next poll, once the engine has taken it.
+    pub(super) held: bool,
+}
+
+impl InConn {
+    pub(super) fn new(sock: TcpStream, id: u64, peer: Option<(SocketAddr, u32)>, tie: Tie) -> InConn {
+        InConn {
+            sock,
+            buf: Vec::new(),
+            peer: peer.map(|p| p.0),
+            epoch: peer.map_or(0, |p| p.1),
+            closed: false,
+            id,
+            land: None,
+            tie,
+            held: false,
+        }
+    }
+}
+
+/// A frame whose payload goes straight from the socket to its landing
+/// zone (`wire::land`): its header, the zone's pieces still to fill.
+pub(super) struct Landing {
+    pub(super) head: Vec<u8>,
+    pub(super) key: u64,
+    pub(super) gen: u64,
+    pub(super) dest: Vec<(usize, usize)>,
+    pub(super) left: usize,
+    pub(super) n: usize,
+}
+
+/// A frame cut from a connection: its bytes (the header alone when its
+/// payload landed), the sender its hello named, the connection's id, and
+/// the payload bytes that landed in their zone.
+pub(super) type Frame = (Vec<u8>, SocketAddr, u64, usize);
+
+/// Read from `sock` into `dest` (at most `max` bytes; what `read` would say).
+fn read_into(sock: &TcpStream, dest: &[(usize, usize)], max: usize) -> io::Result<usize> {
+    let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 8];
+    let (mut n, mut left) = (0, max);
+    for &(a, l) in dest {
+        if n == iov.len() || left == 0 {
+            break;
+        }
+        iov[n] = libc::iovec { iov_base: a as *mut libc::c_void, iov_len: l.min(left) };
+        left -= l.min(left);
+        n += 1;
+    }
+    // SAFETY: the pieces lie in a landing zone the engine registered
+    // (writable memory of ours, valid while the zone is in the table,
+    // checked just before this call); readv writes only inside them.
+    let r = unsafe { libc::readv(std::os::fd::AsRawFd::as_raw_fd(sock), iov.as_ptr(), n as i32) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// `dest` after its first `n` bytes.
+pub(super) fn skip(dest: &mut Vec<(usize, usize)>, mut n: usize) {
+    let mut i = 0;
+    while n > 0 && i < dest.len() {
+        let take = dest[i].1.min(n);
+        dest[i] = (dest[i].0 + take, dest[i].1 - take);
+        n -= take;
+        if dest[i].1 == 0 {
+            i += 1;
+        }
+    }
+    dest.drain(..i);
+}
+
+/// An endpoint's TCP inbox: its listener, and every connection with its
+/// peers (those they opened, those our links opened).
+pub struct Inbox {
+    pub(super) listener: TcpListener,
+    pub(super) me: Hello,
+    pub(super) conns: Vec<InConn>,
+    /// What the endpoint's links share with us (`Pairs`).
+    pub(super) pairs: Arc<Pairs>,
+    /// Frames read and not yet handed up, with their connection's sender
+    /// and id.
+    pub(super) frames: VecDeque<Frame>,
+    /// Connections accepted so far, and the connection of the frame
+    /// handed up last.
+    pub(super) accepted: u64,
+    pub(super) last: Option<u64>,
+    /// The hellos of connections accepted (address, epoch), not yet taken
+    /// by the engine.
+    pub(super) hellos: Vec<(SocketAddr, u32)>,
+    /// (Frames handed up, frames read.)
+    pub(super) popped: u64,
+    pub(super) read: u64,
+    /// Polls so far, and when the listener was last asked for new
+    /// connections: at most every `ACCEPT_GAP`, the clock read every
+    /// `CLOCK_EVERY`th poll (an endpoint that also takes shared memory
+    /// polls its TCP side on every empty poll, many millions a second when
+    /// it spins, and an accept is a system call).
+    pub(super) polls: u32,
+    pub(super) accepted_at: Instant,
+    /// The fds epoll said were readable in this poll (kept: no allocation
+    /// per poll).
+    pub(super) readable: Vec<std::os::fd::RawFd>,
+    /// Where reads land before they are cut into frames (kept: an array
+    /// on the stack would be zeroed on every poll).
+    pub(super) chunk: Box<[u8]>,
+    /// Buffers of frames handed up, kept for the next ones (at most
+    /// `SPARE_MAX`): a 256 KiB DATA frame freshly allocated per frame
+    /// costs the allocator's mmap/trim and a page fault per page.
+    pub(super) spare: Vec<Vec<u8>>,
+    /// The endpoint's wake fd (`wire::Inbox::wake_fd`): holds the listener
+    /// and every connection accepted (a closed socket leaves it by itself).
+    pub(super) wake: std::sync::Arc<crate::sys::Epoll>,
+    /// Where payloads may land straight from the socket (the engine's).
+    pub(super) lands: crate::wire::land::Landings,
+}
+
+/// See `Inbox::spare`.
+const SPARE_MAX: usize = 16;
+
+/// See `Inbox::polls`.
+const ACCEPT_GAP: Duration = Duration::from_micros(200);
+const CLOCK_EVERY: u32 = 16;
+
+/// Where `cut` puts what it cuts from a connection's stream.
+pub(super) struct Cuts<'a> {
+    pub(super) frames: &'a mut VecDeque<Frame>,
+    pub(super) spare: &'a mut Vec<Vec<u8>>,
+    pub(super) read: &'a mut u64,
+    pub(super) lands: &'a crate::wire::land::Landings,
+    /// The last frame cut is a barrier (`Landings::barrier`): nothing more
+    /// of its connection is cut until the engine has taken it.
+    pub(super) stopped: bool,
+}
+
+/// Cut the whole frames at the start of `bytes` (a connection's stream
+/// from `from`, connection `id`) into `to.frames`, counting them; the
+/// bytes taken, or None for a length over `TCP_MAX_FRAME` (the connection
+/// is to be closed; said here). A frame whose payload may land
+/// (`wire::land`) lands what of it is here, and if the rest is still to
+/// come, `land` says where it goes (and every byte was taken).
+pub(super) fn cut(
+    bytes: &[u8],
+    from: SocketAddr,
+    id: u64,
+    to: &mut Cuts<'_>,
+    land: &mut Option<Landing>,
+) -> Option<usize> {
+    let mut at = 0;
+    let lands = to.lands.any().then(|| to.lands.head_max()).flatten();
+    while bytes.len() - at >= 4 {
+        let n = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default()) as usize;
+        if n > TCP_MAX_FRAME {
+            tracing::warn!(
+                "closing the TCP connection from {from}: a frame of {n} bytes (the most is {TCP_MAX_FRAME}); a broken or lying peer"
+            );
+            return None;
+        }
+        let avail = bytes.len() - at - 4;
+        if let Some(head_max) = lands.filter(|_| n >= crate::wire::land::LAND_MIN) {
+            let need = n.min(head_max);
+            if avail < need {
+                break;
+            }
+            let body = &bytes[at + 4..];
+            let placed = to
+                .lands
+                .classify(&body[..need])
+                .filter(|h| h.len <= need)
+                .and_then(|h| to.lands.place(from, h.key, h.off, n - h.len).map(|(dest, gen)| (h, dest, gen)));
+            if let Some((h, mut dest, gen)) = placed {
+                let pn = n - h.len;
+                let have = (avail - h.len).min(pn);
+                let mut head = to.spare.pop().unwrap_or_default();
+                head.extend_from_slice(&body[..h.len]);
+                // SAFETY: `dest` lies in a live landing zone (just placed),
+                // writable memory of ours until the engine forgets it.
+                unsafe { crate::mr::local::scatter(&dest, &body[h.len..h.len + have]) };
+                at += 4 + h.len + have;
+                if have == pn {
+                    to.frames.push_back((head, from, id, pn));
+                    *to.read += 1;
+                    continue;
+                }
+                skip(&mut dest, have);
+                *land = Some(Landing { head, key: h.key, gen, dest, left: pn - have, n: pn });
+                return Some(at);
+            }
+        }
+        if avail < n {
+            break;
+        }
+        let body = &bytes[at + 4..at + 4 + n];
+        let barrier = to.lands.barrier(body);
+        let mut frame = to.spare.pop().unwrap_or_default();
+        frame.extend_from_slice(body);
+        to.frames.push_back((frame, from, id, 0));
+        *to.read += 1;
+        at += 4 + n;
+        if barrier {
+            to.stopped = true;
+            break;
+        }
+    }
+    Some(at)
+}
+
+impl Inbox {
+    /// Receive at `listener` (the endpoint's, bound at its name).
+    pub fn new(
+        listener: TcpListener,
+        me: Hello,
+        wake: std::sync::Arc<crate::sys::Epoll>,
+        lands: crate::wire::land::Landings,
+    ) -> io::Result<Inbox> {
+        listener.set_nonblocking(true)?;
+        wake.add(std::os::fd::AsRawFd::as_raw_fd(&listener))?;
+        let pairs = Arc::new(Pairs::new(listener.local_addr()?));
+        Ok(Inbox {
+            listener,
+            me,
+            conns: Vec::new(),
+            pairs,
+            frames: VecDeque::new(),
+            accepted: 0,
+            last: None,
+            hellos: Vec::new(),
+            popped: 0,
+            read: 0,
+            polls: 0,
+            accepted_at: Instant::now() - ACCEPT_GAP,
+            readable: Vec::with_capacity(64),
+            chunk: vec![0u8; 64 << 10].into_boxed_slice(),
+            spare: Vec::new(),
+            wake,
+            lands,
+        })
+    }
+
+    /// What this endpoint's links share with the inbox (`Dial::pairs`).
+    pub fn pairs(&self) -> Arc<Pairs> {
+        self.pairs.clone()
+    }
+
+    /// Close the connections marked closed: their links learn it (`tie`),
+    /// a parked one is no longer taken, and the wake fd lets them go
+    /// (a link may hold the socket open a while longer).
+    fn sweep(&mut self) {
+        for c in self.conns.iter().filter(|c| c.closed) {
+            c.tie.store(true, Ordering::Release);
+            self.wake.remove(c.sock.as_raw_fd());
+            self.pairs.forget(c.id);
+        }
+        self.conns.retain(|c| !c.closed);
+    }
+
+    /// Accept what waits, read what the connections hold, cut frames.
+    pub(super) fn poll(&mut self) {
+        // (Our links' connections, once their peer answered: read here.)
+        for c in self.pairs.take_handed() {
+            // (Not in the wake fd: a sleeper would not wake for its frames;
+            // the link learns it closed.)
+            if self.wake.add(c.sock.as_raw_fd()).is_ok() {
+                self.conns.push(c);
+            } else {
+                c.tie.store(true, Ordering::Release);
+            }
+        }
+        // With several connections, one epoll_wait says which sockets (and
+        // whether the listener) have something: reading every connection on
+        // every poll takes each socket's lock, in contention with the
+        // kernel delivering to it (measured: ~6% of a spinning 8-byte
+        // pingpong in the kernel's lock slow path). With one (a pair of
+        // endpoints shares one), it is read directly: one system call on
+        // the arrival's path instead of two (measured, fi_rdm_pingpong 8 B
+        // over TCP on loopback, alternating builds: 6.46 -> 5.75 us).
+        // Without an epoll_wait, or without any connection, the listener
+        // is asked by the clock (below), no system call on most polls.
+        let direct = self.conns.len() == 1 && self.conns[0].peer.is_some();
+        let by_epoll = !direct && !self.conns.is_empty() && self.wake.readable_now(&mut self.readable).is_ok();
+        let listener_fd = std::os::fd::AsRawFd::as_raw_fd(&self.listener);
+        self.polls = self.polls.wrapping_add(1);
+        let mut accept = by_epoll && self.readable.contains(&listener_fd);
+        if !by_epoll && self.polls % CLOCK_EVERY == 1 {
+            let now = Instant::now();
+            accept = now.duration_since(self.accepted_at) >= ACCEPT_GAP;
+            if accept {
+                self.accepted_at = now;
+            }
+        }
+        while accept {
+            match self.listener.accept() {
+                Ok((sock, _)) => {
+                    // (Not in the wake fd: a sleeper would not wake for
+                    // its frames, so the connection is refused.)
+                    if sock.set_nonblocking(true).is_ok()
+                        && self.wake.add(std::os::fd::AsRawFd::as_raw_fd(&sock)).is_ok()
+                    {
+                        let _ = sock.set_nodelay(true);
+                        self.accepted += 1;
+                        self.conns.push(InConn::new(sock, self.pairs.new_id(), None, Tie::default()));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => accept = false,
+            }
+        }
+        if self.conns.is_empty() {
+            return;
+        }
+        // (Connections without their hello yet, new ones among them, are
+        // read anyway; the others when epoll said so.)
+        let readable = &self.readable;
+        // (And those that stopped at a barrier, whose bytes after it wait.)
+        let look = |c: &InConn| {
+            !by_epoll || c.peer.is_none() || c.held || readable.contains(&std::os::fd::AsRawFd::as_raw_fd(&c.sock))
+        };
+        // (Kept between polls: an array here would be zeroed on every one.)
+        let chunk = &mut self.chunk[..];
+        // Connections whose hello arrived in this poll.
+        let mut fresh: Vec<(SocketAddr, u32)> = Vec::new();
+        let mut to = Cuts {
+            frames: &mut self.frames,
+            spare: &mut self.spare,
+            read: &mut self.read,
+            lands: &self.lands,
+            stopped: false,
+        };
+        for c in &mut self.conns {
+            if !look(c) {
+                continue;
+            }
+            to.stopped = false;
+            // (Bytes held after a barrier are cut first, before any read:
+            // the engine has taken the barrier since.)
+            if std::mem::take(&mut c.held) && c.land.is_none() {
+                if let Some(from) = c.peer {
+                    match cut(&c.buf, from, c.id, &mut to, &mut c.land) {
+                        Some(at) => {
+                            c.buf.drain(..at);
+                        }
+                        None => c.closed = true,
+                    }
+                }
+                if to.stopped || c.closed {
+                    c.held = to.stopped;
+                    continue;
+                }
+            }
+            // (A frame too long, cut straight from a read below.)
+            let mut refused = false;
+            loop {
+                // A payload on its way to its landing zone: read straight
+                // into it (or, if the engine forgot the zone meanwhile,
+                // read it and drop it).
+                if let (Some(l), Some(from)) = (&mut c.land, c.peer) {
+                    let live = to.lands.live(from, l.key, l.gen);
+                    let got = if live {
+                        read_into(&c.sock, &l.dest, l.left)
+                    } else {
+                        let m = l.left.min(chunk.len());
+                        (&c.sock).read(&mut chunk[..m])
+                    };
+                    match got {
+                        Ok(0) => {
+                            c.closed = true;
+                            break;
+                        }
+                        Ok(k) => {
+                            let short = k < l.left;
+                            skip(&mut l.dest, k);
+                            l.left -= k;
+                            if l.left == 0 {
+                                let l = c.land.take().expect("matched above");
+                                to.frames.push_back((l.head, from, c.id, l.n));
+                                *to.read += 1;
+                            }
+                            // (A short read emptied the socket: the next
+                            // poll reads again, no EAGAIN read now.)
+                            if short {
+                                break;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            c.closed = true;
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                let got = (&c.sock).read(chunk);
+                // (A short read emptied the socket: no EAGAIN read after
+                // it, the next poll reads again.)
+                let short = matches!(got, Ok(n) if n > 0 && n < chunk.len());
+                match got {
+                    Ok(0) => {
+                        c.closed = true;
+                        break;
+                    }
+                    // The hello done: cut the frames from what was read
+                    // (straight from the read when nothing is held back),
+                    // keep only the rest.
+                    Ok(n) => match c.peer {
+                        Some(from) if c.buf.is_empty() => match cut(&chunk[..n], from, c.id, &mut to, &mut c.land) {
+                            Some(at) => c.buf.extend_from_slice(&chunk[at..n]),
+                            None => {
+                                refused = true;
+                                break;
+                            }
+                        },
+                        Some(from) => {
+                            c.buf.extend_from_slice(&chunk[..n]);
+                            match cut(&c.buf, from, c.id, &mut to, &mut c.land) {
+                                Some(at) => {
+                                    c.buf.drain(..at);
+                                }
+                                None => {
+                                    refused = true;
+                                    break;
+                                }
+                            }
+                        }
+                        None => c.buf.extend_from_slice(&chunk[..n]),
+                    },
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        c.closed = true;
+                        break;
+                    }
+                }
+                if short || refused || to.stopped {
+                    break;
+                }
+            }
+            // (Ended by the peer: said below if it ended in the middle of
+            // something, unless the bytes it sent are refused anyway.)
+            let ended = std::mem::take(&mut c.closed);
+            c.closed = refused;
+            let mut at = 0;
+            if c.peer.is_none() && c.buf.len() >= HELLO_LEN {
+                match Hello::decode(&c.buf[..HELLO_LEN]) {
+                    Some((h, OPEN)) if h.version == VERSION => match crate::info::addr::parse(&h.name) {
+                        Some(a) => {
+                            let answer = self.pairs.greeted(c, a, &h);
+                            let kind = if answer == Answer::Yield { YIELD } else { ACCEPT };
+                            // (Small, on a fresh socket: taken at once.)
+                            let _ = (&c.sock).write_all(&self.me.encode(kind));
+                            c.peer = Some(a);
+                            c.epoch = h.epoch;
+                            fresh.push((a, h.epoch));
+                            at = HELLO_LEN;
+                            // (A yielded connection carries nothing: the
+                            // peer moves to the one we opened.)
+                            c.closed = answer == Answer::Yield;
+                        }
+                        None => {
+                            tracing::warn!("refusing a TCP connection whose hello names no valid address");
+                            c.closed = true;
+                        }
+                    },
+                    Some((h, OPEN)) => {
+                        // (Ours goes back first: the opener says whose
+                        // version differs.)
+                        tracing::warn!(
+                            "refusing a TCP connection of wire version {}; this oxmr speaks version {VERSION}: run one oxmr build on both sides",
+                            h.version
+                        );
+                        let _ = (&c.sock).write_all(&self.me.encode(ACCEPT));
+                        c.closed = true;
+                    }
+                    Some((_, kind)) => {
+                        tracing::warn!("refusing a TCP connection that opens with an answer (hello kind {kind}), not a hello of its own");
+                        c.closed = true;
+                    }
+                    None => {
+                        tracing::warn!("refusing a TCP connection that does not speak oxmr's TCP wire");
+                        c.closed = true;
+                    }
+                }
+            }
+            if let (Some(from), false, true, false) = (c.peer, c.closed, c.land.is_none(), to.stopped) {
+                match cut(&c.buf[at..], from, c.id, &mut to, &mut c.land) {
+                    Some(n) => at += n,
+                    None => c.closed = true,
+                }
+            }
+            c.held = to.stopped;
+            if c.closed {
+                c.buf.clear();
+                c.land = None;
+            } else {
+                c.buf.drain(..at);
+            }
+            if ended && !c.closed && (!c.buf.is_empty() || c.land.is_some()) {
+                match c.peer {
+                    None => tracing::warn!(
+                        "closing a TCP connection that ended inside its hello ({} of {HELLO_LEN} bytes): not an oxmr peer, or one that stopped while connecting",
+                        c.buf.len()
+                    ),
+                    Some(from) => tracing::warn!(
+                        "the TCP connection from {from} ended inside a frame ({} bytes of it): the peer stopped in the middle of a send",
+                        c.buf.len() + c.land.as_ref().map_or(0, |l| l.n - l.left)
+                    ),
+                }
+                c.buf.clear();
+                c.land = None;
+            }
+            c.closed |= ended;
+        }
+        // A hello of another epoch from an address we had a connection
+        // from: the endpoint there was replaced (closed and reopened, or
+        // its process restarted), and the new connection replaces the old
+        // one. Every hello goes up (`take_hellos`): the engine fails what
+        // it had pending with an endpoint of another epoch there.
+        for (a, epoch) in fresh {
+            let mut replaced = false;
+            for c in self.conns.iter_mut().filter(|c| c.peer == Some(a) && c.epoch != epoch && !c.closed) {
+                c.closed = true;
+                replaced = true;
+            }
+            if replaced {
+                tracing::warn!(
+                    "a new endpoint (epoch {epoch:#x}) at {a} connected: closing the connection of the one before it"
+                );
+            }
+            self.hellos.push((a, epoch));
+        }
+        self.sweep();
+    }
+
+    /// Whether a frame waits (reads the sockets).
+    pub fn ready(&mut self) -> bool {
+        if self.frames.is_empty() {
+            self.poll();
+        }
+        !self.frames.is_empty()
+    }
+
+    /// Hand one frame to `f(frame, more, sender, landed)`; false when none
+    /// waits. `landed`: the payload bytes that went straight to their
+    /// landing zone (the frame is then the header alone).
+    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool, SocketAddr, usize)) -> bool {
+        if !self.ready() {
+            return false;
+        }
+        let Some((mut frame, from, id, landed)) = self.frames.pop_front() else { return false };
+        self.popped += 1;
+        self.last = Some(id);
+        f(&frame, !self.frames.is_empty(), from, landed);
+        if self.spare.len() < SPARE_MAX {
+            frame.clear();
+            self.spare.push(frame);
+        }
+        true
+    }
+
+    /// Close the connection of the frame handed up last, and drop the
+    /// frames it sent after it (counted as consumed).
+    pub fn reject_last(&mut self) {
+        let Some(id) = self.last.take() else { return };
+        for c in self.conns.iter_mut().filter(|c| c.id == id) {
+            c.closed = true;
+        }
+        let before = self.frames.len();
+        self.frames.retain(|f| f.2 != id);
+        self.popped += (before - self.frames.len()) as u64;
+        self.sweep();
+    }
+
+    /// The hellos that arrived since the last call (the sender's address
+    /// and epoch): a peer whose epoch changed was replaced.
+    pub fn take_hellos(&mut self) -> Vec<(SocketAddr, u32)> {
+        std::mem::take(&mut self.hellos)
+    }
+
+    /// (Frames handed up, frames read.)
+    pub fn positions(&self) -> (u64, u64) {
+        (self.popped, self.read)
+    }
+}

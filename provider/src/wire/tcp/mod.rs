@@ -1,0 +1,198 @@
+//! The TCP wire: non-blocking sockets, and io_uring SEND_ZC for frame
+//! parts in registered memory (docs/wire.md, "io_uring and SEND_ZC").
+//!
+//! Sending: a part of at least `ZC_MIN` bytes that lies in one slot of
+//! the domain's io_uring table (`TcpSend::ring`, `UringTable::fixed`)
+//! goes out with SEND_ZC from that fixed buffer on the domain's ring;
+//! everything else is written with writev ("small messages are copied").
+//! The out queue holds segments in stream order, and a zero-copy part is
+//! submitted only once every byte before it is out, and nothing after it
+//! goes until its completion is reaped: at most one SEND_ZC per link in
+//! flight, and the socket's bytes are the frames in order. The receiving
+//! side (`Inbox`) knows nothing of this.
+//!
+//! Nothing here waits: a link's connect runs in the kernel while frames
+//! queue behind it (bounded, `OUT_MAX`), and fails the link if refused or
+//! not up within `CONNECT_WAIT`.
+//!
+//! One connection per pair of endpoints, carrying frames both ways. The
+//! side that sends first opens it to the peer's listener (whose address is
+//! the peer's name) and writes its hello: magic, wire version, endpoint
+//! name, epoch, pid and a kind (OPEN). The acceptor answers with its own
+//! hello, of kind ACCEPT or YIELD, and until the answer comes the opener's
+//! frames wait in its queue: no frame ever goes on a connection that may
+//! not survive. An accepted connection whose hello names an address at
+//! the IP it comes from is adopted (`Pairs`): our frames to that address go
+//! on it too, and a later send to that peer opens nothing. When both
+//! sides open at once, each sees the other's hello while its own waits
+//! for its answer, and both keep the connection opened by the lower
+//! address (`SocketAddr` order): the other is answered YIELD and closed,
+//! and the yielded side moves its queue onto the survivor when it adopts
+//! it (or, if the survivor never comes, connects again after
+//! `CONNECT_WAIT`). A connection whose source IP is not its hello's is
+//! never adopted (a process elsewhere cannot make us send to it by naming
+//! another endpoint): frames to that peer go on a connection of our own,
+//! one each way, as a multi-homed host's may. Then each frame is a 4-byte
+//! little-endian length and the frame; a length over `TCP_MAX_FRAME`
+//! closes the connection (a lying or broken peer cannot make us buffer
+//! without bound).
+//!
+//! The inbox reads every connection, the links' too (handed to it once
+//! their answer came); a link learns that its connection ended from the
+//! inbox (`Tie`), and shuts its side down when the engine drops it.
+//!
+//! The wire cannot reach the peer's memory: every copy answers `Push`, and
+//! the engine's PULL -> DATA -> ACK path moves rendezvous and RMA data.
+//! Every frame is handed up with the name its connection's hello gave, so
+//! a frame that claims another sender is dropped (identity from the link).
+
+use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{LinkState, OpenError, WireError, MAX_FRAME};
+use crate::mr::uring::{Flight, UringTable};
+pub use crate::mr::TcpStats;
+
+const MAGIC: u32 = 0x3154_584f; // "OXT1"
+/// This build's TCP wire version (the hello's; the message header has its
+/// own, checked above the wire). Version 2: one connection per pair
+/// (the hello's kind; frames wait for the answer).
+pub(crate) const VERSION: u32 = 2;
+const HELLO_LEN: usize = 48;
+/// A hello's kind (its last word): the opener's, or the acceptor's answer
+/// (this connection carries frames, both ways; or: it does not, the peer
+/// keeps the one it opened to us, and closes this).
+const OPEN: u32 = 0;
+const ACCEPT: u32 = 1;
+const YIELD: u32 = 2;
+/// Bytes a link queues for a peer whose socket is full before a send
+/// answers `Full` (flow control, as a full shm queue).
+const OUT_MAX: usize = 4 << 20;
+/// The largest frame on a TCP connection: the push path's DATA frames
+/// carry up to this much (one frame per 8 KiB, the shared-memory cell,
+/// cost a frame header, a queue entry and a wake-up each); a longer
+/// length prefix closes the connection.
+pub(crate) const TCP_MAX_FRAME: usize = 256 << 10;
+const _: () = assert!(TCP_MAX_FRAME >= MAX_FRAME && 2 * TCP_MAX_FRAME <= OUT_MAX);
+/// How long a connect may stay in progress before the link fails with
+/// ETIMEDOUT (the kernel's own SYN retries take minutes). Nothing waits
+/// for it: frames queue meanwhile.
+pub(crate) const CONNECT_WAIT: Duration = Duration::from_secs(3);
+
+/// Who an endpoint is, as its hello says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub version: u32,
+    pub name: [u8; 28],
+    pub epoch: u32,
+    pub pid: u32,
+}
+
+impl Hello {
+    fn encode(&self, kind: u32) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.version.to_le_bytes());
+        b[8..36].copy_from_slice(&self.name);
+        b[36..40].copy_from_slice(&self.epoch.to_le_bytes());
+        b[40..44].copy_from_slice(&self.pid.to_le_bytes());
+        b[44..48].copy_from_slice(&kind.to_le_bytes());
+        b
+    }
+
+    /// The hello and its kind.
+    fn decode(b: &[u8]) -> Option<(Hello, u32)> {
+        let word = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
+        if b.len() < HELLO_LEN || word(0) != MAGIC {
+            return None;
+        }
+        let mut name = [0u8; 28];
+        name.copy_from_slice(&b[8..36]);
+        Some((Hello { version: word(4), name, epoch: word(36), pid: word(40) }, word(44)))
+    }
+}
+
+/// Where a link's connection stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// The kernel is still connecting (since then): frames queue.
+    Connecting(Instant),
+    /// Connected (frames go out once the peer's answer came: `Link::connecting`).
+    Up,
+    /// The peer answered YIELD (since then): it keeps the connection it
+    /// opened to us, which we adopt when its hello arrives; frames queue.
+    Yielded(Instant),
+    /// The connect failed (the errno: ECONNREFUSED, or ETIMEDOUT after
+    /// `CONNECT_WAIT`, EHOSTUNREACH...): the link is closed.
+    Failed(i32),
+}
+
+/// A hello as it goes on the wire (tests that play a peer).
+#[cfg(test)]
+pub(crate) fn hello_bytes(h: &Hello) -> [u8; HELLO_LEN] {
+    h.encode(OPEN)
+}
+
+/// The smallest part of a frame sent with SEND_ZC. Below it, the copy
+/// writev does costs less than what zero copy adds: a submission, two
+/// completions to reap and the page references the kernel takes and
+/// drops (msg_zerocopy.rst: "zerocopy is generally only effective at
+/// writes over around 10 KB"); 32 KiB leaves room for the ring's
+/// round trip, and the push path's DATA frames (up to `TCP_MAX_FRAME`)
+/// are well above it.
+pub(crate) const ZC_MIN: usize = 32 << 10;
+
+/// Zero-copy sends whose notification a link keeps to look at (the
+/// oldest go first when more complete before any was looked at).
+const ZC_PROBES: usize = 16;
+
+/// How a domain's links send: its ring, for frame parts in registered
+/// memory (None: plain sockets, FI_OXMR_TCP_IO_URING=0 or no ring), the
+/// counters they keep, and after how many zero-copy sends in a row that
+/// the kernel copied a link stops using it (FI_OXMR_TCP_ZC_COPIED; 0:
+/// never).
+#[derive(Clone, Debug, Default)]
+pub struct TcpSend {
+    pub ring: Option<Arc<UringTable>>,
+    pub stats: Arc<TcpStats>,
+    pub copied_off: u32,
+}
+
+/// What a link and the inbox share of the connection the link writes on:
+/// set by the inbox when it found the connection ended (or closed it).
+pub(super) type Tie = Arc<AtomicBool>;
+
+/// Whether two addresses are one IP (an IPv4 address and its IPv6-mapped
+/// form are).
+pub(super) fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+    let v4 = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        ip => ip,
+    };
+    v4(a) == v4(b)
+}
+
+mod inbox;
+mod link;
+mod pairs;
+
+pub use inbox::Inbox;
+pub use link::Link;
+pub use pairs::Pairs;
+
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod zc;
+
+#[cfg(test)]
+fn tests_hello(addr: &std::net::SocketAddr, epoch: u32) -> Hello {
+    let mut name = [0u8; 28];
+    let e = crate::info::addr::encode(addr);
+    name[..e.len()].copy_from_slice(&e);
+    Hello { version: VERSION, name, epoch, pid: std::process::id() }
+}
