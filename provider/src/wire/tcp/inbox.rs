@@ -19,23 +19,23 @@ use super::pairs::Answer;
 pub(super) struct InConn {
     pub(super) sock: TcpStream,
     /// Bytes read and not yet taken as frames.
-    pub(super) buf: Vec<u8>,
+    buf: Vec<u8>,
     /// The sender, once its hello arrived (and ours went back).
     pub(super) peer: Option<SocketAddr>,
     /// The epoch its hello gave.
     pub(super) epoch: u32,
-    pub(super) closed: bool,
+    closed: bool,
     /// Which connection it is (frames carry it, see `Inbox::reject_last`;
     /// one count per endpoint, `Pairs::new_id`).
     pub(super) id: u64,
     /// The frame whose payload is being read into its landing zone.
-    pub(super) land: Option<Landing>,
+    land: Option<Landing>,
     /// Set when the connection ends or is closed here: a link writing on
     /// it learns so.
     pub(super) tie: Tie,
     /// Cutting stopped at a barrier frame; the bytes after it (in `buf`)
     /// are cut at the next poll, once the engine has taken it.
-    pub(super) held: bool,
+    held: bool,
 }
 
 impl InConn {
@@ -56,19 +56,19 @@ impl InConn {
 
 /// A frame whose payload goes straight from the socket to its landing
 /// zone (`wire::land`): its header, the zone's pieces still to fill.
-pub(super) struct Landing {
-    pub(super) head: Vec<u8>,
-    pub(super) key: u64,
-    pub(super) gen: u64,
-    pub(super) dest: Vec<(usize, usize)>,
-    pub(super) left: usize,
-    pub(super) n: usize,
+struct Landing {
+    head: Vec<u8>,
+    key: u64,
+    gen: u64,
+    dest: Vec<(usize, usize)>,
+    left: usize,
+    n: usize,
 }
 
 /// A frame cut from a connection: its bytes (the header alone when its
 /// payload landed), the sender its hello named, the connection's id, and
 /// the payload bytes that landed in their zone.
-pub(super) type Frame = (Vec<u8>, SocketAddr, u64, usize);
+type Frame = (Vec<u8>, SocketAddr, u64, usize);
 
 /// Read from `sock` into `dest` (at most `max` bytes; what `read` would say).
 fn read_into(sock: &TcpStream, dest: &[(usize, usize)], max: usize) -> io::Result<usize> {
@@ -94,7 +94,7 @@ fn read_into(sock: &TcpStream, dest: &[(usize, usize)], max: usize) -> io::Resul
 }
 
 /// `dest` after its first `n` bytes.
-pub(super) fn skip(dest: &mut Vec<(usize, usize)>, mut n: usize) {
+fn skip(dest: &mut Vec<(usize, usize)>, mut n: usize) {
     let mut i = 0;
     while n > 0 && i < dest.len() {
         let take = dest[i].1.min(n);
@@ -110,8 +110,8 @@ pub(super) fn skip(dest: &mut Vec<(usize, usize)>, mut n: usize) {
 /// An endpoint's TCP inbox: its listener, and every connection with its
 /// peers (those they opened, those our links opened).
 pub struct Inbox {
-    pub(super) listener: TcpListener,
-    pub(super) me: Hello,
+    listener: TcpListener,
+    me: Hello,
     pub(super) conns: Vec<InConn>,
     /// What the endpoint's links share with us (`Pairs`).
     pub(super) pairs: Arc<Pairs>,
@@ -121,35 +121,35 @@ pub struct Inbox {
     /// Connections accepted so far, and the connection of the frame
     /// handed up last.
     pub(super) accepted: u64,
-    pub(super) last: Option<u64>,
+    last: Option<u64>,
     /// The hellos of connections accepted (address, epoch), not yet taken
     /// by the engine.
-    pub(super) hellos: Vec<(SocketAddr, u32)>,
+    hellos: Vec<(SocketAddr, u32)>,
     /// (Frames handed up, frames read.)
-    pub(super) popped: u64,
-    pub(super) read: u64,
+    popped: u64,
+    read: u64,
     /// Polls so far, and when the listener was last asked for new
     /// connections: at most every `ACCEPT_GAP`, the clock read every
     /// `CLOCK_EVERY`th poll (an endpoint that also takes shared memory
     /// polls its TCP side on every empty poll, many millions a second when
     /// it spins, and an accept is a system call).
-    pub(super) polls: u32,
-    pub(super) accepted_at: Instant,
+    polls: u32,
+    accepted_at: Instant,
     /// The fds epoll said were readable in this poll (kept: no allocation
     /// per poll).
-    pub(super) readable: Vec<std::os::fd::RawFd>,
+    readable: Vec<std::os::fd::RawFd>,
     /// Where reads land before they are cut into frames (kept: an array
     /// on the stack would be zeroed on every poll).
-    pub(super) chunk: Box<[u8]>,
+    chunk: Box<[u8]>,
     /// Buffers of frames handed up, kept for the next ones (at most
     /// `SPARE_MAX`): a 256 KiB DATA frame freshly allocated per frame
     /// costs the allocator's mmap/trim and a page fault per page.
-    pub(super) spare: Vec<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
     /// The endpoint's wake fd (`wire::Inbox::wake_fd`): holds the listener
     /// and every connection accepted (a closed socket leaves it by itself).
-    pub(super) wake: std::sync::Arc<crate::sys::Epoll>,
+    wake: std::sync::Arc<crate::sys::Epoll>,
     /// Where payloads may land straight from the socket (the engine's).
-    pub(super) lands: crate::wire::land::Landings,
+    lands: crate::wire::land::Landings,
 }
 
 /// See `Inbox::spare`.
@@ -160,14 +160,14 @@ const ACCEPT_GAP: Duration = Duration::from_micros(200);
 const CLOCK_EVERY: u32 = 16;
 
 /// Where `cut` puts what it cuts from a connection's stream.
-pub(super) struct Cuts<'a> {
-    pub(super) frames: &'a mut VecDeque<Frame>,
-    pub(super) spare: &'a mut Vec<Vec<u8>>,
-    pub(super) read: &'a mut u64,
-    pub(super) lands: &'a crate::wire::land::Landings,
+struct Cuts<'a> {
+    frames: &'a mut VecDeque<Frame>,
+    spare: &'a mut Vec<Vec<u8>>,
+    read: &'a mut u64,
+    lands: &'a crate::wire::land::Landings,
     /// The last frame cut is a barrier (`Landings::barrier`): nothing more
     /// of its connection is cut until the engine has taken it.
-    pub(super) stopped: bool,
+    stopped: bool,
 }
 
 /// Cut the whole frames at the start of `bytes` (a connection's stream
@@ -176,13 +176,7 @@ pub(super) struct Cuts<'a> {
 /// is to be closed; said here). A frame whose payload may land
 /// (`wire::land`) lands what of it is here, and if the rest is still to
 /// come, `land` says where it goes (and every byte was taken).
-pub(super) fn cut(
-    bytes: &[u8],
-    from: SocketAddr,
-    id: u64,
-    to: &mut Cuts<'_>,
-    land: &mut Option<Landing>,
-) -> Option<usize> {
+fn cut(bytes: &[u8], from: SocketAddr, id: u64, to: &mut Cuts<'_>, land: &mut Option<Landing>) -> Option<usize> {
     let mut at = 0;
     let lands = to.lands.any().then(|| to.lands.head_max()).flatten();
     while bytes.len() - at >= 4 {

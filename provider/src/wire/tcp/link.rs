@@ -24,11 +24,11 @@ enum Seg {
 }
 
 struct ZcPart {
-    pub(super) addr: usize,
-    pub(super) len: usize,
-    pub(super) slot: u16,
+    addr: usize,
+    len: usize,
+    slot: u16,
     /// Once submitted (it completes before anything after it goes).
-    pub(super) flight: Option<Arc<Flight>>,
+    flight: Option<Arc<Flight>>,
 }
 
 /// What an opened link knows, and what it has not sent yet.
@@ -36,23 +36,23 @@ pub(super) struct Out {
     /// The connection our frames go on (replaced when we adopt the one the
     /// peer opened, or connect again after a YIELD), and its id (the
     /// inbox's, see `InConn::id`).
-    pub(super) sock: TcpStream,
-    pub(super) id: u64,
+    sock: TcpStream,
+    id: u64,
     /// What waits behind a full socket, a connect in progress, the peer's
     /// answer or a zero-copy send in flight, and its bytes in all.
     queued: VecDeque<Seg>,
-    pub(super) queued_len: usize,
+    queued_len: usize,
     /// Our hello's bytes not yet written (they go first, before any frame).
-    pub(super) greet: Vec<u8>,
+    greet: Vec<u8>,
     pub(super) state: LinkState,
     pub(super) setup: Setup,
     /// The peer's hello, once it answered (its first bytes so far).
     pub(super) peer: Option<Hello>,
-    pub(super) got: Vec<u8>,
+    got: Vec<u8>,
     /// Whether the inbox reads this connection (then it says, in `tie`,
     /// when the connection ends; we never read it).
-    pub(super) handed: bool,
-    pub(super) tie: Tie,
+    handed: bool,
+    tie: Tie,
     /// Whether the connection comes from our name's IP (the peer adopts
     /// only such a connection: `Pairs::greeted`).
     pub(super) adoptable: bool,
@@ -60,27 +60,27 @@ pub(super) struct Out {
     /// have not looked at (oldest first, the last `ZC_PROBES`), how many in
     /// a row said the kernel copied, and whether it stopped
     /// (`TcpSend::copied_off` of them).
-    pub(super) zc_probes: VecDeque<Arc<Flight>>,
-    pub(super) zc_copied: u32,
-    pub(super) zc_off: bool,
+    zc_probes: VecDeque<Arc<Flight>>,
+    zc_copied: u32,
+    zc_off: bool,
 }
 
 /// A link to one peer: the connection that carries our frames to it.
 pub struct Link(Arc<Core>);
 
 pub(super) struct Core {
-    pub(super) to: SocketAddr,
-    pub(super) me: Hello,
-    pub(super) out: Mutex<Out>,
-    pub(super) tx: TcpSend,
+    to: SocketAddr,
+    me: Hello,
+    out: Mutex<Out>,
+    tx: TcpSend,
     /// The endpoint's table of connections (None: a bare sender of tests,
     /// whose link reads its own connection).
-    pub(super) pairs: Option<Arc<Pairs>>,
+    pairs: Option<Arc<Pairs>>,
 }
 
 impl Out {
     /// A link's state on `sock`, established (`fresh` when we opened it).
-    pub(super) fn new(sock: TcpStream) -> Out {
+    fn new(sock: TcpStream) -> Out {
         Out {
             sock,
             id: 0,
@@ -128,7 +128,7 @@ impl Out {
 
     /// Write on `sock`, a connection we just opened (connected already if
     /// `up`), our hello first.
-    pub(super) fn start(&mut self, up: bool, id: u64, me: &Hello) {
+    fn start(&mut self, up: bool, id: u64, me: &Hello) {
         let _ = self.sock.set_nodelay(true);
         self.adoptable = match (self.sock.local_addr(), crate::info::addr::parse(&me.name)) {
             (Ok(l), Some(n)) => same_ip(l.ip(), n.ip()),

@@ -162,11 +162,11 @@ pub struct TcpSend {
 
 /// What a link and the inbox share of the connection the link writes on:
 /// set by the inbox when it found the connection ended (or closed it).
-pub(super) type Tie = Arc<AtomicBool>;
+type Tie = Arc<AtomicBool>;
 
 /// Whether two addresses are one IP (an IPv4 address and its IPv6-mapped
 /// form are).
-pub(super) fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     let v4 = |ip: IpAddr| match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         ip => ip,

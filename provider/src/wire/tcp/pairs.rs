@@ -27,12 +27,12 @@ pub(super) enum Pair {
 /// inbox to read. Locking: the table before a link's `out`, never the
 /// reverse; `handoff` is taken alone.
 pub struct Pairs {
-    pub(super) me: SocketAddr,
-    pub(super) table: Mutex<HashMap<SocketAddr, Pair>>,
-    pub(super) handoff: Mutex<Vec<InConn>>,
+    me: SocketAddr,
+    table: Mutex<HashMap<SocketAddr, Pair>>,
+    handoff: Mutex<Vec<InConn>>,
     /// Whether `handoff` holds any (one load per poll, no lock).
-    pub(super) handing: AtomicBool,
-    pub(super) ids: AtomicU64,
+    handing: AtomicBool,
+    ids: AtomicU64,
 }
 
 impl std::fmt::Debug for Pairs {
