@@ -33,7 +33,7 @@
 #include <sys/wait.h>
 
 #define BUF (1 << 20)
-#define BIGSEND (64 << 10) /* over the inline limit: a rendezvous send */
+#define BIGSEND (128 << 10) /* over the inline limit (TCP: 64 KiB): a rendezvous send */
 #define WAIT_MS 20000      /* the bound on any one completion */
 
 struct ep {

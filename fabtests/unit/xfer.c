@@ -53,28 +53,31 @@
 #define BIG (16 * MiB)
 #define BUFLEN (BIG + 64 * KiB)
 #define EAGER_MAX 8080 /* docs/wire.md: inline payload limit */
-
-/* The inline limit in effect: FI_OXMR_SHM_EAGER_MAX lowers it. */
-static size_t eager_max(void)
-{
-	const char *v = getenv("FI_OXMR_SHM_EAGER_MAX");
-	size_t m = v ? strtoull(v, NULL, 0) : EAGER_MAX;
-
-	return m < EAGER_MAX ? m : EAGER_MAX;
-}
 #define RING_CELLS 256 /* docs/wire.md: cells per endpoint queue */
 
 /* FI_OXMR_WIRE=tcp, or the two processes on two hosts (fabtests/run.sh's
  * network namespaces, OXT_NETNS_PEER: the child enters the peer's): the
  * same tests over the TCP wire (docs/wire.md, "TCP"), where what is
  * shm-specific differs: the flow-control bound (socket buffers and a 4 MiB
- * link queue, not 256 cells) and any order between two endpoints' messages
- * (two connections). */
+ * link queue, not 256 cells), the inline limit, and any order between two
+ * endpoints' messages (two connections). */
 static bool over_tcp(void)
 {
 	const char *v = getenv("FI_OXMR_WIRE");
 
 	return (v && !strcmp(v, "tcp")) || oxt_two_hosts();
+}
+
+/* The inline limit in effect: FI_OXMR_SHM_EAGER_MAX (at most 8080) on shared
+ * memory, FI_OXMR_TCP_EAGER_MAX (default 64 KiB, at most a 256 KiB frame
+ * less its 72-byte header) over TCP. */
+static size_t eager_max(void)
+{
+	const char *v = getenv(over_tcp() ? "FI_OXMR_TCP_EAGER_MAX" : "FI_OXMR_SHM_EAGER_MAX");
+	size_t cap = over_tcp() ? 256 * KiB - 72 : EAGER_MAX;
+	size_t m = v ? strtoull(v, NULL, 0) : over_tcp() ? 64 * KiB : EAGER_MAX;
+
+	return m < cap ? m : cap;
 }
 #define TMO_MS 10000   /* one completion */
 #define CTL_TMO_MS 20000 /* one control message */
@@ -710,8 +713,8 @@ static void t_sizes(struct node *n, bool ps)
 	bool snd = n->parent == ps;
 	struct comp c;
 
-	OXT_GROUP(gname("1. fi_send/fi_recv of 0 B .. 16 MiB (eager <= 8080 < RTS), %s",
-		      dir(ps)));
+	OXT_GROUP(gname("1. fi_send/fi_recv of 0 B .. 16 MiB (eager <= %zu < RTS), %s",
+		      eager_max(), dir(ps)));
 	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
 		size_t size = sizes[k];
 		uint64_t seed = size * 4 + ps;
@@ -820,9 +823,10 @@ static void t_offsets(struct node *n, bool ps)
 }
 
 /*
- * docs/wire.md: a send of up to 8080 B goes inline and completes when its
- * cell is written (the receiver need not do anything); a larger one is an
- * RTS and completes on the receiver's ACK. The receiver here neither posts
+ * docs/wire.md: a send of up to the inline limit (eager_max(): 8080 B on
+ * shared memory, 64 KiB over TCP) goes inline and completes when it is
+ * written (the receiver need not do anything); a larger one is an RTS and
+ * completes on the receiver's ACK. The receiver here neither posts
  * nor progresses until the sender has looked for its completion.
  */
 static void t_boundary(struct node *n, bool ps)
@@ -832,8 +836,8 @@ static void t_boundary(struct node *n, bool ps)
 	bool snd = n->parent == ps;
 	struct comp c;
 
-	OXT_GROUP(gname("1. eager up to FI_OXMR_SHM_EAGER_MAX (8080 B) completes without the receiver, RTS above waits for it (docs/wire.md), %s",
-			dir(ps)));
+	OXT_GROUP(gname("1. eager up to %zu B (FI_OXMR_SHM_EAGER_MAX, over TCP FI_OXMR_TCP_EAGER_MAX) completes without the receiver, RTS above waits for it (docs/wire.md), %s",
+			m, dir(ps)));
 	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
 		size_t size = sizes[k];
 		bool eager = size <= m, got = false;

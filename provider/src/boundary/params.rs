@@ -7,7 +7,9 @@ use std::sync::OnceLock;
 use oxmr_ffi as ffi;
 
 use super::provider::provider_ptr;
-use crate::config::{Config, CM_TIMEOUT_MS, EAGER_MAX, SHARE_MIN, TCP_ZC_COPIED, WAIT_TICK_MS, WRITE_BATCH};
+use crate::config::{
+    Config, CM_TIMEOUT_MS, EAGER_MAX, SHARE_MIN, TCP_EAGER_MAX, TCP_ZC_COPIED, WAIT_TICK_MS, WRITE_BATCH,
+};
 
 /// One variable: `name` is the suffix after `FI_OXMR_`, lower case.
 pub struct ParamDef {
@@ -83,6 +85,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         name: c"tcp_io_uring",
         kind: ffi::FI_PARAM_BOOL,
         help: c"TCP links send each frame part of at least 32 KiB that lies in memory registered (pinned) in the domain's io_uring with io_uring SEND_ZC, on that ring; the rest (length prefixes, headers, small frames, unregistered memory) is copied with writev. 0: plain non-blocking sockets only. Falls back to sockets where the domain has no ring (FI_OXMR_MR_PIN=mlock or none, io_uring unavailable) or the kernel has no SEND_ZC (default: 1)",
+    },
+    ParamDef {
+        name: c"tcp_eager_max",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Sends over TCP up to this many bytes go inline, right behind their header (the receiver copies them once from its frame buffer, or keeps them if no receive matches yet); larger ones go by rendezvous, their data read straight into the matched receive buffer after one round trip. At most 262072 (default: 65536)",
     },
     ParamDef {
         name: c"tcp_zc_copied",
@@ -218,6 +225,7 @@ pub fn define_and_load() {
         std::time::Duration::from_millis(get_size(c"cm_timeout_ms").unwrap_or(CM_TIMEOUT_MS).max(1) as u64);
     let wait_tick = std::time::Duration::from_millis(get_size(c"wait_tick_ms").unwrap_or(WAIT_TICK_MS).max(1) as u64);
     let tcp_io_uring = get_bool(c"tcp_io_uring").unwrap_or(true);
+    let tcp_eager_max = get_size(c"tcp_eager_max").unwrap_or(TCP_EAGER_MAX);
     let tcp_zc_copied = get_size(c"tcp_zc_copied").unwrap_or(TCP_ZC_COPIED).min(u32::MAX as usize) as u32;
     let _ = CONFIG.set(Config {
         ifaces,
@@ -236,6 +244,7 @@ pub fn define_and_load() {
         cm_timeout,
         wait_tick,
         tcp_io_uring,
+        tcp_eager_max,
         tcp_zc_copied,
     });
 }

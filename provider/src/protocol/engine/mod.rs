@@ -383,8 +383,10 @@ pub struct Engine {
     /// Most bytes of a peer's RMA writes copied by one call (`write_batch`;
     /// 0: off).
     write_batch_max: usize,
-    /// Sends up to this many bytes go inline (FI_OXMR_SHM_EAGER_MAX).
+    /// Sends up to this many bytes go inline (FI_OXMR_SHM_EAGER_MAX; over
+    /// TCP, FI_OXMR_TCP_EAGER_MAX within the link's frame).
     eager_max: usize,
+    tcp_eager_max: usize,
     avc: AvCache,
     /// Messages taken from the queue, to handle after the control messages
     /// behind them (see `take_message`).
@@ -520,6 +522,7 @@ impl Engine {
             share_chunk: cfg.share_chunk,
             write_batch_max: cfg.write_batch,
             eager_max: cfg.eager_max.min(EAGER_MAX),
+            tcp_eager_max: cfg.tcp_eager_max,
             rx: Some(rx),
             name: {
                 let mut n = [0u8; 28];

@@ -31,7 +31,16 @@ impl Engine {
         // Injects (up to inject_size) always go inline: their buffer is
         // the application's again when the call returns.
         let inject = flags & ffi::FI_INJECT as u64 != 0;
-        if len <= self.eager_max || (inject && len <= EAGER_MAX) {
+        // (A link with frames larger than the shm cell, TCP: one round
+        // trip costs more there than a copy of a few dozen KiB.)
+        let eager_max = match len > self.eager_max {
+            true => match self.peer(to)?.link.max_frame() {
+                m if m > MAX_FRAME => self.tcp_eager_max.min(m - HDR_MAX),
+                _ => self.eager_max,
+            },
+            false => self.eager_max,
+        };
+        if len <= eager_max || (inject && len <= EAGER_MAX) {
             hdr.op = op::EAGER;
             let mut data = Vec::new();
             let body: &[u8] = match &o.iovs[..] {

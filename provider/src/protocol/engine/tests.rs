@@ -199,6 +199,8 @@ fn rma(s: &mut Side, ctx: usize, b: &mut [u8], addr: usize, key: u64, read: bool
 }
 
 const RW: u64 = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
+/// A send that goes by rendezvous on every wire (over the TCP eager limit).
+const RNDV: usize = crate::config::TCP_EAGER_MAX + 3 * EAGER_MAX;
 const RO: u64 = ffi::FI_REMOTE_READ as u64;
 
 fn tagged_receives_match_by_tag_ignore_bits_and_source() {
@@ -239,7 +241,7 @@ fn tagged_receives_match_by_tag_ignore_bits_and_source() {
 
 fn a_rendezvous_send_goes_through_pull_and_data_and_completes_both_sides() {
     let (mut a, mut b) = pair();
-    let n = 3 * EAGER_MAX + 123;
+    let n = RNDV + 123;
     let src: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
     let mut dst = vec![0u8; n];
     recv(&mut b, 1, &mut dst, 0, None);
@@ -250,11 +252,31 @@ fn a_rendezvous_send_goes_through_pull_and_data_and_completes_both_sides() {
     assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 2, "the send completes on the ACK");
     let tcp = VIA.with(|c| c.get()) == Via::Tcp;
     assert!(a.eng.peers.list.iter().all(|p| p.link.buffers() == tcp), "the links are of the wire asked for");
+    // A send over the shm cell but under FI_OXMR_TCP_EAGER_MAX: inline over
+    // TCP (complete as soon as it is written, before b has even looked),
+    // rendezvous elsewhere (complete at b's ACK).
+    let mid = vec![5u8; 3 * EAGER_MAX];
+    send(&mut a, 3, &mid, None);
+    a.eng.progress();
+    assert_eq!(
+        read(&a).is_some(),
+        tcp,
+        "a {} byte send over {} goes inline only over TCP",
+        mid.len(),
+        if tcp { "TCP" } else { "loopback" }
+    );
+    let mut got = vec![0u8; mid.len()];
+    recv(&mut b, 4, &mut got, 0, None);
+    assert_eq!(ok(next(&mut a, &mut b, 1)).op_context, 4);
+    assert!(got == mid);
+    if !tcp {
+        assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 3);
+    }
 }
 
 fn truncated_receives_report_etrunc_with_the_overflow_inline_and_rendezvous() {
     let (mut a, mut b) = pair();
-    for n in [100usize, 2 * EAGER_MAX] {
+    for n in [100usize, RNDV] {
         let src = vec![7u8; n];
         let mut dst = [0u8; 64 + 8];
         recv(&mut b, 1, &mut dst[..64], 0, None);
@@ -459,7 +481,7 @@ fn cancel_gives_ecanceled_and_a_peer_that_closes_fails_what_it_owed() {
     assert_eq!((e.op_context, e.err as u32), (42, ffi::FI_ECANCELED));
     assert_eq!(a.eng.cancel(42).map_err(|e| e.code()).err(), Some(ffi::FI_ENOENT));
     // A large send to b, then b goes away before answering.
-    let big = vec![1u8; 3 * EAGER_MAX];
+    let big = vec![1u8; RNDV];
     send(&mut a, 43, &big, None);
     drop(b);
     let mut got = None;
@@ -619,7 +641,7 @@ fn peek_claim_and_discard_find_unexpected_messages_without_consuming_them() {
 
     // FI_PEEK|FI_CLAIM sets a rendezvous send aside for the FI_CLAIM
     // receive with the same context: no other receive or peek sees it.
-    let big: Vec<u8> = (0..3 * EAGER_MAX).map(|i| (i * 7 + 1) as u8).collect();
+    let big: Vec<u8> = (0..RNDV).map(|i| (i * 7 + 1) as u8).collect();
     send(&mut a, 101, &big, Some(6));
     let e = peek(&mut a, &mut b, 10, 6, PEEK | CLAIM).expect("the claim finds the rendezvous send");
     assert_eq!((e.op_context, e.len, e.tag), (10, big.len(), 6));
@@ -908,7 +930,7 @@ fn a_peer_restarted_at_its_address_fails_what_was_pending_with_the_old_one() {
     // send opens a new link.
     VIA.with(|c| c.set(Via::Tcp));
     let (mut a, mut b) = pair();
-    let big = vec![2u8; 64 << 10];
+    let big = vec![2u8; RNDV];
     a.eng.send(TxOp { ctx: 7, iovs: iov(&big), dest: 0, tag: None, data: None, flags: None }).expect("posted");
     run(&mut a, &mut b, |a, b| !b.eng.unexpected[0].is_empty() && a.eng.peers.list.iter().any(|p| p.link.epoch() != 0));
     let old = a.eng.peers.list[0].link.epoch();
