@@ -161,7 +161,7 @@ impl Epoll {
         if added || io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
             return added;
         }
-        // SAFETY: as above; MOD of an fd this epoll holds.
+        // SAFETY: EEXIST said `fd` is open and in this epoll; `ev` is a valid epoll_event.
         unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) == 0 }
     }
 

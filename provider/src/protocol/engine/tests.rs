@@ -840,7 +840,10 @@ fn a_target_that_answers_a_streamed_write_early_stops_its_stream_before_it_compl
     let mut name = [0u8; 28];
     let e = crate::info::addr::encode(&liar);
     name[..e.len()].copy_from_slice(&e);
-    let hello = crate::wire::tcp::Hello { version: crate::wire::tcp::VERSION, name, epoch: 77, pid: 1 };
+    // (a's own hello, this build's version, with the liar's name.)
+    let mut hello = a.eng.dial.hello;
+    hello.name = name;
+    hello.epoch = 77;
     let mut answer = crate::wire::hello_bytes(&hello);
     answer[44] = 1; // (ACCEPT)
     s.write_all(&answer).unwrap();

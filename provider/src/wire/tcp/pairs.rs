@@ -75,7 +75,9 @@ impl Pairs {
     }
 
     pub(super) fn take_handed(&self) -> Vec<InConn> {
-        if !self.handing.swap(false, Ordering::Acquire) {
+        // (A load first: this runs on every poll, and a swap is a locked
+        // write to the line even when nothing was handed over.)
+        if !self.handing.load(Ordering::Relaxed) || !self.handing.swap(false, Ordering::Acquire) {
             return Vec::new();
         }
         std::mem::take(&mut *self.handoff.lock().unwrap_or_else(|p| p.into_inner()))
