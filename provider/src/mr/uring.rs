@@ -105,8 +105,9 @@ pub struct UringTable {
     /// Whether the kernel has IORING_OP_SEND_ZC (io_uring's probe).
     send_zc: bool,
     pub notes: ZcNotes,
-    /// The process that created the ring.
-    pid: u32,
+    /// The process image that created the ring (`sys::process_token`:
+    /// no getpid system call on every send's check).
+    token: u64,
 }
 
 impl std::fmt::Debug for UringTable {
@@ -133,7 +134,7 @@ impl UringTable {
             pieces: Mutex::new(BTreeMap::new()),
             send_zc,
             notes: ZcNotes::default(),
-            pid: std::process::id(),
+            token: crate::sys::process_token(),
         })
     }
 
@@ -218,7 +219,7 @@ impl UringTable {
     /// Whether this process created the ring (false in a forked child,
     /// which inherits the fd and must not change the parent's table).
     pub fn owned_here(&self) -> bool {
-        std::process::id() == self.pid
+        crate::sys::process_token() == self.token
     }
 
     /// Slots in use.
@@ -433,5 +434,23 @@ pub(crate) mod tests {
         assert_eq!(vm_pinned_bytes(), before, "no page left pinned");
         // SAFETY: our mapping.
         unsafe { libc::munmap(a as *mut _, 8192) };
+    }
+    #[test]
+    fn a_forked_child_does_not_own_the_ring() {
+        let t = UringTable::new().unwrap();
+        assert!(t.owned_here(), "the process that created it");
+        // SAFETY: the child only asks `owned_here` (no lock: the fork token
+        // is set already) and leaves with _exit, its answer the status.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: leaves the child without running destructors.
+            unsafe { libc::_exit(if t.owned_here() { 1 } else { 0 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child saw the ring as its own");
+        assert!(t.owned_here(), "still the parent's");
     }
 }

@@ -59,9 +59,16 @@ impl Engine {
                 // (A TCP frame that is malformed, lies about its body or
                 // names another sender closes the connection it came on.)
                 let mut reject = false;
+                // (The last TCP frame cut by this poll: every socket was read
+                // until it was empty, so another pop would only read them
+                // again, an EAGAIN system call on the arrival's path before
+                // its completion is seen; the next progress reads them.)
+                let mut drained = false;
                 while n < 64
+                    && !drained
                     && self.deferred.len() < DEFER_MAX
                     && rx.pop(|msg, more, via, landed| {
+                        drained = !more && via.is_some();
                         self.busy = more || !self.deferred.is_empty();
                         if via.is_some_and(|v| !frame_sound(msg, &v)) {
                             reject = true;

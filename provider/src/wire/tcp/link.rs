@@ -523,10 +523,11 @@ impl Core {
     /// or more, wholly in one slot of the domain's ring); None when no
     /// part does.
     fn zc_slots(&self, o: &mut Out, parts: &[&[u8]]) -> Option<Vec<Option<u16>>> {
-        let ring = self.tx.ring.as_ref().filter(|r| r.sends_zc())?;
+        // (The cheap checks first: this runs for every frame.)
         if o.zc_off || !parts.iter().any(|p| p.len() >= ZC_MIN) {
             return None;
         }
+        let ring = self.tx.ring.as_ref().filter(|r| r.sends_zc())?;
         // (A notification follows its send's completion closely: look at
         // what the ring holds already.)
         if o.zc_probes.back().is_some_and(|f| f.notified_copied().is_none()) {
