@@ -9,6 +9,12 @@
 #   bandwidth fi_rdm_tagged_bw and fi_rma_bw (-o write) at 64 KiB, 1 MiB
 #             and 16 MiB (MB/s), and the CPU seconds (user + sys, both
 #             processes) per GiB moved
+#   ceiling   bench/tcp_ceiling.c at the same sizes, 1 GiB a run (no
+#             warm-up of its own, so longer than fabtests' runs): what one
+#             TCP connection (blocking send/recv, nothing else) and two
+#             polled connections from one process carry on the same path,
+#             pinned alike: about the most a provider's bandwidth row can
+#             show with one or with two connections per peer
 #
 # oxmr runs with FI_OXMR_WIRE=tcp on loopback (auto would pick shared
 # memory there) and with the default (auto: TCP to the other namespace)
@@ -36,6 +42,8 @@ for p in fi_rdm_pingpong fi_rdm_tagged_bw fi_rma_bw; do
 done
 
 tmp="$(mktemp -d)"
+ceiling="$tmp/tcp_ceiling"
+cc -O2 -o "$ceiling" "$(dirname "${BASH_SOURCE[0]}")/tcp_ceiling.c"
 source "$(dirname "${BASH_SOURCE[0]}")/../fabtests/netns.sh"
 cleanup() {
 	netns_down
@@ -81,6 +89,24 @@ pair() {
 	awk '$1 ~ /^[0-9]/ {l=$0} END {print l}' "$tmp/cpu.out"
 }
 
+# ceil <where> <size> <count> <k>: the ceiling's MB/s.
+ceil() {
+	local where="$1" srv=() cli=() sa=127.0.0.1 ps=() pc=()
+	shift
+	port=$((port + 1))
+	if [ "${PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ]; then
+		ps=(taskset -c 0) pc=(taskset -c 1)
+	fi
+	if [ "$where" = veth ]; then
+		srv=(ip netns exec "$nsa") cli=(ip netns exec "$nsb") sa=198.18.0.1
+	fi
+	timeout 120 "${srv[@]}" "${ps[@]}" "$ceiling" recv "$sa" "$port" "$@" &
+	local spid=$!
+	sleep 0.3
+	timeout 120 "${cli[@]}" "${pc[@]}" "$ceiling" send "$sa" "$port" "$@" | awk '{print $4}' || true
+	wait "$spid" || true
+}
+
 : >"$tmp/all"
 for r in $(seq "$reps"); do
 	echo "round $r of $reps" >&2
@@ -90,6 +116,13 @@ for r in $(seq "$reps"); do
 				line=$(pair "$where" "$prov" "$ft/fi_rdm_pingpong" -S "$s" -I 5000)
 				echo "$where $prov lat $s $(awk '{print $(NF-1)}' <<<"$line")" >>"$tmp/all"
 			done
+			if [ "$prov" = tcp ]; then
+				for s in 65536 1048576 16777216; do
+					for k in 1 2; do
+						echo "$where ceiling k$k $s $(ceil "$where" "$s" $(((1 << 30) / s)) "$k")" >>"$tmp/all"
+					done
+				done
+			fi
 			for prog in fi_rdm_tagged_bw fi_rma_bw; do
 				for s in 65536 1048576 16777216; do
 					it=$((s >= 16777216 ? 20 : s >= 1048576 ? 200 : 2000))
@@ -107,11 +140,13 @@ done
 
 python3 - "$tmp/all" <<'EOF'
 import sys, statistics
-lat, bw = {}, {}
+lat, bw, ceil = {}, {}, {}
 for line in open(sys.argv[1]):
     f = line.split()
     try:
-        if f[2] == "lat":
+        if f[1] == "ceiling":
+            ceil.setdefault((f[0], f[2], int(f[3])), []).append(float(f[4]))
+        elif f[2] == "lat":
             lat.setdefault((f[0], f[1], int(f[3])), []).append(float(f[4]))
         else:
             # CPU per GiB: both processes' user + sys over the bytes the client sent.
@@ -136,4 +171,15 @@ for where in ("lo", "veth"):
                 x, y = statistics.median(v[0] for v in a), statistics.median(v[0] for v in b)
                 cx, cy = statistics.median(v[1] for v in a), statistics.median(v[1] for v in b)
                 print(f"| {where} | {prog} {size(s)} | {x:.0f} MB/s, {cx:.2f} CPU-s/GiB | {y:.0f} MB/s, {cy:.2f} CPU-s/GiB | {x / y:.2f}x |")
+print()
+print("| where | size | one connection | two connections | tcp tagged / one | oxmr tagged / one |")
+print("|---|---|---|---|---|---|")
+for where in ("lo", "veth"):
+    for s in (65536, 1 << 20, 16 << 20):
+        one, two = ceil.get((where, "k1", s)), ceil.get((where, "k2", s))
+        a, b = bw.get((where, "oxmr", "rdm_tagged_bw", s)), bw.get((where, "tcp", "rdm_tagged_bw", s))
+        if one and two and a and b:
+            c1, c2 = statistics.median(one), statistics.median(two)
+            x, y = statistics.median(v[0] for v in a), statistics.median(v[0] for v in b)
+            print(f"| {where} | {size(s)} | {c1:.0f} MB/s | {c2:.0f} MB/s | {y / c1:.2f} | {x / c1:.2f} |")
 EOF
