@@ -58,7 +58,20 @@ impl Cq {
         // help with a shared copy), and the next read of an empty queue
         // serves the kept copies.
         self.core.waiter.unpark();
-        self.progress.run_with(count == 0 || self.core.pending() == 0);
+        let waiting = self.core.pending();
+        // As many entries as asked for wait already: hand them out without
+        // progress (which on TCP reads every socket, an EAGAIN system call
+        // between the application and a completion it could have at once;
+        // the next read that finds fewer drives progress). fi_cq_read of
+        // one entry while the next ones wait is what a pingpong does after
+        // its send completed. Measured, alternating builds, 5 runs each:
+        // fi_rdm_pingpong 8 B over TCP 5.55 -> 5.15 us on loopback, 5.65
+        // -> 5.32 across veth; on shm, two-way fi_rma_bw 64 KiB 8.9 -> 9.8
+        // GB/s, tagged 64 KiB 13.2 -> 13.6, 1 MiB unchanged.
+        if count > 0 && waiting >= count {
+            return self.core.pop(count, out);
+        }
+        self.progress.run_with(count == 0 || waiting == 0);
         self.core.pop(count, out)
     }
 
