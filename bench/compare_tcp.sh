@@ -26,6 +26,10 @@
 # a small machine share a core now and then, and a run's figure halves
 # (seen here: 1.2 to 3.5 GB/s for one configuration, unpinned).
 #
+# LANES=N adds oxmr with FI_OXMR_TCP_LANES=N (N connections per peer for
+# the data of large transfers, docs/wire.md "Lanes") to the bandwidth rows,
+# in the same rounds, and prints its ratios to tcp and to oxmr's default.
+#
 # usage: bench/compare_tcp.sh <dir-containing-liboxmr-fi.so>
 set -euo pipefail
 
@@ -36,6 +40,7 @@ set -euo pipefail
 provdir="$(cd "$1" && pwd)"
 ft="${FABTESTS_BIN:-/opt/ft117/bin}"
 reps="${REPS:-3}"
+lanes="${LANES:-}"
 [ "$(id -u)" -eq 0 ] || { echo "$0: needs root (network namespaces)" >&2; exit 2; }
 for p in fi_rdm_pingpong fi_rdm_tagged_bw fi_rma_bw; do
 	[ -x "$ft/$p" ] || { echo "$0: no $ft/$p (set FABTESTS_BIN to upstream fabtests' bin/)" >&2; exit 2; }
@@ -70,6 +75,10 @@ pair() {
 	shift 3
 	port=$((port + 1))
 	local env=(env FI_PROVIDER_PATH="$provdir") ps=() pc=()
+	if [ "$prov" = oxmr-lanes ]; then
+		env+=(FI_OXMR_TCP_LANES="$lanes")
+		prov=oxmr
+	fi
 	if [ "${PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ]; then
 		ps=(taskset -c 0) pc=(taskset -c 1)
 	fi
@@ -111,8 +120,9 @@ ceil() {
 for r in $(seq "$reps"); do
 	echo "round $r of $reps" >&2
 	for where in lo veth; do
-		for prov in oxmr tcp; do
+		for prov in oxmr tcp ${lanes:+oxmr-lanes}; do
 			for s in 8 4096; do
+				[ "$prov" = oxmr-lanes ] && continue
 				line=$(pair "$where" "$prov" "$ft/fi_rdm_pingpong" -S "$s" -I 5000)
 				echo "$where $prov lat $s $(awk '{print $(NF-1)}' <<<"$line")" >>"$tmp/all"
 			done
@@ -171,6 +181,18 @@ for where in ("lo", "veth"):
                 x, y = statistics.median(v[0] for v in a), statistics.median(v[0] for v in b)
                 cx, cy = statistics.median(v[1] for v in a), statistics.median(v[1] for v in b)
                 print(f"| {where} | {prog} {size(s)} | {x:.0f} MB/s, {cx:.2f} CPU-s/GiB | {y:.0f} MB/s, {cy:.2f} CPU-s/GiB | {x / y:.2f}x |")
+if any(k[1] == "oxmr-lanes" for k in bw):
+    print()
+    print("| where | figure | oxmr, lanes | lanes / tcp | lanes / oxmr default |")
+    print("|---|---|---|---|---|")
+    for where in ("lo", "veth"):
+        for prog in ("rdm_tagged_bw", "rma_bw"):
+            for s in (65536, 1 << 20, 16 << 20):
+                a, b, c = (bw.get((where, p, prog, s)) for p in ("oxmr-lanes", "tcp", "oxmr"))
+                if a and b and c:
+                    x, y, z = (statistics.median(v[0] for v in l) for l in (a, b, c))
+                    cx = statistics.median(v[1] for v in a)
+                    print(f"| {where} | {prog} {size(s)} | {x:.0f} MB/s, {cx:.2f} CPU-s/GiB | {x / y:.2f}x | {x / z:.2f}x |")
 print()
 print("| where | size | one connection | two connections | tcp tagged / one | oxmr tagged / one |")
 print("|---|---|---|---|---|---|")

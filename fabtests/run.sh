@@ -294,10 +294,14 @@ if [ "$(id -u)" -ne 0 ]; then
 	skip_run "conn[two hosts]" "needs root (network namespaces, setns)"
 	skip_run "xfer[two hosts]" "needs root (network namespaces, setns)"
 	skip_run "wake[two hosts]" "needs root (network namespaces, setns)"
+	skip_run "xfer[two hosts,FI_OXMR_TCP_LANES=4]" "needs root (network namespaces, setns)"
+	skip_run "conn[two hosts,FI_OXMR_TCP_LANES=4]" "needs root (network namespaces, setns)"
 elif ! command -v ip >/dev/null; then
 	skip_run "conn[two hosts]" "ip (iproute2) is missing"
 	skip_run "xfer[two hosts]" "ip (iproute2) is missing"
 	skip_run "wake[two hosts]" "ip (iproute2) is missing"
+	skip_run "xfer[two hosts,FI_OXMR_TCP_LANES=4]" "ip (iproute2) is missing"
+	skip_run "conn[two hosts,FI_OXMR_TCP_LANES=4]" "ip (iproute2) is missing"
 else
 	# shellcheck source=fabtests/netns.sh
 	. "$here/netns.sh"
@@ -311,6 +315,11 @@ else
 	extra_run "xfer[two hosts,FI_OXMR_TCP_ZC_COPIED=0]" xfer FI_OXMR_TCP_ZC_COPIED=0 "${two_hosts[@]}"
 	extra_run "xfer[two hosts,FI_OXMR_TCP_IO_URING=0]" xfer FI_OXMR_TCP_IO_URING=0 "${two_hosts[@]}"
 	extra_run "wake[two hosts]" wake "${two_hosts[@]}"
+	# Lanes: three more TCP connections per link for the data of large
+	# transfers (FI_OXMR_TCP_LANES, docs/wire.md "Lanes"), under the whole
+	# operation set and the failing, killed and garbage-sending peers.
+	extra_run "xfer[two hosts,FI_OXMR_TCP_LANES=4]" xfer FI_OXMR_TCP_LANES=4 "${two_hosts[@]}"
+	extra_run "conn[two hosts,FI_OXMR_TCP_LANES=4]" conn FI_OXMR_TCP_LANES=4 "${two_hosts[@]}"
 	netns_down
 fi
 

@@ -456,7 +456,7 @@ static void t_restarted(struct ep *p)
 
 /* The TCP wire version this oxmr speaks (wire/tcp/mod.rs, VERSION), which a
  * raw connection's hello must carry to get past it. */
-#define TCP_WIRE_VERSION 2
+#define TCP_WIRE_VERSION 3
 
 /* What a raw connection sends, and what oxmr's log must say about it. */
 struct garbage {

@@ -56,6 +56,10 @@ pub struct Config {
     /// FI_OXMR_TCP_ZC_COPIED: after this many zero-copy sends in a row
     /// that the kernel copied anyway, a link sends with writev (0: never).
     pub tcp_zc_copied: u32,
+    /// FI_OXMR_TCP_LANES: connections a TCP link keeps to its peer for
+    /// the data of large transfers (1: its own alone; at most
+    /// `wire::tcp::LANES_MAX`).
+    pub tcp_lanes: u32,
 }
 
 /// Default of FI_OXMR_TCP_EAGER_MAX: the eager limit TCP stacks commonly
@@ -66,6 +70,12 @@ pub(crate) const TCP_EAGER_MAX: usize = 64 << 10;
 
 /// Default of FI_OXMR_TCP_ZC_COPIED.
 pub(crate) const TCP_ZC_COPIED: usize = 4;
+
+/// Default of FI_OXMR_TCP_LANES.
+pub(crate) const TCP_LANES: usize = 1;
+/// The most FI_OXMR_TCP_LANES takes: each is a socket, its buffers and,
+/// at the peer, one more connection to read.
+pub(crate) const TCP_LANES_MAX: usize = 8;
 
 /// Default of FI_OXMR_WAIT_TICK_MS.
 pub(crate) const WAIT_TICK_MS: usize = 100;
@@ -111,6 +121,7 @@ impl Default for Config {
             tcp_io_uring: true,
             tcp_eager_max: TCP_EAGER_MAX,
             tcp_zc_copied: TCP_ZC_COPIED as u32,
+            tcp_lanes: TCP_LANES as u32,
         }
     }
 }

@@ -8,7 +8,8 @@ use oxmr_ffi as ffi;
 
 use super::provider::provider_ptr;
 use crate::config::{
-    Config, CM_TIMEOUT_MS, EAGER_MAX, SHARE_MIN, TCP_EAGER_MAX, TCP_ZC_COPIED, WAIT_TICK_MS, WRITE_BATCH,
+    Config, CM_TIMEOUT_MS, EAGER_MAX, SHARE_MIN, TCP_EAGER_MAX, TCP_LANES, TCP_LANES_MAX, TCP_ZC_COPIED, WAIT_TICK_MS,
+    WRITE_BATCH,
 };
 
 /// One variable: `name` is the suffix after `FI_OXMR_`, lower case.
@@ -95,6 +96,11 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         name: c"tcp_zc_copied",
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"After this many SEND_ZC sends in a row that the kernel reported it copied anyway (a peer on this machine: loopback, veth), a TCP link sends with writev, which costs less there; 0: never stop (default: 4)",
+    },
+    ParamDef {
+        name: c"tcp_lanes",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"How many TCP connections a link keeps to its peer for the data of large transfers (rendezvous sends and RMA reads the peer pulls, in chunks of up to 256 KiB, each on whichever connection has nothing queued); the rest of the traffic keeps its one connection per pair of endpoints. The extra connections open at the first such transfer. 1: one connection only; at most 8 (default: 1)",
     },
     ParamDef {
         name: c"cm_timeout_ms",
@@ -227,6 +233,18 @@ pub fn define_and_load() {
     let tcp_io_uring = get_bool(c"tcp_io_uring").unwrap_or(true);
     let tcp_eager_max = get_size(c"tcp_eager_max").unwrap_or(TCP_EAGER_MAX);
     let tcp_zc_copied = get_size(c"tcp_zc_copied").unwrap_or(TCP_ZC_COPIED).min(u32::MAX as usize) as u32;
+    let lanes_max = TCP_LANES_MAX;
+    let tcp_lanes = match get_size(c"tcp_lanes").unwrap_or(TCP_LANES) {
+        0 => {
+            tracing::warn!("FI_OXMR_TCP_LANES=0: a link has at least its own connection; using 1");
+            1
+        }
+        n if n > lanes_max => {
+            tracing::warn!("FI_OXMR_TCP_LANES={n} is more than {lanes_max} connections per peer; using {lanes_max}");
+            lanes_max
+        }
+        n => n,
+    } as u32;
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -246,5 +264,6 @@ pub fn define_and_load() {
         tcp_io_uring,
         tcp_eager_max,
         tcp_zc_copied,
+        tcp_lanes,
     });
 }

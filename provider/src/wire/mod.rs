@@ -229,6 +229,31 @@ impl Link {
         }
     }
 
+    /// Send one frame whose order among the link's frames does not matter
+    /// (DATA answering a PULL): TCP may put it on another connection to
+    /// the same peer (a lane, FI_OXMR_TCP_LANES), `Full` when every one has
+    /// something queued; other wires send it as `send`.
+    pub fn send_spread(&self, parts: &[&[u8]]) -> Result<(), WireError> {
+        match self {
+            Link::Tcp(t) => t.send_spread(parts),
+            l => l.send(parts),
+        }
+    }
+
+    /// Whether `send_spread` may use several connections (TCP with lanes).
+    pub fn spreads(&self) -> bool {
+        matches!(self, Link::Tcp(t) if t.spreads())
+    }
+
+    /// Whether `send_spread` would answer `Full` now (every connection that
+    /// takes such frames has something queued; written as far as it goes).
+    pub fn spread_full(&self) -> bool {
+        match self {
+            Link::Tcp(t) => t.spread_full(),
+            _ => false,
+        }
+    }
+
     /// Copy the peer's `remote` buffers into our `local` ones.
     pub fn read(&self, local: &[(usize, usize)], remote: &[(usize, usize)]) -> Copied {
         match self {

@@ -62,11 +62,19 @@ impl Engine {
 
     /// Push a message to `to`; -FI_EAGAIN when its queue is full.
     pub(super) fn push(&mut self, to: SocketAddr, hdr: Hdr, body: &[&[u8]]) -> Result<()> {
-        self.push_once(to, hdr, body, true)
+        self.push_once(to, hdr, body, true, false)
     }
 
-    /// `push`; `retry`: once more if the peer's endpoint turns out closed.
-    pub(super) fn push_once(&mut self, to: SocketAddr, mut hdr: Hdr, body: &[&[u8]], retry: bool) -> Result<()> {
+    /// `push`; `retry`: once more if the peer's endpoint turns out closed;
+    /// `spread`: the frame's order does not matter (`Link::send_spread`).
+    pub(super) fn push_once(
+        &mut self,
+        to: SocketAddr,
+        mut hdr: Hdr,
+        body: &[&[u8]],
+        retry: bool,
+        spread: bool,
+    ) -> Result<()> {
         hdr.pid = self.pid;
         hdr.name = self.name;
         let p = self.peer(to)?;
@@ -75,11 +83,16 @@ impl Engine {
         let h = &hb[..hlen];
         let r = match body {
             [] => p.link.send(&[h]),
+            [b] if spread => p.link.send_spread(&[h, b]),
             [b] => p.link.send(&[h, b]),
             _ => {
                 let mut parts: Vec<&[u8]> = vec![h];
                 parts.extend_from_slice(body);
-                p.link.send(&parts)
+                if spread {
+                    p.link.send_spread(&parts)
+                } else {
+                    p.link.send(&parts)
+                }
             }
         };
         match r {
@@ -96,7 +109,7 @@ impl Engine {
                 // opened under the same address since.
                 self.peer_gone(to, "closed its endpoint");
                 if retry {
-                    return self.push_once(to, hdr, body, false);
+                    return self.push_once(to, hdr, body, false, spread);
                 }
                 Err(fail!(ffi::FI_ECONNABORTED, "{to} closed its endpoint"))
             }

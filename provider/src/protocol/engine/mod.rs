@@ -67,6 +67,10 @@ pub(crate) const INJECT_CALL: u64 = 1 << 63;
 /// header and this).
 pub(crate) use crate::config::EAGER_MAX;
 const _: () = assert!(EAGER_MAX + HDR_MAX <= MAX_FRAME);
+/// RMA writes of at least this many bytes over a link with lanes wait for
+/// the target's PULL instead of streaming their data behind the request
+/// (`Stream::spread`): one round trip more, then every lane at once.
+const SPREAD_WRITE_MIN: usize = 1 << 20;
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 /// How much larger the receiver's chunk of a lone two-chunk shared copy
 /// is than its helper's (`Engine::share`).
@@ -213,6 +217,12 @@ struct Stream {
     total: usize,
     /// Sent after the last chunk (the ACK of a pushed RMA read).
     after: Option<Hdr>,
+    /// Whether its chunks may go in any order, on any connection to the
+    /// peer (`Link::send_spread`): the DATA answering a PULL, whose
+    /// receiver placed the pull before it asked. Not a streamed write's
+    /// (its request, before it, opens the pull) nor a pushed read's (its
+    /// ACK, after it, completes the read).
+    spread: bool,
     _hold: Option<Arc<crate::mr::registry::Region>>,
 }
 
@@ -505,6 +515,7 @@ impl Engine {
                     ring: mr.tcp_ring.clone(),
                     stats: mr.tcp_stats.clone(),
                     copied_off: cfg.tcp_zc_copied,
+                    lanes: cfg.tcp_lanes,
                 })
                 .with_pairs(rx.pairs()),
             copies: rx.copies(),

@@ -140,7 +140,11 @@ impl Engine {
             // the target's PULL (one round trip less per write). The target
             // checks the request first and lands the data only then; it
             // drops the data of a write it refused.
-            let stream = !o.read && self.peer(to)?.link.streams_writes();
+            // A large write over a link with lanes waits for the PULL
+            // instead: its chunks then go on every lane at once (streamed,
+            // they must follow the request on its connection).
+            let link = &self.peer(to)?.link;
+            let stream = !o.read && link.streams_writes() && !(link.spreads() && len >= SPREAD_WRITE_MIN);
             if stream {
                 hdr.flags |= flag::STREAM;
             }
@@ -153,6 +157,7 @@ impl Engine {
                     off: 0,
                     total: len,
                     after: None,
+                    spread: false,
                     _hold: None,
                 });
             }

@@ -25,6 +25,7 @@ impl Engine {
             src,
             off: 0,
             after: None,
+            spread: true,
             _hold: None,
         });
     }
@@ -156,6 +157,7 @@ impl Engine {
             _ => EAGER_MAX,
         };
         let buffers = self.peers.get(&st.to).is_some_and(|p| p.link.buffers());
+        let spread = st.spread && self.peers.get(&st.to).is_some_and(|p| p.link.spreads());
         while st.off < st.total {
             // A link that queues behind a full socket (TCP) takes the next
             // chunk only once its queue is written: data queued there
@@ -163,7 +165,10 @@ impl Engine {
             // PULLs and ACKs of the other direction's transfers) would wait
             // behind megabytes of it. (Measured, two-way fi_rma_bw 1 MiB
             // over veth: see docs/wire.md.)
-            if buffers && self.peers.get(&st.to).is_some_and(|p| p.link.flush()) {
+            // (Spread over lanes: once every one has a chunk queued.)
+            if buffers
+                && self.peers.get(&st.to).is_some_and(|p| if spread { p.link.spread_full() } else { p.link.flush() })
+            {
                 return false;
             }
             let n = (st.total - st.off).min(chunk);
@@ -187,7 +192,7 @@ impl Engine {
                 Hdr { op: op::DATA, msg_id: st.msg_id, rma_addr: st.off as u64, len: n as u64, ..Default::default() };
             // (No retry at a new endpoint under its address: it is not the
             // one this was for.)
-            match self.push_once(st.to, hdr, &parts, false) {
+            match self.push_once(st.to, hdr, &parts, false, spread) {
                 Ok(()) => st.off += n,
                 Err(e) if e.code() == ffi::FI_EAGAIN => return false,
                 Err(_) => {

@@ -118,6 +118,7 @@ impl Engine {
                         off: 0,
                         total: len,
                         after,
+                        spread: false,
                         _hold: Some(region),
                     });
                 } else {

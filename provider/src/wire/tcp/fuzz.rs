@@ -60,8 +60,9 @@ fn stream(r: &mut Rng, me: &Hello) -> (Vec<u8>, Vec<Vec<u8>>, bool) {
             b.extend(&me.encode(OPEN)[..n]);
             return (b, want, false);
         }
+        // (A link's own connection, or one of its lanes: frames alike.)
         _ => {
-            b.extend(me.encode(OPEN));
+            b.extend(me.encode(if r.below(2) == 0 { OPEN } else { LANE }));
             true
         }
     };

@@ -36,6 +36,9 @@ pub(super) struct InConn {
     /// Cutting stopped at a barrier frame; the bytes after it (in `buf`)
     /// are cut at the next poll, once the engine has taken it.
     held: bool,
+    /// A lane (its hello said LANE): its end ends every connection with
+    /// its peer (`Inbox::sweep`).
+    pub(super) lane: bool,
 }
 
 impl InConn {
@@ -50,6 +53,7 @@ impl InConn {
             land: None,
             tie,
             held: false,
+            lane: false,
         }
     }
 }
@@ -121,7 +125,7 @@ pub struct Inbox {
     /// Connections accepted so far, and the connection of the frame
     /// handed up last.
     pub(super) accepted: u64,
-    last: Option<u64>,
+    pub(super) last: Option<u64>,
     /// The hellos of connections accepted (address, epoch), not yet taken
     /// by the engine.
     hellos: Vec<(SocketAddr, u32)>,
@@ -276,7 +280,27 @@ impl Inbox {
     /// Close the connections marked closed: their links learn it (`tie`),
     /// a parked one is no longer taken, and the wake fd lets them go
     /// (a link may hold the socket open a while longer).
+    ///
+    /// A peer that has lanes to us loses them all, and its other
+    /// connections, when any of them ends: a lane carries data of
+    /// transfers whose other frames came on another connection, and what
+    /// was lost with it would leave those transfers waiting. Closed both
+    /// ways (a link of ours may write on one of them), so the peer's own
+    /// side fails what is pending too.
     fn sweep(&mut self) {
+        let mut ended: Vec<(SocketAddr, u32)> =
+            self.conns.iter().filter(|c| c.closed).filter_map(|c| c.peer.map(|p| (p, c.epoch))).collect();
+        ended.retain(|k| self.conns.iter().any(|c| c.lane && c.peer.map(|p| (p, c.epoch)) == Some(*k)));
+        for c in self.conns.iter_mut().filter(|c| !c.closed) {
+            if c.peer.is_some_and(|p| ended.contains(&(p, c.epoch))) {
+                tracing::debug!(
+                    "a connection of {} with lanes ended: closing its other connections (what is pending with it fails)",
+                    c.peer.map_or_else(String::new, |p| p.to_string())
+                );
+                let _ = c.sock.shutdown(std::net::Shutdown::Both);
+                c.closed = true;
+            }
+        }
         for c in self.conns.iter().filter(|c| c.closed) {
             c.tie.store(true, Ordering::Release);
             self.wake.remove(c.sock.as_raw_fd());
@@ -492,7 +516,22 @@ impl Inbox {
                             c.closed = true;
                         }
                     },
-                    Some((h, OPEN)) => {
+                    Some((h, LANE)) if h.version == VERSION => match crate::info::addr::parse(&h.name) {
+                        // (A lane: it carries frames to us alone, is never
+                        // adopted, and is no new endpoint's hello.)
+                        Some(a) => {
+                            let _ = (&c.sock).write_all(&self.me.encode(ACCEPT));
+                            c.peer = Some(a);
+                            c.epoch = h.epoch;
+                            c.lane = true;
+                            at = HELLO_LEN;
+                        }
+                        None => {
+                            tracing::warn!("refusing a TCP lane whose hello names no valid address");
+                            c.closed = true;
+                        }
+                    },
+                    Some((h, OPEN | LANE)) => {
                         // (Ours goes back first: the opener says whose
                         // version differs.)
                         tracing::warn!(

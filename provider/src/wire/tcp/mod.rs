@@ -58,15 +58,22 @@ pub use crate::mr::TcpStats;
 const MAGIC: u32 = 0x3154_584f; // "OXT1"
 /// This build's TCP wire version (the hello's; the message header has its
 /// own, checked above the wire). Version 2: one connection per pair
-/// (the hello's kind; frames wait for the answer).
-pub(crate) const VERSION: u32 = 2;
+/// (the hello's kind; frames wait for the answer). Version 3: lanes (the
+/// LANE kind).
+pub(crate) const VERSION: u32 = 3;
 const HELLO_LEN: usize = 48;
 /// A hello's kind (its last word): the opener's, or the acceptor's answer
 /// (this connection carries frames, both ways; or: it does not, the peer
-/// keeps the one it opened to us, and closes this).
+/// keeps the one it opened to us, and closes this); or a lane's opener's
+/// (an extra connection of a link that carries only frames whose order
+/// does not matter, `Link::send_spread`: answered ACCEPT, read by the
+/// inbox, never adopted or sent on by the acceptor).
 const OPEN: u32 = 0;
 const ACCEPT: u32 = 1;
 const YIELD: u32 = 2;
+const LANE: u32 = 3;
+/// The most connections a link keeps to one peer.
+const LANES_MAX: u32 = crate::config::TCP_LANES_MAX as u32;
 /// Bytes a link queues for a peer whose socket is full before a send
 /// answers `Full` (flow control, as a full shm queue).
 const OUT_MAX: usize = 4 << 20;
@@ -150,14 +157,17 @@ const ZC_PROBES: usize = 16;
 
 /// How a domain's links send: its ring, for frame parts in registered
 /// memory (None: plain sockets, FI_OXMR_TCP_IO_URING=0 or no ring), the
-/// counters they keep, and after how many zero-copy sends in a row that
+/// counters they keep, after how many zero-copy sends in a row that
 /// the kernel copied a link stops using it (FI_OXMR_TCP_ZC_COPIED; 0:
-/// never).
+/// never), and how many connections a link keeps to its peer for the
+/// frames whose order does not matter (FI_OXMR_TCP_LANES; 0 or 1: the
+/// one it shares with the peer alone).
 #[derive(Clone, Debug, Default)]
 pub struct TcpSend {
     pub ring: Option<Arc<UringTable>>,
     pub stats: Arc<TcpStats>,
     pub copied_off: u32,
+    pub lanes: u32,
 }
 
 /// What a link and the inbox share of the connection the link writes on:

@@ -589,3 +589,149 @@ fn a_connection_from_another_ip_than_its_hello_names_is_never_sent_on() {
         "nothing of b's went to the liar"
     );
 }
+
+/// Frame `i` of the lane tests: 64 KiB, its number first.
+fn numbered(i: u32) -> Vec<u8> {
+    let mut f = vec![(i % 251) as u8; 64 << 10];
+    f[..4].copy_from_slice(&i.to_le_bytes());
+    f
+}
+
+#[test]
+fn frames_whose_order_does_not_matter_go_over_every_lane_and_a_lane_that_ends_closes_the_pair() {
+    let mut a = ep("127.0.0.1", 1);
+    let mut b = ep("127.0.0.1", 2);
+    let tx = TcpSend { lanes: 3, ..Default::default() };
+    let la = Link::open(&b.at, &a.me, &tx, Some(&a.inbox.pairs())).unwrap();
+    assert!(la.spreads());
+    // (The first frame once the link is established opens the lanes.)
+    let mut got: Vec<u32> = Vec::new();
+    let mut via = std::collections::BTreeSet::new();
+    let mut take = |b: &mut Ep, got: &mut Vec<u32>| {
+        while b.inbox.pop(|f, _, from, _| {
+            assert_eq!(from, a.at, "every connection's frames are a's");
+            let i = u32::from_le_bytes(f[..4].try_into().unwrap());
+            assert!(f == numbered(i), "frame {i} arrived whole");
+            got.push(i);
+        }) {
+            via.insert(b.inbox.last.unwrap());
+        }
+    };
+    for _ in 0..20_000 {
+        b.inbox.poll();
+        if !la.connecting() {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    la.send_spread(&[&numbered(0)]).unwrap();
+    for _ in 0..20_000 {
+        la.flush();
+        a.inbox.poll();
+        take(&mut b, &mut got);
+        if la.lanes_up() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    assert_eq!(la.lanes_up(), 2, "two lanes besides the link's own connection");
+    let n = 300u32;
+    let mut sent = 1;
+    for _ in 0..20_000 {
+        while sent < n {
+            match la.send_spread(&[&numbered(sent)]) {
+                Ok(()) => sent += 1,
+                Err(WireError::Full) => break,
+                Err(e) => panic!("a spread send failed: {e}"),
+            }
+        }
+        la.flush();
+        a.inbox.poll();
+        take(&mut b, &mut got);
+        if got.len() == n as usize {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    got.sort_unstable();
+    assert!(got == (0..n).collect::<Vec<_>>(), "b took {} of {n} frames, each once", got.len());
+    let lanes: Vec<u64> = b.inbox.conns.iter().filter(|c| c.lane).map(|c| c.id).collect();
+    assert_eq!((b.inbox.conns.len(), lanes.len()), (3, 2), "b reads the link's connection and its two lanes");
+    assert!(lanes.iter().all(|id| via.contains(id)), "every lane carried frames ({via:?}, lanes {lanes:?})");
+    assert!(b.inbox.take_hellos().len() == 1, "a lane is no new endpoint's hello");
+
+    // One lane breaks (a's side shut it): b closes every connection with
+    // a, both ways, so a's link learns it too and nothing waits for what
+    // the lane may have lost.
+    la.break_lane(0);
+    for _ in 0..20_000 {
+        b.inbox.poll();
+        a.inbox.poll();
+        if b.inbox.conns.is_empty() && la.closed() {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    assert!(b.inbox.conns.is_empty(), "b closed the link's connection and the other lane too");
+    assert_eq!(la.state(), LinkState::Closed, "a's link learned that its connection ended");
+    assert!(matches!(la.send_spread(&[b"late"]), Err(WireError::Closed)));
+}
+
+/// A listener that plays the peer of a link with lanes: answers the
+/// link's own connection ACCEPT with epoch 5, and its lane with `kind`
+/// and `epoch`; the link, and the peer's end of its own connection.
+fn lane_answered(kind: u32, epoch: u32) -> (Link, TcpStream) {
+    let peer = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = peer.local_addr().unwrap();
+    let me = hello(&"127.0.0.1:1".parse().unwrap(), 1);
+    let tx = TcpSend { lanes: 2, ..Default::default() };
+    let link = Link::open(&at, &me, &tx, None).unwrap();
+    let (mut main, _) = peer.accept().unwrap();
+    let mut h = [0u8; HELLO_LEN];
+    main.read_exact(&mut h).unwrap();
+    assert_eq!(Hello::decode(&h).map(|h| h.1), Some(OPEN));
+    main.write_all(&hello(&at, 5).encode(ACCEPT)).unwrap();
+    // (The first spread frame opens the lane once the answer is read.)
+    let mut frame = Vec::new();
+    for _ in 0..2000 {
+        if !link.connecting() {
+            link.send_spread(&[b"first"]).unwrap();
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    main.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    frame.resize(4 + 5, 0);
+    main.read_exact(&mut frame).unwrap();
+    assert_eq!(&frame[4..], b"first", "the frame went on the link's own connection (no lane yet)");
+    peer.set_nonblocking(false).unwrap();
+    let (mut lane, _) = peer.accept().unwrap();
+    lane.read_exact(&mut h).unwrap();
+    assert_eq!(Hello::decode(&h).map(|h| (h.0, h.1)), Some((me, LANE)), "the lane says it is one, and whose");
+    lane.write_all(&hello(&at, epoch).encode(kind)).unwrap();
+    for _ in 0..200 {
+        link.flush();
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    (link, main)
+}
+
+#[test]
+fn a_lane_answered_by_another_endpoint_closes_the_link_and_one_refused_is_dropped() {
+    // Another epoch answered the lane: the endpoint at the address is not
+    // the link's peer any more. The link closes, its own connection too.
+    let (link, mut main) = lane_answered(ACCEPT, 6);
+    assert!(link.closed(), "the link closed");
+    assert!(matches!(link.send_spread(&[b"x"]), Err(WireError::Closed)));
+    let mut b = [0u8; 8];
+    assert_eq!(main.read(&mut b).unwrap_or(0), 0, "the peer reads the end of the link's connection");
+    // Answered otherwise than ACCEPT (YIELD: not an answer a lane takes):
+    // the lane goes, having carried nothing, and the link goes on alone.
+    let (link, mut main) = lane_answered(YIELD, 5);
+    assert!(!link.closed());
+    assert_eq!(link.lanes_up(), 0);
+    link.send_spread(&[b"alone"]).unwrap();
+    let mut frame = [0u8; 9];
+    main.read_exact(&mut frame).unwrap();
+    assert_eq!(&frame[4..], b"alone", "frames go on the link's own connection");
+}
