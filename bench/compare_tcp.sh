@@ -11,10 +11,11 @@
 #             processes) per GiB moved
 #   ceiling   bench/tcp_ceiling.c at the same sizes, 1 GiB a run (no
 #             warm-up of its own, so longer than fabtests' runs): what one
-#             TCP connection (blocking send/recv, nothing else) and two
-#             polled connections from one process carry on the same path,
-#             pinned alike: about the most a provider's bandwidth row can
-#             show with one or with two connections per peer
+#             TCP connection carries with blocking send/recv and nothing
+#             else, and what one and two polled connections from one
+#             process carry, on the same path, pinned alike: about the
+#             most a polling provider's bandwidth row can show with one or
+#             with two connections per peer
 #
 # oxmr runs with FI_OXMR_WIRE=tcp on loopback (auto would pick shared
 # memory there) and with the default (auto: TCP to the other namespace)
@@ -128,6 +129,7 @@ for r in $(seq "$reps"); do
 			done
 			if [ "$prov" = tcp ]; then
 				for s in 65536 1048576 16777216; do
+					echo "$where ceiling k1b $s $(ceil "$where" "$s" $(((1 << 30) / s)) 1 block)" >>"$tmp/all"
 					for k in 1 2; do
 						echo "$where ceiling k$k $s $(ceil "$where" "$s" $(((1 << 30) / s)) "$k")" >>"$tmp/all"
 					done
@@ -135,7 +137,10 @@ for r in $(seq "$reps"); do
 			fi
 			for prog in fi_rdm_tagged_bw fi_rma_bw; do
 				for s in 65536 1048576 16777216; do
-					it=$((s >= 16777216 ? 20 : s >= 1048576 ? 200 : 2000))
+					# (1 GiB a run from 1 MiB up, 256 MiB at 64 KiB: at 320
+					# MiB a 16 MiB run lasted ~0.1 s and measured its
+					# start, new connections' buffers growing among it.)
+					it=$((s >= 16777216 ? 64 : s >= 1048576 ? 1024 : 4000))
 					extra=()
 					[ "$prog" = fi_rma_bw ] && extra=(-o write)
 					line=$(pair "$where" "$prov" "$ft/$prog" -S "$s" -I "$it" -W 16 "${extra[@]}")
@@ -194,14 +199,14 @@ if any(k[1] == "oxmr-lanes" for k in bw):
                     cx = statistics.median(v[1] for v in a)
                     print(f"| {where} | {prog} {size(s)} | {x:.0f} MB/s, {cx:.2f} CPU-s/GiB | {x / y:.2f}x | {x / z:.2f}x |")
 print()
-print("| where | size | one connection | two connections | tcp tagged / one | oxmr tagged / one |")
-print("|---|---|---|---|---|---|")
+print("| where | size | one connection, blocking | one, polled | two, polled | tcp tagged / one polled | oxmr tagged / one polled |")
+print("|---|---|---|---|---|---|---|")
 for where in ("lo", "veth"):
     for s in (65536, 1 << 20, 16 << 20):
-        one, two = ceil.get((where, "k1", s)), ceil.get((where, "k2", s))
+        blk, one, two = (ceil.get((where, k, s)) for k in ("k1b", "k1", "k2"))
         a, b = bw.get((where, "oxmr", "rdm_tagged_bw", s)), bw.get((where, "tcp", "rdm_tagged_bw", s))
-        if one and two and a and b:
-            c1, c2 = statistics.median(one), statistics.median(two)
+        if blk and one and two and a and b:
+            cb, c1, c2 = statistics.median(blk), statistics.median(one), statistics.median(two)
             x, y = statistics.median(v[0] for v in a), statistics.median(v[0] for v in b)
-            print(f"| {where} | {size(s)} | {c1:.0f} MB/s | {c2:.0f} MB/s | {y / c1:.2f} | {x / c1:.2f} |")
+            print(f"| {where} | {size(s)} | {cb:.0f} MB/s | {c1:.0f} MB/s | {c2:.0f} MB/s | {y / c1:.2f} | {x / c1:.2f} |")
 EOF

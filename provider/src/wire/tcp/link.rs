@@ -87,9 +87,10 @@ pub(super) struct Core {
 /// A link's lanes: extra connections to its peer that carry frames whose
 /// order does not matter (DATA answering a PULL: the receiver placed the
 /// pull before it asked, and each chunk says where it goes), so that one
-/// large transfer moves over several TCP connections at once (measured,
-/// `bench/tcp_ceiling.c`: 16 MiB, two connections carry 5.3 GB/s where
-/// one carries 3.6 on loopback). Opened once the link is established
+/// large transfer moves over several TCP connections at once: for paths
+/// where one flow is held back by what a second does not share (a NIC
+/// that processes one flow's receives on one core). On loopback and veth
+/// they do not pay (docs/benchmarks.md, "Lanes"): off by default. Opened once the link is established
 /// (FI_OXMR_TCP_LANES - 1 of them), each answered by the peer before it
 /// carries a frame; the peer reads them and never writes on them. Locking:
 /// `lanes` before any `out`, never while holding one.
