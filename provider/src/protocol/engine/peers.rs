@@ -237,10 +237,20 @@ impl Engine {
     /// consumer passes `until` (None: its tail now, as `peer_gone`).
     pub(super) fn peer_failed(&mut self, a: SocketAddr, why: &str, err: u32, until: Option<u64>) {
         let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
-        tracing::warn!("peer {a} {why}; failing the {} operations with it", ids.len());
         self.peers.remove(&a);
         self.dropping.retain(|k, _| k.0 != a);
         let pulls: Vec<(SocketAddr, u64)> = self.pulls.keys().filter(|k| k.0 == a).copied().collect();
+        // (A peer that goes with nothing pending is the usual end of a
+        // job, every rank closing: no warning for it.)
+        if ids.is_empty() && pulls.is_empty() {
+            tracing::debug!("peer {a} {why}; nothing was pending with it");
+        } else {
+            tracing::warn!(
+                "peer {a} {why}; failing the {} operations and {} incoming transfers pending with it",
+                ids.len(),
+                pulls.len()
+            );
+        }
         if !ids.is_empty() || !pulls.is_empty() {
             self.gone.push(Gone { ids, pulls, until, err });
         }
