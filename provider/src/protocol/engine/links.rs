@@ -44,8 +44,10 @@ impl Engine {
         let wire = if route == Wire::Tcp { "TCP" } else { "shm" };
         let link = Link::open(&to, &self.dial).map_err(|e| match e {
             // (A TCP connect the kernel refused at once: as one refused later.)
+            // (The same line as for a refusal found later, `link_down`: a
+            // connect to loopback is refused at once or a moment later.)
             OpenError::Unreachable(e) if route == Wire::Tcp && e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                fail!(ffi::FI_ECONNREFUSED, "{}", unreachable_why(&to, &e, route))
+                fail!(ffi::FI_ECONNREFUSED, "peer {to} {}", peers::unreachable(libc::ECONNREFUSED).1)
             }
             OpenError::Unreachable(e) => fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e, route)),
             OpenError::Version { theirs, ours } => fail!(
@@ -103,7 +105,10 @@ impl Engine {
                 // (`link_down` logs the one line that says why.)
                 if let Some(LinkState::Unreachable(errno)) = self.peers.get(&to).map(|p| p.link.state()) {
                     self.link_down(to, LinkState::Unreachable(errno));
-                    return Err(Error::quiet(peers::unreachable(errno).0));
+                    // (`link_down` says so only for what was pending:
+                    // this call's own failure gets its line here.)
+                    let (code, why) = peers::unreachable(errno);
+                    return Err(fail!(code, "peer {to} {why}"));
                 }
                 // The endpoint we knew there closed; another may have
                 // opened under the same address since.
