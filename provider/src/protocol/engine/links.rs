@@ -102,7 +102,6 @@ impl Engine {
             Err(WireError::Full) => Err(Error::quiet(ffi::FI_EAGAIN)),
             Err(WireError::Closed) => {
                 // (A connect that failed already: this one fails with it.)
-                // (`link_down` logs the one line that says why.)
                 if let Some(LinkState::Unreachable(errno)) = self.peers.get(&to).map(|p| p.link.state()) {
                     self.link_down(to, LinkState::Unreachable(errno));
                     // (`link_down` says so only for what was pending:

@@ -241,12 +241,14 @@ impl Engine {
         self.dropping.retain(|k, _| k.0 != a);
         let pulls: Vec<(SocketAddr, u64)> = self.pulls.keys().filter(|k| k.0 == a).copied().collect();
         // (A peer that goes with nothing pending is the usual end of a
-        // job, every rank closing: no warning for it.)
-        if ids.is_empty() && pulls.is_empty() {
+        // job, every rank closing: no warning for it. A rendezvous of its
+        // still unmatched is something: its receive will fail.)
+        let rts = self.unexpected.iter().flat_map(|q| q.iter()).filter(|u| u.from == a && u.hdr.op == op::RTS).count();
+        if ids.is_empty() && pulls.is_empty() && rts == 0 {
             tracing::debug!("peer {a} {why}; nothing was pending with it");
         } else {
             tracing::warn!(
-                "peer {a} {why}; failing the {} operations and {} incoming transfers pending with it",
+                "peer {a} {why}; failing the {} operations and {} incoming transfers pending with it ({rts} of its rendezvous sends unmatched)",
                 ids.len(),
                 pulls.len()
             );

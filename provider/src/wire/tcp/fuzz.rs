@@ -37,38 +37,37 @@ fn rounds() -> usize {
     std::env::var("OXMR_FUZZ_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
 }
 
-/// One connection's bytes, and the frames the inbox must hand up for
-/// them: those after a valid hello and before the first thing that is
-/// wrong (after which nothing is taken).
-fn stream(r: &mut Rng, me: &Hello) -> (Vec<u8>, Vec<Vec<u8>>, bool) {
+/// One connection's bytes, the frames the inbox must hand up for them
+/// (those after a valid hello and before the first thing that is wrong,
+/// after which nothing is taken), whether it all holds together, and
+/// whether it is a lane (which needs its endpoint's connection open).
+fn stream(r: &mut Rng, me: &Hello) -> (Vec<u8>, Vec<Vec<u8>>, bool, bool) {
     let mut b = Vec::new();
     let mut want = Vec::new();
-    let valid_hello = match r.below(10) {
+    let lane = match r.below(10) {
         0 => {
             b.extend(r.bytes(HELLO_LEN)); // (garbage: almost surely not the magic)
             b[0] ^= 0x5a;
-            false
+            return (b, want, false, false);
         }
         1 => {
             let mut h = *me;
             h.version = VERSION + 1 + r.below(1000) as u32;
             b.extend(h.encode(OPEN));
-            false
+            return (b, want, false, false);
         }
         2 => {
             let n = r.below(HELLO_LEN as u64) as usize;
             b.extend(&me.encode(OPEN)[..n]);
-            return (b, want, false);
+            return (b, want, false, false);
         }
         // (A link's own connection, or one of its lanes: frames alike.)
         _ => {
-            b.extend(me.encode(if r.below(2) == 0 { OPEN } else { LANE }));
-            true
+            let kind = if r.below(2) == 0 { OPEN } else { LANE };
+            b.extend(me.encode(kind));
+            kind == LANE
         }
     };
-    if !valid_hello {
-        return (b, want, false);
-    }
     for _ in 0..r.below(6) {
         match r.below(8) {
             0 => {
@@ -77,7 +76,7 @@ fn stream(r: &mut Rng, me: &Hello) -> (Vec<u8>, Vec<Vec<u8>>, bool) {
                 b.extend((n as u32).to_le_bytes());
                 let k = r.below(64) as usize;
                 b.extend(r.bytes(k));
-                return (b, want, false);
+                return (b, want, false, lane);
             }
             1 => {
                 // Truncated: a length and fewer bytes, then the end.
@@ -85,7 +84,7 @@ fn stream(r: &mut Rng, me: &Hello) -> (Vec<u8>, Vec<Vec<u8>>, bool) {
                 b.extend((n as u32).to_le_bytes());
                 let k = r.below(n as u64) as usize;
                 b.extend(r.bytes(k));
-                return (b, want, false);
+                return (b, want, false, lane);
             }
             _ => {
                 let n = if r.below(4) == 0 { MAX_FRAME } else { r.below(MAX_FRAME as u64 + 1) as usize };
@@ -96,7 +95,7 @@ fn stream(r: &mut Rng, me: &Hello) -> (Vec<u8>, Vec<Vec<u8>>, bool) {
             }
         }
     }
-    (b, want, true)
+    (b, want, true, lane)
 }
 
 #[test]
@@ -110,8 +109,22 @@ fn random_streams_never_panic_and_only_valid_frames_are_taken() {
     let peer: SocketAddr = "127.0.0.1:3".parse().unwrap();
     let me = tests_hello(&peer, 4);
     for round in 0..rounds() {
-        let (bytes, want, sound) = stream(&mut r, &me);
+        let (bytes, want, sound, lane) = stream(&mut r, &me);
         let accepted = inbox.accepted;
+        // (A lane belongs to its endpoint's connection: open it first.)
+        let main = lane.then(|| {
+            let mut m = TcpStream::connect(at).unwrap();
+            m.write_all(&me.encode(OPEN)).unwrap();
+            for _ in 0..2000 {
+                inbox.poll();
+                if inbox.conns.iter().any(|c| c.peer.is_some()) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            assert!(inbox.conns.iter().any(|c| c.peer == Some(peer)), "round {round}: the lane's connection is up");
+            m
+        });
         let mut s = TcpStream::connect(at).unwrap();
         let mut at_byte = 0;
         let mut got: Vec<Vec<u8>> = Vec::new();
@@ -129,8 +142,10 @@ fn random_streams_never_panic_and_only_valid_frames_are_taken() {
             }) {}
         }
         let _ = s.shutdown(std::net::Shutdown::Write);
+        // (A lane's end closes its endpoint's connection too.)
+        let conns = if main.is_some() { 2 } else { 1 };
         let mut left = 2000;
-        while (inbox.accepted == accepted || !inbox.conns.is_empty()) && left > 0 {
+        while (inbox.accepted < accepted + conns || !inbox.conns.is_empty()) && left > 0 {
             inbox.poll();
             while inbox.pop(|f, _, _, _| got.push(f.to_vec())) {}
             left -= 1;
@@ -138,7 +153,7 @@ fn random_streams_never_panic_and_only_valid_frames_are_taken() {
         }
         while inbox.pop(|f, _, _, _| got.push(f.to_vec())) {}
         assert!(
-            inbox.conns.is_empty() && inbox.accepted == accepted + 1,
+            inbox.conns.is_empty() && inbox.accepted == accepted + conns,
             "round {round}: a connection that ended is still kept"
         );
         assert_eq!(got.len(), want.len(), "round {round} (sound {sound}): frames taken");

@@ -287,12 +287,23 @@ impl Inbox {
     /// was lost with it would leave those transfers waiting. Closed both
     /// ways (a link of ours may write on one of them), so the peer's own
     /// side fails what is pending too.
+    ///
+    /// The group is the peer's link: its connection and the lanes it
+    /// opened after it, so connections of that endpoint up to its newest
+    /// lane (ids count up as connections come). A connection it opened
+    /// later (a new link, after the old one was dropped) is spared.
     fn sweep(&mut self) {
-        let mut ended: Vec<(SocketAddr, u32)> =
-            self.conns.iter().filter(|c| c.closed).filter_map(|c| c.peer.map(|p| (p, c.epoch))).collect();
-        ended.retain(|k| self.conns.iter().any(|c| c.lane && c.peer.map(|p| (p, c.epoch)) == Some(*k)));
+        let mut ended: Vec<(SocketAddr, u32, u64)> = Vec::new();
+        for c in self.conns.iter().filter(|c| c.closed) {
+            let Some(p) = c.peer else { continue };
+            let top =
+                self.conns.iter().filter(|l| l.lane && l.peer == Some(p) && l.epoch == c.epoch).map(|l| l.id).max();
+            if let Some(top) = top.filter(|&top| c.id <= top) {
+                ended.push((p, c.epoch, top));
+            }
+        }
         for c in self.conns.iter_mut().filter(|c| !c.closed) {
-            if c.peer.is_some_and(|p| ended.contains(&(p, c.epoch))) {
+            if c.peer.is_some_and(|p| ended.iter().any(|&(a, e, top)| (a, e) == (p, c.epoch) && c.id <= top)) {
                 tracing::debug!(
                     "a connection of {} with lanes ended: closing its other connections (what is pending with it fails)",
                     c.peer.map_or_else(String::new, |p| p.to_string())
@@ -374,6 +385,13 @@ impl Inbox {
         let chunk = &mut self.chunk[..];
         // Connections whose hello arrived in this poll.
         let mut fresh: Vec<(SocketAddr, u32)> = Vec::new();
+        // The endpoints we have a connection (not a lane) with, for the
+        // lanes' hellos (only when some hello is still to come).
+        let mains: Vec<(SocketAddr, u32)> = if self.conns.iter().any(|c| c.peer.is_none()) {
+            self.conns.iter().filter(|c| !c.lane && !c.closed).filter_map(|c| c.peer.map(|p| (p, c.epoch))).collect()
+        } else {
+            Vec::new()
+        };
         let mut to = Cuts {
             frames: &mut self.frames,
             spare: &mut self.spare,
@@ -518,7 +536,15 @@ impl Inbox {
                     },
                     Some((h, LANE)) if h.version == VERSION => match crate::info::addr::parse(&h.name) {
                         // (A lane: it carries frames to us alone, is never
-                        // adopted, and is no new endpoint's hello.)
+                        // adopted, and is no new endpoint's hello. It
+                        // belongs to a link whose connection is up.)
+                        Some(a) if !mains.contains(&(a, h.epoch)) => {
+                            tracing::warn!(
+                                "refusing a TCP lane from {a}: no connection of that endpoint (epoch {:#x}) for it to belong to",
+                                h.epoch
+                            );
+                            c.closed = true;
+                        }
                         Some(a) => {
                             let _ = (&c.sock).write_all(&self.me.encode(ACCEPT));
                             c.peer = Some(a);

@@ -104,6 +104,8 @@ struct Lanes {
     /// they must reach (the link's).
     opened: bool,
     epoch: u32,
+    /// When they were opened: one not answered within `CONNECT_WAIT` goes.
+    since: Option<Instant>,
 }
 
 impl Out {
@@ -329,12 +331,12 @@ impl Link {
                 let r = lane.send_in(&mut o, parts);
                 drop(o);
                 l.next = i + 1;
-                if r.is_err() {
+                if let Err(WireError::Closed) = r {
                     // (It broke under this frame: the link goes with it.)
                     self.0.tend_lanes(&mut l);
                     return Err(WireError::Closed);
                 }
-                return Ok(());
+                return r;
             }
         }
         Err(WireError::Full)
@@ -454,6 +456,7 @@ impl Core {
     fn open_lanes(&self, l: &mut Lanes, epoch: u32) {
         l.opened = true;
         l.epoch = epoch;
+        l.since = Some(Instant::now());
         for _ in 1..self.tx.lanes.min(LANES_MAX) {
             match crate::sys::connect_start(&self.to) {
                 Ok((sock, up)) => {
@@ -484,11 +487,14 @@ impl Core {
     /// is pending with the peer fails instead of waiting. False then.
     fn tend_lanes(&self, l: &mut Lanes) -> bool {
         let mut broke = false;
+        let (epoch, late) = (l.epoch, l.since.is_some_and(|t| t.elapsed() >= CONNECT_WAIT));
         l.open.retain(|lane| {
             let mut o = lane.out();
             lane.push_out(&mut o);
             let answered = o.peer.is_some();
-            if o.state == LinkState::Open && o.peer.is_none_or(|h| h.epoch == l.epoch) {
+            // (Unanswered after `CONNECT_WAIT`: it carried nothing, and
+            // each flush would read it again.)
+            if o.state == LinkState::Open && o.peer.map_or(!late, |h| h.epoch == epoch) {
                 return true;
             }
             if answered {

@@ -602,6 +602,24 @@ fn frames_whose_order_does_not_matter_go_over_every_lane_and_a_lane_that_ends_cl
     let mut a = ep("127.0.0.1", 1);
     let mut b = ep("127.0.0.1", 2);
     let tx = TcpSend { lanes: 3, ..Default::default() };
+    // A lane of an endpoint we have no connection with belongs to nothing:
+    // refused, its frame not taken.
+    let mut stray = TcpStream::connect(b.at).unwrap();
+    stray.write_all(&a.me.encode(LANE)).unwrap();
+    stray.write_all(&1u32.to_le_bytes()).unwrap();
+    stray.write_all(b"s").unwrap();
+    stray.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut end = [0u8; HELLO_LEN];
+    for _ in 0..2000 {
+        b.inbox.poll();
+        if b.inbox.accepted == 1 && b.inbox.conns.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert!(b.inbox.accepted == 1 && b.inbox.conns.is_empty(), "the stray lane was accepted and closed");
+    assert!(!b.inbox.pop(|_, _, _, _| ()), "nothing of the stray lane was taken");
+    assert_eq!(stray.read(&mut end).unwrap_or(0), 0, "the stray lane got no answer, only its end");
     let la = Link::open(&b.at, &a.me, &tx, Some(&a.inbox.pairs())).unwrap();
     assert!(la.spreads());
     // (The first frame once the link is established opens the lanes.)
@@ -675,6 +693,48 @@ fn frames_whose_order_does_not_matter_go_over_every_lane_and_a_lane_that_ends_cl
     assert!(b.inbox.conns.is_empty(), "b closed the link's connection and the other lane too");
     assert_eq!(la.state(), LinkState::Closed, "a's link learned that its connection ended");
     assert!(matches!(la.send_spread(&[b"late"]), Err(WireError::Closed)));
+}
+
+#[test]
+fn a_new_link_after_one_with_lanes_ended_is_not_closed_with_the_old_ones() {
+    // a's link with lanes is dropped and a new one opened at once, before
+    // b reads anything: b reads the old group's ends and the new hello in
+    // one poll, and closes only the old group.
+    let mut a = ep("127.0.0.1", 1);
+    let mut b = ep("127.0.0.1", 2);
+    let tx = TcpSend { lanes: 3, ..Default::default() };
+    let la = Link::open(&b.at, &a.me, &tx, Some(&a.inbox.pairs())).unwrap();
+    for _ in 0..20_000 {
+        b.inbox.poll();
+        a.inbox.poll();
+        if !la.connecting() {
+            let _ = la.send_spread(&[b"open the lanes"]);
+        }
+        if la.lanes_up() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    assert_eq!(la.lanes_up(), 2);
+    while b.inbox.pop(|_, _, _, _| ()) {}
+    assert_eq!(b.inbox.conns.len(), 3);
+    drop(la);
+    let la2 = Link::open(&b.at, &a.me, &tx, Some(&a.inbox.pairs())).unwrap();
+    la2.send(&[b"new"]).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..20_000 {
+        la2.flush();
+        a.inbox.poll();
+        b.inbox.pop(|f, _, _, _| got.push(f.to_vec()));
+        if !got.is_empty() && b.inbox.conns.len() == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    assert_eq!(got, vec![b"new".to_vec()], "the new link's frame arrived");
+    assert_eq!(b.inbox.conns.len(), 1, "b reads the new link's connection alone");
+    assert!(!b.inbox.conns[0].lane);
+    assert!(!la2.closed(), "the new link was not closed with the old group");
 }
 
 /// A listener that plays the peer of a link with lanes: answers the
