@@ -100,7 +100,7 @@ pub(crate) const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"tcp_lanes",
         kind: ffi::FI_PARAM_SIZE_T,
-        help: c"How many TCP connections a link keeps to its peer for the data of large transfers (rendezvous sends and RMA reads the peer pulls, in chunks of up to 256 KiB, each on whichever connection has nothing queued); the rest of the traffic keeps its one connection per pair of endpoints. The extra connections open at the first such transfer. 1: one connection only; at most 8 (default: 1)",
+        help: c"How many TCP connections a link keeps to its peer for the data of large transfers: rendezvous sends, and RMA writes of 1 MiB or more (which then wait for the target's pull instead of streaming), go in chunks of up to 256 KiB, each on whichever connection has nothing queued; the rest of the traffic keeps its one connection per pair of endpoints. The extra connections open at the first such transfer; measured on loopback and veth they carry no more than one. 1: one connection only; at most 8 (default: 1)",
     },
     ParamDef {
         name: c"cm_timeout_ms",
