@@ -15,7 +15,9 @@
 #             else, and what one and two polled connections from one
 #             process carry, on the same path, pinned alike: about the
 #             most a polling provider's bandwidth row can show with one or
-#             with two connections per peer
+#             with two connections per peer; and one polled connection
+#             carrying as much both ways at once (duplex), as fi_rma_bw -o
+#             write does (both sides write)
 #
 # oxmr runs with FI_OXMR_WIRE=tcp on loopback (auto would pick shared
 # memory there) and with the default (auto: TCP to the other namespace)
@@ -130,6 +132,7 @@ for r in $(seq "$reps"); do
 			if [ "$prov" = tcp ]; then
 				for s in 65536 1048576 16777216; do
 					echo "$where ceiling k1b $s $(ceil "$where" "$s" $(((1 << 30) / s)) 1 block)" >>"$tmp/all"
+					echo "$where ceiling k1d $s $(ceil "$where" "$s" $(((1 << 30) / s)) 1 duplex)" >>"$tmp/all"
 					for k in 1 2; do
 						echo "$where ceiling k$k $s $(ceil "$where" "$s" $(((1 << 30) / s)) "$k")" >>"$tmp/all"
 					done
@@ -209,4 +212,15 @@ for where in ("lo", "veth"):
             cb, c1, c2 = statistics.median(blk), statistics.median(one), statistics.median(two)
             x, y = statistics.median(v[0] for v in a), statistics.median(v[0] for v in b)
             print(f"| {where} | {size(s)} | {cb:.0f} MB/s | {c1:.0f} MB/s | {c2:.0f} MB/s | {y / c1:.2f} | {x / c1:.2f} |")
+print()
+print("| where | size | one connection, both ways (each way) | tcp rma_bw / that | oxmr rma_bw / that |")
+print("|---|---|---|---|---|")
+for where in ("lo", "veth"):
+    for s in (65536, 1 << 20, 16 << 20):
+        d = ceil.get((where, "k1d", s))
+        a, b = bw.get((where, "oxmr", "rma_bw", s)), bw.get((where, "tcp", "rma_bw", s))
+        if d and a and b:
+            cd = statistics.median(d)
+            x, y = statistics.median(v[0] for v in a), statistics.median(v[0] for v in b)
+            print(f"| {where} | {size(s)} | {cd:.0f} MB/s | {y / cd:.2f} | {x / cd:.2f} |")
 EOF

@@ -12,12 +12,15 @@
  * with several. With "block" (K = 1 only), one blocking connection
  * instead, the receiver asleep until data is queued: what a sleeping
  * reader gets, and on loopback and veth less than a polled one at 16 MiB
- * (compare the two before reading K = 2 against K = 1). Prints MB/s
- * (1e6 bytes/s, as fabtests prints) at the sender.
+ * (compare the two before reading K = 2 against K = 1). With "duplex"
+ * (both sides say it), each side sends COUNT messages and receives as
+ * many at once, polled: what fabtests' two-way fi_rma_bw -o write moves
+ * with nothing else. Prints MB/s (1e6 bytes/s, as fabtests prints; one
+ * direction's) at the sender.
  *
  *   cc -O2 -o /tmp/tcp_ceiling bench/tcp_ceiling.c
- *   server: /tmp/tcp_ceiling recv ADDR PORT SIZE COUNT K [block]
- *   client: /tmp/tcp_ceiling send ADDR PORT SIZE COUNT K [block]
+ *   server: /tmp/tcp_ceiling recv ADDR PORT SIZE COUNT K [block|duplex]
+ *   client: /tmp/tcp_ceiling send ADDR PORT SIZE COUNT K [block|duplex]
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -49,39 +52,50 @@ static void die(const char *what)
 	exit(1);
 }
 
-/* Move COUNT messages of SIZE bytes over the K connections in fd. */
-static int blocking;
+static int blocking, duplex;
 
-static void run(int sender, int *fd, int k, char *buf, size_t size, long count)
+/* Either side's step on connection `fd`: move up to one piece of
+ * [*off, end) of buf; the bytes moved. */
+static size_t step(int sending, int fd, char *buf, size_t *off, size_t end)
 {
-	size_t off[MAX_K];
+	size_t n = end - *off;
+	ssize_t r;
+
+	if (n == 0)
+		return 0;
+	if (n > PIECE && !blocking)
+		n = PIECE;
+	r = sending ? send(fd, buf + *off, n, MSG_NOSIGNAL) : recv(fd, buf + *off, n, 0);
+	if (r > 0) {
+		*off += r;
+		return r;
+	}
+	if (r == 0 || (errno != EAGAIN && errno != EINTR))
+		die(sending ? "send" : "recv");
+	return 0;
+}
+
+/* Move COUNT messages of SIZE bytes over the K connections in fd (and,
+ * duplex, as many the other way into rbuf). */
+static void run(int sender, int *fd, int k, char *buf, char *rbuf, size_t size, long count)
+{
+	size_t off[MAX_K], roff[MAX_K];
 	long m;
 	int i;
 
 	for (m = 0; m < count; m++) {
-		size_t share = size / k, left = size;
+		size_t share = size / k, left = size, rleft = duplex ? size : 0;
 
 		/* Connection i carries bytes [i * share, next) of the message. */
 		for (i = 0; i < k; i++)
-			off[i] = i * share;
-		while (left > 0) {
+			off[i] = roff[i] = i * share;
+		while (left > 0 || rleft > 0) {
 			for (i = 0; i < k; i++) {
 				size_t end = i == k - 1 ? size : (i + 1) * share;
-				size_t n = end - off[i];
-				ssize_t r;
 
-				if (n == 0)
-					continue;
-				if (n > PIECE && !blocking)
-					n = PIECE;
-				r = sender ? send(fd[i], buf + off[i], n, MSG_NOSIGNAL) :
-					     recv(fd[i], buf + off[i], n, 0);
-				if (r > 0) {
-					off[i] += r;
-					left -= r;
-				} else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
-					die(sender ? "send" : "recv");
-				}
+				left -= step(sender || duplex, fd[i], buf, &off[i], end);
+				if (duplex)
+					rleft -= step(0, fd[i], rbuf, &roff[i], end);
 			}
 		}
 	}
@@ -94,14 +108,15 @@ int main(int argc, char **argv)
 	size_t size;
 	long count;
 	double t0, t;
-	char *buf, c = 0;
+	char *buf, *rbuf, c = 0;
 
 	if ((argc != 7 && argc != 8) || (strcmp(argv[1], "send") && strcmp(argv[1], "recv")) ||
-	    (argc == 8 && strcmp(argv[7], "block"))) {
-		fprintf(stderr, "usage: %s send|recv ADDR PORT SIZE COUNT K [block]\n", argv[0]);
+	    (argc == 8 && strcmp(argv[7], "block") && strcmp(argv[7], "duplex"))) {
+		fprintf(stderr, "usage: %s send|recv ADDR PORT SIZE COUNT K [block|duplex]\n", argv[0]);
 		return 2;
 	}
-	blocking = argc == 8;
+	blocking = argc == 8 && !strcmp(argv[7], "block");
+	duplex = argc == 8 && !strcmp(argv[7], "duplex");
 	sender = !strcmp(argv[1], "send");
 	size = strtoul(argv[4], NULL, 0);
 	count = strtol(argv[5], NULL, 0);
@@ -113,9 +128,11 @@ int main(int argc, char **argv)
 	}
 	a.sin_port = htons(atoi(argv[3]));
 	buf = aligned_alloc(4096, (size + 4095) / 4096 * 4096);
-	if (!buf)
+	rbuf = aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+	if (!buf || !rbuf)
 		die("aligned_alloc");
 	memset(buf, 1, size);
+	memset(rbuf, 0, size);
 	if (sender) {
 		for (i = 0; i < k; i++) {
 			int tries = 0;
@@ -144,7 +161,7 @@ int main(int argc, char **argv)
 			fcntl(fd[i], F_SETFL, O_NONBLOCK);
 	}
 	t0 = now();
-	run(sender, fd, k, buf, size, count);
+	run(sender, fd, k, buf, rbuf, size, count);
 	/* The receiver's one byte says every byte arrived. */
 	fcntl(fd[0], F_SETFL, 0);
 	if (sender ? read(fd[0], &c, 1) != 1 : write(fd[0], &c, 1) != 1)
