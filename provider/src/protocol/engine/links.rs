@@ -169,9 +169,14 @@ impl Engine {
         let mut up: Vec<u64> = Vec::new();
         for p in &mut self.peers.list {
             p.link.flush();
+            // (Whether it still connects first: that call moves a connect
+            // on, and may find it failed, which `closed` then says. Asked
+            // after `closed`, a connect that timed out between the two was
+            // taken as up, and what waited for it completed.)
+            let connecting = !p.waiting.is_empty() && p.link.connecting();
             if p.link.closed() {
                 down.push(p.addr);
-            } else if !p.waiting.is_empty() && !p.link.connecting() {
+            } else if !p.waiting.is_empty() && !connecting {
                 up.append(&mut p.waiting);
             }
         }
@@ -192,7 +197,10 @@ impl Engine {
     /// Whether the link to `to` is still connecting (frames sent to it
     /// wait behind the connect).
     pub(super) fn connecting(&mut self, to: &SocketAddr) -> bool {
-        self.peers.get(to).is_some_and(|p| p.link.connecting())
+        // (A connect that failed in this very call closed the link and
+        // dropped the frame: that send waits too, and fails with the link
+        // at the next flush, rather than complete unsent.)
+        self.peers.get(to).is_some_and(|p| p.link.connecting() || p.link.closed())
     }
 
     /// A send that would complete now completes once the connection to
