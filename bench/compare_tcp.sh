@@ -172,6 +172,8 @@ for line in open(sys.argv[1]):
             bw.setdefault((f[0], f[1], f[2], int(f[3])), []).append((float(f[4]), float(f[5]) / gib))
     except (IndexError, ValueError):
         print("unparsed:", line.strip(), file=sys.stderr)
+def mbs(runs):
+    return statistics.median(v[0] for v in runs)
 def size(s):
     return f"{s >> 20} MiB" if s >= 1 << 20 else (f"{s >> 10} KiB" if s >= 1024 else f"{s} B")
 print("| where | figure | oxmr | tcp | oxmr / tcp |")
@@ -186,7 +188,7 @@ for where in ("lo", "veth"):
         for s in (65536, 1 << 20, 16 << 20):
             a, b = bw.get((where, "oxmr", prog, s)), bw.get((where, "tcp", prog, s))
             if a and b:
-                x, y = statistics.median(v[0] for v in a), statistics.median(v[0] for v in b)
+                x, y = mbs(a), mbs(b)
                 cx, cy = statistics.median(v[1] for v in a), statistics.median(v[1] for v in b)
                 print(f"| {where} | {prog} {size(s)} | {x:.0f} MB/s, {cx:.2f} CPU-s/GiB | {y:.0f} MB/s, {cy:.2f} CPU-s/GiB | {x / y:.2f}x |")
 if any(k[1] == "oxmr-lanes" for k in bw):
@@ -198,7 +200,7 @@ if any(k[1] == "oxmr-lanes" for k in bw):
             for s in (65536, 1 << 20, 16 << 20):
                 a, b, c = (bw.get((where, p, prog, s)) for p in ("oxmr-lanes", "tcp", "oxmr"))
                 if a and b and c:
-                    x, y, z = (statistics.median(v[0] for v in l) for l in (a, b, c))
+                    x, y, z = mbs(a), mbs(b), mbs(c)
                     cx = statistics.median(v[1] for v in a)
                     print(f"| {where} | {prog} {size(s)} | {x:.0f} MB/s, {cx:.2f} CPU-s/GiB | {x / y:.2f}x | {x / z:.2f}x |")
 print()
@@ -210,7 +212,7 @@ for where in ("lo", "veth"):
         a, b = bw.get((where, "oxmr", "rdm_tagged_bw", s)), bw.get((where, "tcp", "rdm_tagged_bw", s))
         if blk and one and two and a and b:
             cb, c1, c2 = statistics.median(blk), statistics.median(one), statistics.median(two)
-            x, y = statistics.median(v[0] for v in a), statistics.median(v[0] for v in b)
+            x, y = mbs(a), mbs(b)
             print(f"| {where} | {size(s)} | {cb:.0f} MB/s | {c1:.0f} MB/s | {c2:.0f} MB/s | {y / c1:.2f} | {x / c1:.2f} |")
 print()
 print("| where | size | one connection, both ways (each way) | tcp rma_bw / that | oxmr rma_bw / that |")
@@ -221,6 +223,6 @@ for where in ("lo", "veth"):
         a, b = bw.get((where, "oxmr", "rma_bw", s)), bw.get((where, "tcp", "rma_bw", s))
         if d and a and b:
             cd = statistics.median(d)
-            x, y = statistics.median(v[0] for v in a), statistics.median(v[0] for v in b)
+            x, y = mbs(a), mbs(b)
             print(f"| {where} | {size(s)} | {cd:.0f} MB/s | {y / cd:.2f} | {x / cd:.2f} |")
 EOF

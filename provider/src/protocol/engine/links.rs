@@ -43,9 +43,8 @@ impl Engine {
         let route = self.dial.route(&to);
         let wire = if route == Wire::Tcp { "TCP" } else { "shm" };
         let link = Link::open(&to, &self.dial).map_err(|e| match e {
-            // (A TCP connect the kernel refused at once: as one refused later.)
-            // (The same line as for a refusal found later, `link_down`: a
-            // connect to loopback is refused at once or a moment later.)
+            // (A TCP connect the kernel refused at once: failed, and said,
+            // as one refused later, `link_down`.)
             OpenError::Unreachable(e) if route == Wire::Tcp && e.raw_os_error() == Some(libc::ECONNREFUSED) => {
                 fail!(ffi::FI_ECONNREFUSED, "peer {to} {}", peers::unreachable(libc::ECONNREFUSED).1)
             }
@@ -83,18 +82,14 @@ impl Engine {
         let mut hb = [0u8; HDR_MAX];
         let hlen = hdr.encode(&mut hb);
         let h = &hb[..hlen];
+        let send = |parts: &[&[u8]]| if spread { p.link.send_spread(parts) } else { p.link.send(parts) };
         let r = match body {
-            [] => p.link.send(&[h]),
-            [b] if spread => p.link.send_spread(&[h, b]),
-            [b] => p.link.send(&[h, b]),
+            [] => send(&[h]),
+            [b] => send(&[h, b]),
             _ => {
                 let mut parts: Vec<&[u8]> = vec![h];
                 parts.extend_from_slice(body);
-                if spread {
-                    p.link.send_spread(&parts)
-                } else {
-                    p.link.send(&parts)
-                }
+                send(&parts)
             }
         };
         match r {

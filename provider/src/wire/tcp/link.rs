@@ -100,11 +100,10 @@ struct Lanes {
     /// Where the next frame is tried first (round robin over the lanes
     /// and the link's own connection, last).
     next: usize,
-    /// Whether they were opened (once per link), and the epoch of the peer
-    /// they must reach (the link's).
-    opened: bool,
+    /// The epoch of the peer they must reach (the link's), and when they
+    /// were opened (once per link; None: not yet): one not answered
+    /// within `CONNECT_WAIT` goes.
     epoch: u32,
-    /// When they were opened: one not answered within `CONNECT_WAIT` goes.
     since: Option<Instant>,
 }
 
@@ -308,7 +307,7 @@ impl Link {
             // (Still connecting, its queue takes the frame as `send` does.)
             (o.queued.is_empty(), o.peer.filter(|_| o.established()).map(|h| h.epoch))
         };
-        if let (false, Some(epoch)) = (l.opened, epoch) {
+        if let (None, Some(epoch)) = (l.since, epoch) {
             self.0.open_lanes(&mut l, epoch);
         }
         if !self.0.tend_lanes(&mut l) {
@@ -454,7 +453,6 @@ impl Core {
     /// Open the link's lanes to the peer whose hello gave `epoch` (once
     /// per link: one whose connect fails is not tried again).
     fn open_lanes(&self, l: &mut Lanes, epoch: u32) {
-        l.opened = true;
         l.epoch = epoch;
         l.since = Some(Instant::now());
         for _ in 1..self.tx.lanes.min(LANES_MAX) {
