@@ -456,12 +456,15 @@ static void t_restarted(struct ep *p)
 
 /* The TCP wire version this oxmr speaks (wire/tcp/mod.rs, VERSION), which a
  * raw connection's hello must carry to get past it. */
-#define TCP_WIRE_VERSION 3
+#define TCP_WIRE_VERSION 4
+/* Its hello's length (magic, version, name, epoch, pid, kind, flags, nonce,
+ * proof; a peer without a job key leaves the last three zero). */
+#define TCP_HELLO_LEN 116
 
 /* What a raw connection sends, and what oxmr's log must say about it. */
 struct garbage {
 	const char *what;
-	unsigned char bytes[160];
+	unsigned char bytes[256];
 	size_t len;
 	bool half_close;
 	const char *log;
@@ -472,13 +475,13 @@ static size_t hello(unsigned char *b, uint32_t version)
 	struct sockaddr_in me = oxt_sin("198.18.0.9", 5);
 	uint32_t magic = 0x3154584f, epoch = 0x1234, pid = 1;
 
-	memset(b, 0, 48);
+	memset(b, 0, TCP_HELLO_LEN);
 	memcpy(b, &magic, 4);
 	memcpy(b + 4, &version, 4);
 	memcpy(b + 8, &me, sizeof me);
 	memcpy(b + 36, &epoch, 4);
 	memcpy(b + 40, &pid, 4);
-	return 48;
+	return TCP_HELLO_LEN;
 }
 
 static void t_garbage(struct ep *p)
@@ -521,6 +524,18 @@ static void t_garbage(struct ep *p)
 		REQUIRE(s >= 0, "socket");
 		REQUIRE(connect(s, (struct sockaddr *)&p->name, sizeof p->name) == 0, "connect to our endpoint: %s",
 			strerror(errno));
+		{
+			/* (A hello names the IP it comes from: without a job key,
+			 * oxmr believes a hello only from the IP its name gives.) */
+			struct sockaddr_in local;
+			socklen_t ll = sizeof local;
+			uint32_t magic = 0x3154584f;
+
+			REQUIRE(getsockname(s, (struct sockaddr *)&local, &ll) == 0, "getsockname: %s", strerror(errno));
+			local.sin_port = htons(5);
+			if (g[i].len >= 8 + sizeof local && !memcmp(g[i].bytes, &magic, 4))
+				memcpy(g[i].bytes + 8, &local, sizeof local);
+		}
 		oxt_capture_begin();
 		REQUIRE(write(s, g[i].bytes, g[i].len) == (ssize_t)g[i].len, "write the garbage");
 		if (g[i].half_close)

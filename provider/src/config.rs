@@ -60,6 +60,22 @@ pub struct Config {
     /// the data of large transfers (1: its own alone; at most
     /// `wire::tcp::LANES_MAX`).
     pub tcp_lanes: u32,
+    /// FI_OXMR_AUTH_KEY or FI_OXMR_AUTH_KEY_FILE: the job key of domains
+    /// whose application gives none (`auth_key`).
+    pub auth_key: EnvKey,
+}
+
+/// The job key the environment gives (FI_OXMR_AUTH_KEY, _FILE).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum EnvKey {
+    /// Neither variable is set.
+    #[default]
+    None,
+    Key(crate::auth::JobKey),
+    /// A variable is set but unusable (too short, a file others may read,
+    /// both set): what is wrong. Domains refuse to open rather than run
+    /// without the key the user meant to set.
+    Bad(String),
 }
 
 /// Default of FI_OXMR_TCP_EAGER_MAX: the eager limit TCP stacks commonly
@@ -122,6 +138,7 @@ impl Default for Config {
             tcp_eager_max: TCP_EAGER_MAX,
             tcp_zc_copied: TCP_ZC_COPIED as u32,
             tcp_lanes: TCP_LANES as u32,
+            auth_key: EnvKey::None,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! casts); `objects` are the libfabric objects in safe Rust; `protocol` is
 //! the message header and the endpoint engine; `wire` is how frames reach
 //! a peer (`wire::shm` today); `info` answers fi_getinfo; `queues` holds
-//! the CQ and counter cores; `config` the parsed FI_OXMR_* values; `mr`
+//! the CQ and counter cores; `config` the parsed FI_OXMR_* values; `auth` the job key; `mr`
 //! registration, pinning and the cache; `sys`, `error` and `ext` are
 //! leaves (syscalls, the error type, the extension API).
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -14,6 +14,7 @@
 // differs between header versions; the explicit casts keep both building.
 #![allow(clippy::unnecessary_cast)]
 
+pub mod auth;
 pub mod boundary;
 pub mod config;
 pub mod error;

@@ -9,6 +9,7 @@
 //! info         fi_getinfo's answers
 //! queues       completion queue and counter cores, wait objects
 //! config       the parsed FI_OXMR_* values (of mr's and the wires' types)
+//! auth         the job key (HMAC proofs)
 //! mr           registration, pinning, the cache
 //! sys, error, ext   leaves: syscalls, the error type, the extension
 //!              API's C types and constants
@@ -34,6 +35,7 @@ const ORDER: &[&[&str]] = &[
     &["info"],
     &["queues"],
     &["config"],
+    &["auth"],
     &["mr"],
     &["sys", "error", "ext"],
 ];

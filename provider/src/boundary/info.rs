@@ -63,7 +63,16 @@ fn rx_from(r: &ffi::fi_rx_attr) -> RxAttr {
     }
 }
 
-fn ep_from(e: &ffi::fi_ep_attr) -> EpAttr {
+/// # Safety
+/// `p` is NULL or points to `len` readable bytes.
+unsafe fn opt_bytes(p: *const u8, len: usize) -> Option<Vec<u8>> {
+    // SAFETY: caller's contract.
+    (!p.is_null() && len > 0).then(|| unsafe { std::slice::from_raw_parts(p, len) }.to_vec())
+}
+
+/// # Safety
+/// `e.auth_key` is NULL or points to `e.auth_key_size` readable bytes.
+unsafe fn ep_from(e: &ffi::fi_ep_attr) -> EpAttr {
     EpAttr {
         type_: e.type_,
         protocol: e.protocol,
@@ -77,6 +86,8 @@ fn ep_from(e: &ffi::fi_ep_attr) -> EpAttr {
         tx_ctx_cnt: e.tx_ctx_cnt,
         rx_ctx_cnt: e.rx_ctx_cnt,
         auth_key_size: e.auth_key_size,
+        // SAFETY: caller's contract.
+        auth_key: unsafe { opt_bytes(e.auth_key, e.auth_key_size) },
     }
 }
 
@@ -128,6 +139,8 @@ unsafe fn domain_from(d: &ffi::fi_domain_attr) -> DomainAttr {
         caps: d.caps,
         mode: d.mode,
         auth_key_size: d.auth_key_size,
+        // SAFETY: caller's contract (the key's pointer and size, as libfabric's).
+        auth_key: unsafe { opt_bytes(d.auth_key, d.auth_key_size) },
         max_err_data: d.max_err_data,
         mr_cnt: d.mr_cnt,
         tclass: d.tclass,
@@ -167,7 +180,7 @@ pub unsafe fn hints_from(h: *const ffi::fi_info) -> Option<Hints> {
             bad_dest,
             tx: h.tx_attr.as_ref().map(tx_from),
             rx: h.rx_attr.as_ref().map(rx_from),
-            ep: h.ep_attr.as_ref().map(ep_from),
+            ep: h.ep_attr.as_ref().map(|e| ep_from(e)),
             domain: h.domain_attr.as_ref().map(|d| domain_from(d)),
             fabric: h.fabric_attr.as_ref().map(|f| fabric_from(f)),
             handle: h.handle as usize,
@@ -209,6 +222,20 @@ fn c_strdup(s: &Option<String>) -> *mut c_char {
             unsafe { libc::strdup(c.as_ptr()) }
         }
     }
+}
+
+/// A malloc'd copy of `b` (fi_freeinfo frees it), and its length; NULL
+/// and 0 for None or when malloc fails.
+fn c_bytes(b: &Option<Vec<u8>>) -> (*mut u8, usize) {
+    let Some(b) = b.as_ref().filter(|b| !b.is_empty()) else { return (ptr::null_mut(), 0) };
+    // SAFETY: malloc of a non-zero size; NULL is checked.
+    let p = unsafe { libc::malloc(b.len()) }.cast::<u8>();
+    if p.is_null() {
+        return (p, 0);
+    }
+    // SAFETY: `p` holds `b.len()` freshly allocated bytes, disjoint from `b`.
+    unsafe { ptr::copy_nonoverlapping(b.as_ptr(), p, b.len()) };
+    (p, b.len())
 }
 
 fn c_addr(a: &Option<std::net::SocketAddr>) -> (*mut std::ffi::c_void, usize) {
@@ -279,7 +306,7 @@ fn to_c(i: &Info) -> *mut ffi::fi_info {
         e.mem_tag_format = i.ep.mem_tag_format;
         e.tx_ctx_cnt = i.ep.tx_ctx_cnt;
         e.rx_ctx_cnt = i.ep.rx_ctx_cnt;
-        e.auth_key_size = 0;
+        (e.auth_key, e.auth_key_size) = c_bytes(&i.ep.auth_key);
 
         let d = &mut *ci.domain_attr;
         d.name = c_strdup(&i.domain.name);
@@ -303,6 +330,7 @@ fn to_c(i: &Info) -> *mut ffi::fi_info {
         d.mr_iov_limit = i.domain.mr_iov_limit;
         d.caps = i.domain.caps;
         d.mode = i.domain.mode;
+        (d.auth_key, d.auth_key_size) = c_bytes(&i.domain.auth_key);
         d.max_err_data = i.domain.max_err_data;
         d.mr_cnt = i.domain.mr_cnt;
         d.tclass = i.domain.tclass;

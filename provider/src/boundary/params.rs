@@ -138,6 +138,16 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         help: c"Which wire carries RDM endpoints' data, per peer: auto (shared memory to a peer whose address is one of this network namespace's own, loopback included; TCP to any other), shm (shared memory to every peer, same host only) or tcp (TCP to every peer, same host included). Set it alike on both sides (default: auto)",
     },
     ParamDef {
+        name: c"auth_key",
+        kind: ffi::FI_PARAM_STRING,
+        help: c"The job key (at least 16 bytes) for domains whose application gives no auth_key: every TCP connection between endpoints proves both sides hold it before any frame is taken (docs/security.md); set the same on every process of the job, e.g. mpirun -x FI_OXMR_AUTH_KEY (default: none, peers are not authenticated)",
+    },
+    ParamDef {
+        name: c"auth_key_file",
+        kind: ffi::FI_PARAM_STRING,
+        help: c"A file holding the job key (as FI_OXMR_AUTH_KEY; a trailing newline is dropped); it must be a regular file of this user that no one else may read or write (mode 0600 or 0400) (default: none)",
+    },
+    ParamDef {
         name: c"shm_write_batch",
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"A run of one peer's queued RMA writes (each checked as alone) is copied with one process_vm_readv of up to this many bytes; 0 copies each write alone (default: 262144)",
@@ -245,6 +255,7 @@ pub fn define_and_load() {
         }
         n => n,
     } as u32;
+    let auth_key = env_key(get_str(c"auth_key"), get_str(c"auth_key_file"));
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -265,5 +276,33 @@ pub fn define_and_load() {
         tcp_eager_max,
         tcp_zc_copied,
         tcp_lanes,
+        auth_key,
     });
+}
+
+/// The job key FI_OXMR_AUTH_KEY or FI_OXMR_AUTH_KEY_FILE gives.
+fn env_key(inline: Option<String>, file: Option<String>) -> crate::config::EnvKey {
+    use crate::config::EnvKey;
+    let bytes = match (inline.filter(|s| !s.is_empty()), file.filter(|s| !s.is_empty())) {
+        (None, None) => return EnvKey::None,
+        (Some(_), Some(_)) => {
+            return EnvKey::Bad("both FI_OXMR_AUTH_KEY and FI_OXMR_AUTH_KEY_FILE are set: set one".into())
+        }
+        (Some(k), None) => k.into_bytes(),
+        (None, Some(path)) => {
+            match crate::sys::read_private_file(std::path::Path::new(&path), crate::auth::KEY_MAX + 1) {
+                Ok(mut b) => {
+                    while b.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
+                        b.pop();
+                    }
+                    b
+                }
+                Err(why) => return EnvKey::Bad(format!("FI_OXMR_AUTH_KEY_FILE={path}: {why}")),
+            }
+        }
+    };
+    match crate::auth::JobKey::new(&bytes) {
+        Ok(k) => EnvKey::Key(k),
+        Err(why) => EnvKey::Bad(format!("FI_OXMR_AUTH_KEY: {why}")),
+    }
 }

@@ -216,6 +216,7 @@ pub fn template(ep_type: u32) -> Info {
             tx_ctx_cnt: 1,
             rx_ctx_cnt: 1,
             auth_key_size: 0,
+            auth_key: None,
         },
         domain: DomainAttr {
             name: None,
@@ -240,6 +241,7 @@ pub fn template(ep_type: u32) -> Info {
             caps: caps & DOMAIN_CAPS,
             mode: 0,
             auth_key_size: 0,
+            auth_key: None,
             max_err_data: CM_DATA_SIZE,
             mr_cnt: MR_CNT,
             tclass: 0,

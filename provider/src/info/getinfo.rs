@@ -307,7 +307,17 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             e.tx_ctx_cnt as isize,
             e.rx_ctx_cnt as isize
         );
-        refuse_if!(e.auth_key_size > 0, "authorization keys are not supported");
+        refuse_if!(
+            e.auth_key_size > 0 && !key_fits(e.auth_key.as_deref(), e.auth_key_size),
+            "ep_attr auth_key of {} bytes: a job key has {} to {} bytes and auth_key must point to them (docs/security.md)",
+            e.auth_key_size,
+            crate::auth::KEY_MIN,
+            crate::auth::KEY_MAX
+        );
+        if e.auth_key.is_some() {
+            info.ep.auth_key_size = e.auth_key_size;
+            info.ep.auth_key = e.auth_key.clone();
+        }
         if e.mem_tag_format != 0 && info.ep.type_ == ffi::FI_EP_RDM {
             info.ep.mem_tag_format = e.mem_tag_format;
         }
@@ -424,7 +434,17 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             "domain caps {:#x} not offered",
             d.caps & !info.domain.caps & !offered
         );
-        refuse_if!(d.auth_key_size > 0, "authorization keys are not supported");
+        refuse_if!(
+            d.auth_key_size > 0 && !key_fits(d.auth_key.as_deref(), d.auth_key_size),
+            "domain_attr auth_key of {} bytes: a job key has {} to {} bytes and auth_key must point to them (docs/security.md)",
+            d.auth_key_size,
+            crate::auth::KEY_MIN,
+            crate::auth::KEY_MAX
+        );
+        if d.auth_key.is_some() {
+            info.domain.auth_key_size = d.auth_key_size;
+            info.domain.auth_key = d.auth_key.clone();
+        }
         if d.threading != ffi::FI_THREAD_UNSPEC {
             info.domain.threading = d.threading;
         }
@@ -440,6 +460,12 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
         }
     }
     Ok(info)
+}
+
+/// Whether an `auth_key` hint is one oxmr takes as a job key: present, and
+/// of a length `JobKey::new` accepts.
+fn key_fits(key: Option<&[u8]>, size: usize) -> bool {
+    key.is_some() && (crate::auth::KEY_MIN..=crate::auth::KEY_MAX).contains(&size)
 }
 
 #[cfg(test)]

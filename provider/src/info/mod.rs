@@ -53,6 +53,8 @@ pub struct EpAttr {
     pub tx_ctx_cnt: usize,
     pub rx_ctx_cnt: usize,
     pub auth_key_size: usize,
+    /// The `auth_key` bytes (None: NULL or empty; docs/security.md).
+    pub auth_key: Option<Vec<u8>>,
 }
 
 /// `struct fi_domain_attr`.
@@ -80,6 +82,8 @@ pub struct DomainAttr {
     pub caps: u64,
     pub mode: u64,
     pub auth_key_size: usize,
+    /// The `auth_key` bytes (None: NULL or empty; docs/security.md).
+    pub auth_key: Option<Vec<u8>>,
     pub max_err_data: usize,
     pub mr_cnt: usize,
     pub tclass: u32,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use oxmr_ffi as ffi;
 
 use super::fabric::Fabric;
+use crate::config::EnvKey;
 use crate::error::Result;
 use crate::fail;
 use crate::info::getinfo::effective_mr_mode;
@@ -27,6 +28,9 @@ pub struct Domain {
     pub mr_mode: i32,
     /// Registrations: keys, pins, accounting.
     pub mr: Arc<MrDomain>,
+    /// The job key its endpoints' connections prove (its `auth_key`, else
+    /// FI_OXMR_AUTH_KEY/_FILE; None: peers are not authenticated).
+    pub auth_key: Option<crate::auth::JobKey>,
     /// Every enabled endpoint of the domain (a counter bound to an MR has no
     /// endpoint of its own to drive).
     pub progress: super::progress::ProgressList,
@@ -50,8 +54,21 @@ impl Domain {
                 "fi_domain: FI_PROGRESS_AUTO is not supported; oxmr uses FI_PROGRESS_MANUAL"
             ));
         }
-        if d.auth_key_size > 0 {
-            return Err(fail!(ffi::FI_ENOSYS, "fi_domain: authorization keys are not supported"));
+        let auth_key = match (&d.auth_key, &fabric.config.auth_key) {
+            (Some(k), _) => Some(job_key(k, "fi_domain: domain_attr auth_key")?),
+            (None, EnvKey::Key(k)) => Some(k.clone()),
+            (None, EnvKey::Bad(why)) => {
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_domain: {why}; no domain opens with a job key it cannot use (fix or unset the variable)"
+                ))
+            }
+            (None, EnvKey::None) => None,
+        };
+        if auth_key.is_none() {
+            tracing::info!(
+                "fi_domain: no job key (auth_key, FI_OXMR_AUTH_KEY): cross-host peers of this domain's endpoints are not authenticated (docs/security.md)"
+            );
         }
         let name = d.name.clone().unwrap_or_else(|| "oxmr".into());
         let mr_mode = effective_mr_mode(d.mr_mode);
@@ -67,8 +84,15 @@ impl Domain {
             av_type: d.av_type,
             mr_mode,
             mr: Arc::new(MrDomain::new(mr_mode, pinner, cfg.cache).with_tcp_io_uring(cfg.tcp_io_uring)),
+            auth_key,
             progress: Default::default(),
             info,
         })
     }
+}
+
+/// The job key of an application's `auth_key` bytes (`what` names it in
+/// the log line when it is unusable).
+pub(crate) fn job_key(bytes: &[u8], what: &str) -> Result<crate::auth::JobKey> {
+    crate::auth::JobKey::new(bytes).map_err(|why| fail!(ffi::FI_EINVAL, "{what}: {why}"))
 }

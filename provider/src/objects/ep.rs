@@ -87,6 +87,9 @@ pub struct Ep {
     /// The connection request this endpoint was opened for (kept so that
     /// its handle stays valid while the endpoint lives).
     request: Mutex<Option<Arc<ConnReq>>>,
+    /// The job key its connections prove: its ep_attr `auth_key`, else the
+    /// domain's.
+    auth_key: Option<crate::auth::JobKey>,
 }
 
 /// Default FI_OPT_MIN_MULTI_RECV (bytes left before a multi-recv buffer is released).
@@ -174,6 +177,10 @@ impl Ep {
             rx_op_flags: info.rx.op_flags,
             ..Default::default()
         };
+        let auth_key = match &info.ep.auth_key {
+            Some(k) => Some(super::domain::job_key(k, "fi_endpoint: ep_attr auth_key")?),
+            None => domain.auth_key.clone(),
+        };
         let src = source_of(&info, &domain);
         let (l, name) = listen(src)?;
         state.listener = Some(l);
@@ -189,6 +196,7 @@ impl Ep {
             conn: Mutex::new(Conn::default()),
             peer_av: Arc::new(AddrTable::new(1, false)),
             request: Mutex::new(None),
+            auth_key,
         })
     }
 
@@ -385,7 +393,7 @@ impl Ep {
         let s = self.state();
         if self.domain.fabric.config.wire != crate::config::Wire::Shm {
             if let Some(l) = &s.listener {
-                region.take_tcp(l, "fi_enable")?;
+                region.take_tcp(l, self.auth_key.clone(), "fi_enable")?;
             }
         }
         let b = Bindings {
@@ -404,7 +412,14 @@ impl Ep {
         let cqs: Vec<_> = [&s.tx_cq, &s.rx_cq].into_iter().flatten().cloned().collect();
         let cntrs: Vec<_> = s.cntrs.iter().flatten().cloned().collect();
         drop(s);
-        *eng = Some(Engine::new(region, name, self.domain.mr.clone(), &self.domain.fabric.config, b));
+        *eng = Some(Engine::new(
+            region,
+            name,
+            self.domain.mr.clone(),
+            &self.domain.fabric.config,
+            b,
+            self.auth_key.clone(),
+        ));
         // Attached only after the engine's lock is released: a thread
         // reading one of these CQs holds the list while it locks each
         // engine in it, so attaching (which takes the list) while holding

@@ -15,11 +15,17 @@ pub struct Inbox(pub(crate) crate::wire::Inbox);
 
 impl Inbox {
     /// Take frames over TCP too, at the endpoint's listener (FI_OXMR_WIRE
-    /// =tcp); `call` as for `create`.
-    pub fn take_tcp(&mut self, listener: &std::net::TcpListener, call: &str) -> Result<()> {
+    /// =tcp), from peers that prove `key` where there is one; `call` as
+    /// for `create`.
+    pub fn take_tcp(
+        &mut self,
+        listener: &std::net::TcpListener,
+        key: Option<crate::auth::JobKey>,
+        call: &str,
+    ) -> Result<()> {
         listener
             .try_clone()
-            .and_then(|l| self.0.take_tcp(l))
+            .and_then(|l| self.0.take_tcp(l, key))
             .map_err(|e| fail!(ffi::FI_EIO, "{call}: cannot take TCP connections at the endpoint's listener: {e}"))
     }
 

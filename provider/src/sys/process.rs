@@ -79,6 +79,27 @@ pub fn random_u64() -> u64 {
     t.rotate_left(17) ^ (std::process::id() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// Fill `b` from the kernel's random pool (getrandom), with no fallback:
+/// for secrets and nonces, where a guessable value would be worse than
+/// none.
+pub fn random_bytes(b: &mut [u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < b.len() {
+        // SAFETY: getrandom writes at most `b.len() - at` bytes into the
+        // rest of `b`, which is ours and that long.
+        let n = unsafe { libc::getrandom(b[at..].as_mut_ptr().cast(), b.len() - at, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+            continue;
+        }
+        at += n as usize;
+    }
+    Ok(())
+}
+
 /// 4 random bytes from the kernel (see `random_u64`).
 pub fn random_u32() -> u32 {
     random_u64() as u32

@@ -484,19 +484,19 @@ impl Inbox {
         let wake = Some(std::sync::Arc::new(crate::sys::Epoll::new()?));
         let mut i =
             Inbox { shm: None, tcp: None, lo: None, name, epoch, wake, rings: true, lands: Landings::default() };
-        i.take_tcp(listener)?;
+        i.take_tcp(listener, None)?;
         Ok(i)
     }
 
     /// Take frames over TCP too, from the connections `listener` (bound at
     /// the endpoint's name) accepts.
-    pub fn take_tcp(&mut self, listener: TcpListener) -> io::Result<()> {
+    pub fn take_tcp(&mut self, listener: TcpListener, key: Option<crate::auth::JobKey>) -> io::Result<()> {
         let hello = Dial::new(Wire::Tcp, &self.name, self.epoch).hello;
         let wake = match &self.wake {
             Some(w) => w.clone(),
             None => std::sync::Arc::new(crate::sys::Epoll::new()?),
         };
-        self.tcp = Some(tcp::Inbox::new(listener, hello, wake, self.lands.clone())?);
+        self.tcp = Some(tcp::Inbox::new(listener, hello, wake, self.lands.clone())?.with_key(key));
         Ok(())
     }
 

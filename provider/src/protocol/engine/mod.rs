@@ -501,6 +501,7 @@ impl Engine {
         mr: Arc<MrDomain>,
         cfg: &Config,
         b: Bindings,
+        key: Option<crate::auth::JobKey>,
     ) -> Self {
         let crate::protocol::inbox::Inbox(rx) = inbox;
         let epoch = rx.epoch();
@@ -516,6 +517,7 @@ impl Engine {
                     stats: mr.tcp_stats.clone(),
                     copied_off: cfg.tcp_zc_copied,
                     lanes: cfg.tcp_lanes,
+                    key,
                 })
                 .with_pairs(rx.pairs()),
             copies: rx.copies(),

@@ -93,7 +93,7 @@ fn side_pinned(mr_mode: u32, cfg: &Config, cached: bool) -> Side {
         one_peer: false,
     };
     let inbox = crate::protocol::inbox::Inbox(rx);
-    let eng = Engine::new(inbox, addr, mr.clone(), cfg, b);
+    let eng = Engine::new(inbox, addr, mr.clone(), cfg, b, None);
     Side { eng, addr, cq, av, mr }
 }
 
@@ -848,7 +848,7 @@ fn a_target_that_answers_a_streamed_write_early_stops_its_stream_before_it_compl
     answer[44] = 1; // (ACCEPT)
     s.write_all(&answer).unwrap();
     // Its hello, then the WRITE request (a length, the frame).
-    let mut theirs = [0u8; 48];
+    let mut theirs = [0u8; crate::wire::tcp::HELLO_LEN];
     let mut len = [0u8; 4];
     let mut req = Vec::new();
     for _ in 0..20_000 {

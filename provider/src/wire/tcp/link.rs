@@ -44,8 +44,12 @@ pub(super) struct Out {
     /// answer or a zero-copy send in flight, and its bytes in all.
     queued: VecDeque<Seg>,
     queued_len: usize,
-    /// Our hello's bytes not yet written (they go first, before any frame).
+    /// Our hello's bytes not yet written (they go first, before any frame;
+    /// with a job key, then our proof).
     greet: Vec<u8>,
+    /// With a job key: the hello we sent (the proofs cover it), until the
+    /// peer's challenge came and our proof went into `greet`; then None.
+    sent: Option<Box<[u8; HELLO_LEN]>>,
     pub(super) state: LinkState,
     pub(super) setup: Setup,
     /// The peer's hello, once it answered (its first bytes so far).
@@ -116,6 +120,7 @@ impl Out {
             queued: VecDeque::new(),
             queued_len: 0,
             greet: Vec::new(),
+            sent: None,
             state: LinkState::Open,
             setup: Setup::Up,
             peer: None,
@@ -156,8 +161,10 @@ impl Out {
     }
 
     /// Write on `sock`, a connection we just opened (connected already if
-    /// `up`), our hello (of `kind`: OPEN, or LANE) first.
-    fn start(&mut self, up: bool, id: u64, me: &Hello, kind: u32) {
+    /// `up`), our hello (of `kind`: OPEN, or LANE) first, with a fresh
+    /// nonce where we hold a job key (`key`; the link closes if the kernel
+    /// has no random bytes for it).
+    fn start(&mut self, up: bool, id: u64, me: &Hello, kind: u32, key: Option<&crate::auth::JobKey>) {
         let _ = self.sock.set_nodelay(true);
         self.adoptable = match (self.sock.local_addr(), crate::info::addr::parse(&me.name)) {
             (Ok(l), Some(n)) => same_ip(l.ip(), n.ip()),
@@ -165,7 +172,23 @@ impl Out {
         };
         self.id = id;
         self.setup = if up { Setup::Up } else { Setup::Connecting(Instant::now()) };
-        self.greet = me.encode(kind).to_vec();
+        self.sent = None;
+        match key.map(|_| crate::auth::nonce()) {
+            None => {
+                unauthenticated();
+                self.greet = me.encode(kind).to_vec();
+            }
+            Some(Some(nonce)) => {
+                let h = me.encode_with(kind, true, &nonce, &[0; PROOF_LEN]);
+                self.greet = h.to_vec();
+                self.sent = Some(Box::new(h));
+            }
+            Some(None) => {
+                tracing::warn!("cannot open a TCP connection: the kernel gave no random bytes for its nonce");
+                self.setup = Setup::Failed(libc::EIO);
+                self.close();
+            }
+        }
         self.peer = None;
         self.got.clear();
         self.handed = false;
@@ -180,6 +203,7 @@ impl Out {
         self.id = c.id;
         self.setup = Setup::Up;
         self.greet.clear();
+        self.sent = None;
         self.peer = Some(h);
         self.got.clear();
         self.handed = true;
@@ -213,7 +237,7 @@ impl Link {
         let tx = TcpSend { ring: tx.ring.clone().filter(|r| r.sends_zc()), ..tx.clone() };
         let mut table = pairs.map(|p| p.table());
         let parked = match table.as_mut().and_then(|t| t.remove(to)) {
-            Some(Pair::Parked(c, h)) if !c.tie.load(Ordering::Acquire) => Some((c, h)),
+            Some(Pair::Parked(c, h)) if !c.tie.load(Ordering::Acquire) => Some((*c, h)),
             _ => None,
         };
         let out = match parked {
@@ -226,10 +250,10 @@ impl Link {
                 o
             }
             None => {
-                let (sock, up) = crate::sys::connect_start(to).map_err(OpenError::Unreachable)?;
+                let (sock, up) = crate::sys::connect_from(to, me.ip()).map_err(OpenError::Unreachable)?;
                 let id = pairs.map_or(0, |p| p.new_id());
                 let mut o = Out::new(sock);
-                o.start(up, id, me, OPEN);
+                o.start(up, id, me, OPEN, tx.key.as_ref());
                 o
             }
         };
@@ -456,10 +480,10 @@ impl Core {
         l.epoch = epoch;
         l.since = Some(Instant::now());
         for _ in 1..self.tx.lanes.min(LANES_MAX) {
-            match crate::sys::connect_start(&self.to) {
+            match crate::sys::connect_from(&self.to, self.me.ip()) {
                 Ok((sock, up)) => {
                     let mut o = Out::new(sock);
-                    o.start(up, 0, &self.me, LANE);
+                    o.start(up, 0, &self.me, LANE, self.tx.key.as_ref());
                     let lane = Core {
                         to: self.to,
                         me: self.me,
@@ -524,11 +548,11 @@ impl Core {
             // (The peer's own connection did not come: it failed on the
             // way, or the peer dropped its link. Ours again.)
             tracing::debug!("{} answered YIELD but its connection did not come: connecting again", self.to);
-            match crate::sys::connect_start(&self.to) {
+            match crate::sys::connect_from(&self.to, self.me.ip()) {
                 Ok((sock, up)) => {
                     let id = self.pairs.as_ref().map_or(0, |p| p.new_id());
                     o.sock = sock;
-                    o.start(up, id, &self.me, OPEN);
+                    o.start(up, id, &self.me, OPEN, self.tx.key.as_ref());
                 }
                 Err(e) => {
                     o.setup = Setup::Failed(e.raw_os_error().unwrap_or(libc::EIO));
@@ -566,62 +590,122 @@ impl Core {
 
     /// Move the connection on as far as it goes without waiting: the
     /// connect, our hello, the peer's answer (read here, exactly its bytes:
-    /// what follows is the inbox's to read).
+    /// what follows is the inbox's to read). With a job key the first
+    /// answer is the peer's challenge: its proof is checked, ours written,
+    /// and the answer proper read after it.
     fn step(&self, o: &mut Out) {
         self.advance(o);
         if o.state != LinkState::Open || o.setup != Setup::Up {
             return;
         }
-        while !o.greet.is_empty() {
-            match (&o.sock).write(&o.greet) {
-                Ok(0) => return o.close(),
-                Ok(n) => {
-                    o.greet.drain(..n);
-                    self.tx.stats.copied_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        loop {
+            while !o.greet.is_empty() {
+                match (&o.sock).write(&o.greet) {
+                    Ok(0) => return o.close(),
+                    Ok(n) => {
+                        o.greet.drain(..n);
+                        self.tx.stats.copied_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return o.close(),
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return o.close(),
+            }
+            if o.peer.is_some() {
+                return;
+            }
+            let mut b = [0u8; HELLO_LEN];
+            let want = HELLO_LEN - o.got.len();
+            match (&o.sock).read(&mut b[..want]) {
+                Ok(0) => o.state = LinkState::Closed,
+                Ok(n) => o.got.extend_from_slice(&b[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => o.state = LinkState::Closed,
+            }
+            // (A peer of another version may answer with a shorter hello
+            // and close: its version is said as soon as it is in.)
+            if o.got.len() >= 4 && o.got[..4] != MAGIC.to_le_bytes() {
+                tracing::warn!("the endpoint at {} does not speak oxmr's TCP wire", self.to);
+                return o.close();
+            }
+            if o.got.len() >= 8 {
+                let version = u32::from_le_bytes([o.got[4], o.got[5], o.got[6], o.got[7]]);
+                if version != VERSION {
+                    if !self.lane {
+                        tracing::warn!(
+                            "the endpoint at {} speaks TCP wire version {version}, this oxmr speaks version {VERSION}: run one oxmr build on both sides",
+                            self.to
+                        );
+                    }
+                    return o.close();
+                }
+            }
+            if o.got.len() < HELLO_LEN {
+                return;
+            }
+            if !self.answered(o) {
+                return;
             }
         }
-        if o.peer.is_some() {
-            return;
+    }
+
+    /// Take the peer's answer in `o.got` (whole): true when our proof is to
+    /// be written and the answer proper read next.
+    fn answered(&self, o: &mut Out) -> bool {
+        let Some(g) = Hello::greeting(&o.got) else {
+            tracing::warn!("the endpoint at {} does not speak oxmr's TCP wire", self.to);
+            o.close();
+            return false;
+        };
+        let key = self.tx.key.as_ref();
+        if g.keyed != key.is_some() {
+            tracing::warn!(
+                "the endpoint at {} {}: set the same FI_OXMR_AUTH_KEY (or auth_key) on every process of the job (docs/security.md)",
+                self.to,
+                if key.is_some() { "holds no job key and this endpoint has one" } else { "requires a job key and this endpoint has none" }
+            );
+            o.close();
+            return false;
         }
-        let mut b = [0u8; HELLO_LEN];
-        let want = HELLO_LEN - o.got.len();
-        match (&o.sock).read(&mut b[..want]) {
-            Ok(0) => o.state = LinkState::Closed,
-            Ok(n) => o.got.extend_from_slice(&b[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => o.state = LinkState::Closed,
-        }
-        if o.got.len() < HELLO_LEN {
-            return;
-        }
-        match Hello::decode(&o.got) {
-            Some((h, kind)) if self.lane && (h.version != VERSION || kind != ACCEPT) => {
-                tracing::debug!(
-                    "the endpoint at {} answered a lane with kind {kind}, version {}: the lane closes",
-                    self.to,
-                    h.version
-                );
-                o.close();
-            }
-            Some((h, _)) if h.version != VERSION => {
+        if let (Some(k), Some(sent)) = (key, o.sent.take()) {
+            if g.kind != CHALLENGE {
                 tracing::warn!(
-                    "the endpoint at {} speaks TCP wire version {}, this oxmr speaks version {VERSION}: run one oxmr build on both sides",
+                    "the endpoint at {} answered a keyed hello without its challenge (kind {}): not oxmr's TCP wire",
                     self.to,
-                    h.version
+                    g.kind
                 );
                 o.close();
+                return false;
             }
-            Some((_, YIELD)) => {
+            let mut ch = [0u8; HELLO_LEN];
+            ch.copy_from_slice(&o.got);
+            let t = transcript(&sent, &ch);
+            if !k.verify(PROOF_ACCEPT, &[&t], &g.proof) {
+                tracing::warn!(
+                    "the endpoint at {} does not hold this job's key (its proof failed): every process of the job needs the same FI_OXMR_AUTH_KEY (or auth_key); the connection is closed",
+                    self.to
+                );
+                o.close();
+                return false;
+            }
+            tracing::debug!("the endpoint at {} proved the job key", self.to);
+            o.greet.extend_from_slice(&k.tag(PROOF_OPEN, &[&t]));
+            o.got.clear();
+            return true;
+        }
+        let (h, kind) = (g.hello, g.kind);
+        match kind {
+            _ if self.lane && kind != ACCEPT => {
+                tracing::debug!("the endpoint at {} answered a lane with kind {kind}: the lane closes", self.to);
+                o.close();
+            }
+            YIELD => {
                 // (It keeps its own connection to us; this one ends.)
                 let _ = o.sock.shutdown(std::net::Shutdown::Both);
                 o.got.clear();
                 o.setup = Setup::Yielded(Instant::now());
             }
-            Some((h, ACCEPT)) => {
+            ACCEPT => {
                 o.peer = Some(h);
                 if let Some(p) = &self.pairs {
                     match o.sock.try_clone() {
@@ -634,10 +718,11 @@ impl Core {
                 }
             }
             _ => {
-                tracing::warn!("the endpoint at {} does not speak oxmr's TCP wire", self.to);
+                tracing::warn!("the endpoint at {} answered with hello kind {kind}: not oxmr's TCP wire", self.to);
                 o.close();
             }
         }
+        false
     }
 
     /// Write what is queued (once established), in order: bytes as the

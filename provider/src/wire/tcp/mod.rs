@@ -59,19 +59,33 @@ const MAGIC: u32 = 0x3154_584f; // "OXT1"
 /// This build's TCP wire version (the hello's; the message header has its
 /// own, checked above the wire). Version 2: one connection per pair
 /// (the hello's kind; frames wait for the answer). Version 3: lanes (the
-/// LANE kind).
-pub(crate) const VERSION: u32 = 3;
-const HELLO_LEN: usize = 48;
-/// A hello's kind (its last word): the opener's, or the acceptor's answer
+/// LANE kind). Version 4: the job key (flags, nonce and proof in the
+/// hello; the CHALLENGE kind).
+pub(crate) const VERSION: u32 = 4;
+/// A hello: magic, version, name (28), epoch, pid, kind, flags, nonce
+/// (32), proof (32).
+pub(crate) const HELLO_LEN: usize = 116;
+/// A hello's kind (its word at 44): the opener's, or the acceptor's answer
 /// (this connection carries frames, both ways; or: it does not, the peer
 /// keeps the one it opened to us, and closes this); or a lane's opener's
 /// (an extra connection of a link that carries only frames whose order
 /// does not matter, `Link::send_spread`: answered ACCEPT, read by the
-/// inbox, never adopted or sent on by the acceptor).
+/// inbox, never adopted or sent on by the acceptor); or, with a job key,
+/// the acceptor's challenge (its nonce and its proof), which the opener
+/// answers with its own proof before the acceptor answers ACCEPT or
+/// YIELD (docs/security.md).
 const OPEN: u32 = 0;
 const ACCEPT: u32 = 1;
 const YIELD: u32 = 2;
 const LANE: u32 = 3;
+const CHALLENGE: u32 = 4;
+/// A hello's flag: its sender holds a job key (both sides must agree).
+const KEYED: u32 = 1;
+/// Bytes of a proof (HMAC-SHA256) and of a nonce.
+const PROOF_LEN: usize = crate::auth::TAG_LEN;
+/// The labels of the two proofs, so neither can be replayed as the other.
+const PROOF_ACCEPT: &[u8] = b"oxmr tcp v4: the acceptor holds the job key";
+const PROOF_OPEN: &[u8] = b"oxmr tcp v4: the opener holds the job key";
 /// The most connections a link keeps to one peer.
 const LANES_MAX: u32 = crate::config::TCP_LANES_MAX as u32;
 /// Bytes a link queues for a peer whose socket is full before a send
@@ -97,8 +111,36 @@ pub struct Hello {
     pub pid: u32,
 }
 
+/// A hello as it came: who, its kind, whether its sender holds a job key,
+/// and its proof (zero where it has none; its nonce is in the transcript).
+#[derive(Clone, Copy, Debug)]
+struct Greeting {
+    hello: Hello,
+    kind: u32,
+    keyed: bool,
+    proof: [u8; PROOF_LEN],
+}
+
+/// The bytes both proofs of a connection cover: the opener's hello and
+/// the acceptor's challenge, each without its proof field (names,
+/// epochs, pids, kinds and both nonces).
+fn transcript(open: &[u8; HELLO_LEN], challenge: &[u8; HELLO_LEN]) -> Transcript {
+    let n = HELLO_LEN - PROOF_LEN;
+    let mut t = [0u8; 2 * (HELLO_LEN - PROOF_LEN)];
+    t[..n].copy_from_slice(&open[..n]);
+    t[n..].copy_from_slice(&challenge[..n]);
+    t
+}
+
 impl Hello {
-    fn encode(&self, kind: u32) -> [u8; HELLO_LEN] {
+    /// The IP its name gives (None: no valid name).
+    fn ip(&self) -> Option<IpAddr> {
+        crate::info::addr::parse(&self.name).map(|a| a.ip())
+    }
+
+    /// This hello as it goes on the wire: of `kind`, with the job-key
+    /// flag, a nonce and a proof where given.
+    fn encode_with(&self, kind: u32, keyed: bool, nonce: &[u8; PROOF_LEN], proof: &[u8; PROOF_LEN]) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         b[4..8].copy_from_slice(&self.version.to_le_bytes());
@@ -106,18 +148,41 @@ impl Hello {
         b[36..40].copy_from_slice(&self.epoch.to_le_bytes());
         b[40..44].copy_from_slice(&self.pid.to_le_bytes());
         b[44..48].copy_from_slice(&kind.to_le_bytes());
+        b[48..52].copy_from_slice(&(if keyed { KEYED } else { 0 }).to_le_bytes());
+        b[52..84].copy_from_slice(nonce);
+        b[84..116].copy_from_slice(proof);
         b
     }
 
+    /// A hello of `kind` without a key.
+    fn encode(&self, kind: u32) -> [u8; HELLO_LEN] {
+        self.encode_with(kind, false, &[0; PROOF_LEN], &[0; PROOF_LEN])
+    }
+
     /// The hello and its kind.
+    #[cfg(test)]
     fn decode(b: &[u8]) -> Option<(Hello, u32)> {
+        Self::greeting(b).map(|g| (g.hello, g.kind))
+    }
+
+    /// Everything a hello says. (A hello of another version decodes as far
+    /// as its first 48 bytes, which every version since 1 shares, so the
+    /// log line can name the version.)
+    fn greeting(b: &[u8]) -> Option<Greeting> {
         let word = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
         if b.len() < HELLO_LEN || word(0) != MAGIC {
             return None;
         }
         let mut name = [0u8; 28];
         name.copy_from_slice(&b[8..36]);
-        Some((Hello { version: word(4), name, epoch: word(36), pid: word(40) }, word(44)))
+        let mut proof = [0u8; PROOF_LEN];
+        proof.copy_from_slice(&b[84..116]);
+        Some(Greeting {
+            hello: Hello { version: word(4), name, epoch: word(36), pid: word(40) },
+            kind: word(44),
+            keyed: word(48) & KEYED != 0,
+            proof,
+        })
     }
 }
 
@@ -161,18 +226,35 @@ const ZC_PROBES: usize = 16;
 /// the kernel copied a link stops using it (FI_OXMR_TCP_ZC_COPIED; 0:
 /// never), and how many connections a link keeps to its peer for the
 /// frames whose order does not matter (FI_OXMR_TCP_LANES; 0 or 1: the
-/// one it shares with the peer alone).
+/// one it shares with the peer alone), and the job key.
 #[derive(Clone, Debug, Default)]
 pub struct TcpSend {
     pub ring: Option<Arc<UringTable>>,
     pub stats: Arc<TcpStats>,
     pub copied_off: u32,
     pub lanes: u32,
+    /// The job key every connection proves before it carries a frame
+    /// (None: connections are not authenticated; docs/security.md).
+    pub key: Option<crate::auth::JobKey>,
 }
 
 /// What a link and the inbox share of the connection the link writes on:
 /// set by the inbox when it found the connection ended (or closed it).
 type Tie = Arc<AtomicBool>;
+
+/// The bytes both proofs cover (`transcript`).
+type Transcript = [u8; 2 * (HELLO_LEN - PROOF_LEN)];
+
+/// Say once per process that TCP peers are not authenticated (a
+/// connection opened or taken without a job key).
+fn unauthenticated() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "TCP peers are not authenticated: no job key is set, so anyone who can reach this endpoint's port can send to it; set the same FI_OXMR_AUTH_KEY (or auth_key) on every process of the job (docs/security.md)"
+        );
+    }
+}
 
 /// Whether two addresses are one IP (an IPv4 address and its IPv6-mapped
 /// form are).
@@ -194,6 +276,8 @@ pub use pairs::Pairs;
 
 #[cfg(test)]
 mod fuzz;
+#[cfg(test)]
+mod keyed;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

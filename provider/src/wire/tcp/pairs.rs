@@ -16,7 +16,7 @@ use super::link::Core;
 pub(super) enum Pair {
     /// A connection the peer opened and we adopted, not yet taken by a
     /// link of ours (the inbox reads it: a clone), with the peer's hello.
-    Parked(InConn, Hello),
+    Parked(Box<InConn>, Hello),
     /// Our link to the peer (gone when the engine dropped it).
     Mine(Weak<Core>),
 }
@@ -110,7 +110,10 @@ impl Pairs {
         let mut t = self.table();
         let park = |t: &mut HashMap<SocketAddr, Pair>| {
             if let (true, Ok(sock)) = (theirs_ok, c.sock.try_clone()) {
-                t.insert(from, Pair::Parked(InConn::new(sock, c.id, Some((from, h.epoch)), c.tie.clone()), *h));
+                t.insert(
+                    from,
+                    Pair::Parked(Box::new(InConn::new(sock, c.id, Some((from, h.epoch)), c.tie.clone())), *h),
+                );
             }
             Answer::Accept
         };

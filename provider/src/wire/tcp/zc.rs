@@ -120,7 +120,7 @@ fn a_link_whose_zero_copy_sends_the_kernel_copies_stops_sending_zero_copy() {
     let hdrs: Vec<[u8; 4]> = (0..12u32).map(u32::to_le_bytes).collect();
     let frames: Vec<Vec<&[u8]>> =
         hdrs.iter().enumerate().map(|(i, h)| vec![&h[..], &src[i * part..(i + 1) * part]]).collect();
-    let tx = TcpSend { ring: Some(table.clone()), stats: Default::default(), copied_off: 2, lanes: 0 };
+    let tx = TcpSend { ring: Some(table.clone()), stats: Default::default(), copied_off: 2, lanes: 0, key: None };
     let got = run(&tx, &frames, true);
     assert_eq!(got.len(), frames.len());
     assert!(got.iter().zip(&frames).all(|(g, f)| *g == f.concat()), "a frame arrived changed");
@@ -162,7 +162,7 @@ fn pinned_parts_go_with_send_zc_in_stream_order_and_the_rest_is_copied() {
             _ => frames.push(vec![&hdr[..], &heap[..], &src[off..off + ZC_MIN - 1]]),
         }
     }
-    let tx = TcpSend { ring: Some(table.clone()), stats: Default::default(), copied_off: 0, lanes: 0 };
+    let tx = TcpSend { ring: Some(table.clone()), stats: Default::default(), copied_off: 0, lanes: 0, key: None };
     let got = run(&tx, &frames, false);
     assert_eq!(got.len(), frames.len());
     for (i, (g, f)) in got.iter().zip(&frames).enumerate() {
@@ -219,7 +219,7 @@ fn a_link_dropped_with_a_send_in_flight_leaves_the_flight_to_the_ring() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     small(l.as_raw_fd(), libc::SO_RCVBUF);
     let at = l.local_addr().unwrap();
-    let tx = TcpSend { ring: Some(table.clone()), stats: Default::default(), copied_off: 0, lanes: 0 };
+    let tx = TcpSend { ring: Some(table.clone()), stats: Default::default(), copied_off: 0, lanes: 0, key: None };
     let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
     let link = Link::open(&at, &tests_hello(&me, 1), &tx, None).unwrap();
     small(link.raw_fd(), libc::SO_SNDBUF);
@@ -266,7 +266,7 @@ fn without_the_ring_nothing_goes_with_send_zc() {
     );
     let d = crate::mr::MrDomain::new(0, pinner, Default::default()).with_tcp_io_uring(false);
     assert!(d.tcp_ring.is_none(), "FI_OXMR_TCP_IO_URING=0: plain sockets");
-    let tx = TcpSend { ring: d.tcp_ring.clone(), stats: d.tcp_stats.clone(), copied_off: 0, lanes: 0 };
+    let tx = TcpSend { ring: d.tcp_ring.clone(), stats: d.tcp_stats.clone(), copied_off: 0, lanes: 0, key: None };
     let got = run(&tx, &frames, false);
     assert!(got.iter().zip(&frames).all(|(g, f)| *g == f.concat()));
     assert_eq!(d.tcp_stats.zc_sends.load(Relaxed), 0);
