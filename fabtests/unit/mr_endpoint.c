@@ -6,7 +6,7 @@
  * The parent is the target: an RDM endpoint in a domain with FI_MR_ENDPOINT
  * and a 64 KiB registration of 'p' it has not enabled. A child (another
  * process, an endpoint of its own) writes 'W' and reads through the key:
- * both must fail with -FI_EKEYREJECTED, and the buffer must still hold
+ * both must fail with -FI_EACCES, and the buffer must still hold
  * 'p'. The parent then binds the registration to its endpoint and enables
  * it: the child's next write and read work. The parent reads its CQ the
  * whole time (its endpoint's progress serves or refuses the accesses).
@@ -31,7 +31,7 @@ enum {
 	C_SOCK = 10,      /* the socket to the parent failed */
 	C_POST = 11,      /* a write or read could not be posted */
 	C_NOT_REFUSED = 12, /* a disabled MR's access did not fail */
-	C_WRONG_ERR = 13, /* it failed, but not with FI_EKEYREJECTED */
+	C_WRONG_ERR = 13, /* it failed, but not with FI_EACCES */
 	C_FAILED = 14,    /* an enabled MR's access failed */
 	C_DATA = 15,      /* the read after enabling did not bring 'W' */
 };
@@ -74,7 +74,7 @@ static int child(int sock)
 			return C_POST;
 		if (rc == 0)
 			return C_NOT_REFUSED;
-		if (rc != FI_EKEYREJECTED)
+		if (rc != FI_EACCES)
 			return C_WRONG_ERR;
 	}
 	if (write(sock, "1", 1) != 1 || read(sock, &go, 1) != 1)
@@ -145,7 +145,7 @@ int main(int argc, char **argv)
 	REQUIRE_RC(fi_enable(ep), 0);
 	REQUIRE_RC(fi_getname(&ep->fid, t.name, &nlen), 0);
 
-	OXT_GROUP("FI_MR_ENDPOINT: a registration not yet bound and enabled refuses another process's write and read (-FI_EKEYREJECTED), its memory untouched");
+	OXT_GROUP("FI_MR_ENDPOINT: a registration not yet bound and enabled refuses another process's write and read (-FI_EACCES), its memory untouched");
 	buf = aligned_alloc(4096, LEN);
 	REQUIRE(buf, "aligned_alloc");
 	memset(buf, 'p', LEN);

@@ -209,7 +209,7 @@ fn shared_in(a: usize, l: usize) -> bool {
 fn revoke_live(revoked: &AtomicBool, key: u64, at: u64, why: &str) {
     if !revoked.swap(true, Ordering::AcqRel) {
         tracing::warn!(
-            "registration {key:#x} revoked: its memory at {at:#x} was {why} while registered; peers now get FI_EKEYREJECTED (close it, and register the new memory)"
+            "registration {key:#x} revoked: its memory at {at:#x} was {why} while registered; peers now get FI_EACCES (close it, and register the new memory)"
         );
     }
 }
@@ -452,7 +452,7 @@ impl Cache {
                 // registrations keep the pin until closed.
                 let why = if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" };
                 tracing::warn!(
-                    "registrations using the cached pin of {:#x}+{} revoked: that memory was {why} while registered; peers now get FI_EKEYREJECTED (close them, and register the new memory)",
+                    "registrations using the cached pin of {:#x}+{} revoked: that memory was {why} while registered; peers now get FI_EACCES (close them, and register the new memory)",
                     slot.entry.start,
                     slot.entry.len
                 );

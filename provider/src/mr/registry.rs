@@ -7,20 +7,27 @@
 //! checking different keys rarely share a cache line (`cargo run --release
 //! -p oxmr --example mr_bench` measures it at 10 k live registrations).
 //!
-//! Provider keys are `secret 32 bits << 32 | counter`: the per-domain
-//! counter makes every key of a domain's lifetime distinct (for 2^32
-//! registrations), so a closed MR's key never validates again, even if a
-//! peer still holds it; the high half is SipHash-2-4 of the counter under a
-//! 128-bit secret drawn from the kernel once per domain, so a peer that has
-//! seen any number of keys cannot predict the next one (SipHash is a PRF),
-//! and making a key is a few nanoseconds with no system call (a getrandom
-//! per key was the largest cost of a cached registration). Application-
-//! requested keys (no FI_MR_PROV_KEY) are used as given; one in use is
-//! -FI_ENOKEY.
+//! A provider key is a keyed pseudorandom permutation of a per-domain
+//! 64-bit counter: a Feistel network over the counter's two 32-bit halves
+//! whose round function is SipHash-2-4 under a 128-bit secret drawn from
+//! the kernel once per domain. A permutation makes every key of a
+//! domain's lifetime distinct, so a closed MR's key never validates
+//! again, even if a peer still holds it; a pseudorandom one (SipHash is a
+//! PRF; Luby and Rackoff) leaves all 64 bits of every other key
+//! unpredictable to a peer that has seen any number of keys (no visible
+//! counter: no bit range of consecutive keys moves by a constant). Making
+//! a key is four SipHash calls and no system call (a getrandom per key
+//! was the largest cost of a cached registration).
+//! Application-requested keys (no FI_MR_PROV_KEY) are used as given; one
+//! in use is -FI_ENOKEY.
+//!
+//! Every refused remote access answers the initiator [`REFUSED`]
+//! (FI_EACCES), whatever was wrong; the precise [`AccessError`] is for the
+//! target's log.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use oxmr_ffi as ffi;
@@ -145,16 +152,15 @@ pub enum AccessError {
     Misaligned,
 }
 
-impl AccessError {
-    /// The FI_E* code an initiator sees.
-    pub fn code(self) -> u32 {
-        match self {
-            AccessError::UnknownKey | AccessError::NotEnabled | AccessError::Revoked => ffi::FI_EKEYREJECTED,
-            AccessError::Overflow | AccessError::OutOfBounds | AccessError::Misaligned => ffi::FI_EINVAL,
-            AccessError::Denied | AccessError::Protected => ffi::FI_EACCES,
-        }
-    }
-}
+/// The FI_E* code an initiator gets for any refused remote access. One
+/// code for every [`AccessError`] and for the target's other refusals (a
+/// device mapping gone, a request that does not describe its own
+/// buffers), as RDMA hardware reports one remote access error (the verbs
+/// provider maps IBV_WC_REM_ACCESS_ERR to FI_EACCES): distinct codes are
+/// an oracle, a wrong address answering otherwise than a wrong key, that
+/// lets a peer search for a key, then an address, then rights, apart. The
+/// precise reason goes to the target's log.
+pub const REFUSED: u32 = ffi::FI_EACCES;
 
 /// A granted access: the region and the byte offset into it.
 pub struct Granted {
@@ -162,8 +168,9 @@ pub struct Granted {
     pub offset: usize,
 }
 
-/// Keys carry 32 random bits; hashing them with an identity-like mix is
-/// enough and keeps the lookup to a few nanoseconds.
+/// Provider keys are 64 pseudorandom bits and application keys are often
+/// small integers: one multiply, which carries low bits up, is enough mix
+/// for both and keeps the lookup to a few nanoseconds.
 #[derive(Default)]
 pub struct KeyHasher(u64);
 
@@ -177,7 +184,8 @@ impl Hasher for KeyHasher {
         }
     }
     fn write_u64(&mut self, k: u64) {
-        // Fold the counter half into the high bits hashbrown uses for tags.
+        // (hashbrown takes its tags from the high bits: a small key's must
+        // reach them.)
         self.0 = k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
@@ -194,9 +202,33 @@ struct Shard(RwLock<Map>);
 /// A domain's registrations by key.
 pub struct Registry {
     shards: Box<[Shard]>,
-    counter: AtomicU32,
-    /// The key generator's secret, drawn once.
+    /// Provider keys made so far: the next key is `permute(secret, counter)`.
+    counter: AtomicU64,
+    /// The key permutation's secret, drawn once.
     secret: (u64, u64),
+}
+
+/// Rounds of the key permutation: Luby and Rackoff's construction is a
+/// pseudorandom permutation from 3 rounds, a strong one (still so to a
+/// peer that could also invert it) from 4.
+const ROUNDS: u64 = 4;
+
+/// Round `round` of the key permutation: SipHash of the round number and
+/// one 32-bit half, so that every round is an independent PRF.
+fn round_fn(secret: (u64, u64), round: u64, half: u32) -> u32 {
+    siphash24(secret.0, secret.1, round << 32 | half as u64) as u32
+}
+
+/// The key of counter `n`: a balanced Feistel network on its halves. A
+/// Feistel network is a bijection whatever its round function (each round
+/// can be undone: `tests::unpermute`), so distinct counters give distinct
+/// keys.
+fn permute(secret: (u64, u64), n: u64) -> u64 {
+    let (mut l, mut r) = ((n >> 32) as u32, n as u32);
+    for round in 0..ROUNDS {
+        (l, r) = (r, l ^ round_fn(secret, round, r));
+    }
+    (l as u64) << 32 | r as u64
 }
 
 /// SipHash-2-4 of one 8-byte message under the key (k0, k1) (Aumasson and
@@ -244,20 +276,20 @@ impl Registry {
     pub fn new() -> Self {
         let shards = (0..SHARDS).map(|_| Shard::default()).collect();
         let secret = (crate::sys::random_u64(), crate::sys::random_u64());
-        Registry { shards, counter: AtomicU32::new(crate::sys::random_u32() >> 8), secret }
+        Registry { shards, counter: AtomicU64::new(0), secret }
     }
 
     fn shard(&self, key: u64) -> &RwLock<Map> {
-        // Provider keys differ in their low (counter) bits; application keys
-        // are usually small integers: both spread over the low bits.
+        // Provider keys are uniform in every bit; application keys are
+        // usually small integers, which differ in the low bits: folding
+        // the high half onto the low spreads both.
         &self.shards[(key ^ (key >> 32)) as usize % SHARDS].0
     }
 
     /// A fresh provider key (never FI_KEY_NOTAVAIL).
     pub fn new_key(&self) -> u64 {
         loop {
-            let n = self.counter.fetch_add(1, Ordering::Relaxed) as u64;
-            let k = siphash24(self.secret.0, self.secret.1, n) << 32 | n;
+            let k = permute(self.secret, self.counter.fetch_add(1, Ordering::Relaxed));
             if k != ffi::FI_KEY_NOTAVAIL {
                 return k;
             }
@@ -379,7 +411,6 @@ pub(crate) mod tests {
         assert!(r.check(k, 0x100a, 8, rw).is_ok());
         assert_eq!(r.check(k, 0x1003, 4, rw).err(), Some(AccessError::Misaligned), "offset 1");
         assert_eq!(r.check(k, 0x1006, 6, rw).err(), Some(AccessError::Misaligned), "length 6");
-        assert_eq!(AccessError::Misaligned.code(), ffi::FI_EINVAL);
     }
 
     #[test]
@@ -416,17 +447,78 @@ pub(crate) mod tests {
         assert_eq!(r.check(7, 0x9000, 1, rw).unwrap().offset, 0);
     }
 
+    /// `permute` undone, round by round.
+    fn unpermute(secret: (u64, u64), k: u64) -> u64 {
+        let (mut l, mut r) = ((k >> 32) as u32, k as u32);
+        for round in (0..ROUNDS).rev() {
+            (l, r) = (r ^ round_fn(secret, round, l), l);
+        }
+        (l as u64) << 32 | r as u64
+    }
+
+    /// A bit range [lo, hi) of `keys` whose difference (wrapping
+    /// subtraction, or XOR) from one key to the next is the same all
+    /// along, if there is one: a counter showing through.
+    fn constant_difference(keys: &[u64]) -> Option<(u32, u32, &'static str)> {
+        for lo in 0..64 {
+            for hi in lo + 1..=64 {
+                let mask = u64::MAX >> (64 - (hi - lo));
+                let bits = |k: u64| (k >> lo) & mask;
+                let sub = |w: &[u64]| bits(w[1]).wrapping_sub(bits(w[0])) & mask;
+                let xor = |w: &[u64]| bits(w[1] ^ w[0]);
+                for (what, diff) in [("difference", &sub as &dyn Fn(&[u64]) -> u64), ("xor", &xor)] {
+                    let first = diff(&keys[..2]);
+                    if keys.windows(2).all(|w| diff(w) == first) {
+                        return Some((lo, hi, what));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn keys(r: &Registry, n: usize) -> Vec<u64> {
+        (0..n).map(|_| r.new_key()).collect()
+    }
+
     #[test]
-    fn provider_keys_are_distinct_and_random() {
-        let a = Registry::new();
-        let b = Registry::new();
-        let ka: Vec<u64> = (0..1000).map(|_| a.new_key()).collect();
-        let mut sorted = ka.clone();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(sorted.len(), ka.len());
-        assert_ne!(ka[0] >> 32, ka[1] >> 32, "random high halves differ (p = 2^-32 of a false failure)");
-        assert_ne!(ka[0], b.new_key());
+    fn ten_thousand_consecutive_provider_keys_are_distinct() {
+        let mut k = keys(&Registry::new(), 10_000);
+        k.sort_unstable();
+        k.dedup();
+        assert_eq!(k.len(), 10_000);
+    }
+
+    #[test]
+    fn no_bit_range_of_consecutive_provider_keys_moves_by_a_constant() {
+        let k = keys(&Registry::new(), 10_000);
+        assert_eq!(constant_difference(&k), None, "(lo, hi, kind) of a range that counts");
+        // The control: the keys before this scheme, `siphash << 32 | n`,
+        // whose low half counts by one.
+        let r = Registry::new();
+        let old: Vec<u64> = (0..10_000u64).map(|n| siphash24(r.secret.0, r.secret.1, n) << 32 | n).collect();
+        assert!(constant_difference(&old).is_some(), "the check misses a visible counter");
+    }
+
+    #[test]
+    fn two_domains_make_different_keys() {
+        let a = keys(&Registry::new(), 1000);
+        let b: std::collections::HashSet<u64> = keys(&Registry::new(), 1000).into_iter().collect();
+        // (Two random 1000-key sets meet with p < 2^-44.)
+        assert!(a.iter().all(|k| !b.contains(k)), "a key of one domain is also one of another's");
+    }
+
+    #[test]
+    fn the_key_permutation_undone_gives_back_the_counter() {
+        let r = Registry::new();
+        let edges = [0, 1, u32::MAX as u64, 1 << 32, u64::MAX - 1, u64::MAX];
+        for n in (0..10_000).chain(edges) {
+            let k = permute(r.secret, n);
+            assert_eq!(unpermute(r.secret, k), n, "key {k:#x}");
+        }
+        // (Fresh keys are the counter's images, in order.)
+        let fresh = r.new_key();
+        assert_eq!(unpermute(r.secret, fresh), 0);
     }
 
     #[test]

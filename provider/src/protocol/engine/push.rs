@@ -40,11 +40,16 @@ impl Engine {
         if let Some(pull) = self.pulls.get_mut(&(from, h.msg_id)) {
             if let PullFor::Write { hdr, _hold } = &pull.what {
                 if !self.mr.phys_live(_hold) {
+                    tracing::warn!(
+                        "stopped remote write from {from}: key {:#x} addr {:#x}: Revoked (its device mapping changed or went away midway)",
+                        hdr.rma_key,
+                        hdr.rma_addr
+                    );
                     let mut hdr = *hdr;
                     // (A streamed write: what of it is still to come.)
                     hdr.len = pull.total.saturating_sub(pull.got + chunk.len().max(landed)) as u64;
                     self.take_pull(&(from, h.msg_id));
-                    return self.rma_done(hdr, from, ffi::FI_EKEYREJECTED, None);
+                    return self.rma_done(hdr, from, crate::mr::registry::REFUSED, None);
                 }
             }
             if landed > 0 {
@@ -143,11 +148,16 @@ impl Engine {
 
     /// Push the rest of one stream; false when its peer's queue is full.
     fn run_stream(&mut self, st: &mut Stream) -> bool {
-        if st._hold.as_ref().is_some_and(|r| !self.mr.phys_live(r)) {
+        if let Some(r) = st._hold.as_ref().filter(|r| !self.mr.phys_live(r)) {
             // A device registration revoked mid-read: no more of it.
+            tracing::warn!(
+                "stopped remote read by {}: key {:#x}: Revoked (its device mapping changed or went away midway)",
+                st.to,
+                r.key
+            );
             st.off = st.total;
             if let Some(a) = st.after.as_mut() {
-                a.status = ffi::FI_EKEYREJECTED;
+                a.status = crate::mr::registry::REFUSED;
             }
         }
         // (As much as one frame of the link takes: 8 KiB cells on shared

@@ -4,6 +4,7 @@
 //! copied with one call.
 
 use super::*;
+use crate::mr::registry::REFUSED;
 
 impl Engine {
     /// Serve a peer's RMA: check it against our registrations, copy, ACK.
@@ -31,13 +32,19 @@ impl Engine {
                     h.rma_key,
                     h.rma_addr
                 );
-                return self.rma_done(h, from, why.code(), None);
+                return self.rma_done(h, from, REFUSED, None);
             }
             Ok(g) => g,
         };
         // Device memory: the registration dies with its mapping.
         if !self.mr.phys_live(&g.region) {
-            return self.rma_done(h, from, ffi::FI_EKEYREJECTED, None);
+            tracing::warn!(
+                "refused remote {} from {from}: key {:#x} addr {:#x} len {len}: Revoked (its device mapping changed or went away)",
+                if read { "read" } else { "write" },
+                h.rma_key,
+                h.rma_addr
+            );
+            return self.rma_done(h, from, REFUSED, None);
         }
         let local = region_slice(&g.region.iovs, g.offset, len);
         if h.op == op::WRITE_INLINE {
@@ -51,7 +58,12 @@ impl Engine {
                 "refused remote {} of {len} bytes from {from}: its message does not describe that many bytes of its own buffers (a malformed or foreign message)",
                 if read { "read" } else { "write" }
             );
-            return self.rma_done(h, from, ffi::FI_EINVAL, None);
+            // (Refused as any remote access is, though it is no search for
+            // a key, an address or rights: it is found after the access
+            // check passed, so a code of its own would tell a peer that
+            // its key, address and rights were right, and no oxmr
+            // initiator sends such a message.)
+            return self.rma_done(h, from, REFUSED, None);
         };
         if self.closed_peer(&from, h.msg_id) {
             // Its buffers are no longer its to offer: a read would write

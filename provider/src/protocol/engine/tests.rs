@@ -7,7 +7,8 @@
 //! receives, unexpected messages), truncation, rendezvous through the
 //! push path, RMA writes and reads, every refusal of the RMA target
 //! (wrong key, out of bounds, wrong rights, closed key, a registration
-//! not enabled under FI_MR_ENDPOINT, batched writes), forged frames,
+//! not enabled under FI_MR_ENDPOINT, batched writes), each answered with
+//! the one code that tells a peer nothing of why, forged frames,
 //! cancel, a peer that goes away with operations pending, and remote
 //! writes into memory its owner made read-only after registering it.
 
@@ -326,19 +327,15 @@ struct Ask {
     len: usize,
 }
 
-fn refused(a: &mut Side, b: &mut Side, target: &[u8], ask: Ask, code: u32) {
+/// Ask for `ask`, which the target must refuse: its error completion's
+/// code, once the refusal is seen to have changed nothing on either side.
+fn refusal(a: &mut Side, b: &mut Side, target: &[u8], ask: Ask) -> u32 {
     let Ask { addr, key, read, len } = ask;
     let before = target.to_vec();
     let mut buf = vec![0x5au8; len];
     rma(a, 7, &mut buf, addr, key, read);
     let e = err(next(a, b, 0));
-    assert_eq!(
-        (e.op_context, e.err as u32),
-        (7, code),
-        "{} of {len} at {addr:#x} key {key:#x}: {}",
-        if read { "read" } else { "write" },
-        crate::error::errno_name(e.err as u32)
-    );
+    assert_eq!(e.op_context, 7, "{} of {len} at {addr:#x} key {key:#x}", if read { "read" } else { "write" });
     assert!(target == before, "a refused access changed the target's memory");
     // (Over TCP a large write streams its data with the request: the
     // target drops all of it and answers once it came, so nothing of it
@@ -348,6 +345,23 @@ fn refused(a: &mut Side, b: &mut Side, target: &[u8], ask: Ask, code: u32) {
     if read {
         assert!(buf.iter().all(|&x| x == 0x5a), "a refused read wrote into the initiator's buffer");
     }
+    e.err as u32
+}
+
+/// Ask for `ask`, which the target must refuse with the one code every
+/// refused remote access gets (`registry::REFUSED`).
+fn refused(a: &mut Side, b: &mut Side, target: &[u8], ask: Ask) {
+    let code = refusal(a, b, target, ask);
+    assert_eq!(
+        code,
+        crate::mr::registry::REFUSED,
+        "{} of {} at {:#x} key {:#x}: {}",
+        if ask.read { "read" } else { "write" },
+        ask.len,
+        ask.addr,
+        ask.key,
+        crate::error::errno_name(code)
+    );
 }
 
 fn the_rma_target_refuses_wrong_keys_bounds_rights_and_closed_keys() {
@@ -358,22 +372,52 @@ fn the_rma_target_refuses_wrong_keys_bounds_rights_and_closed_keys() {
     let (ro, ro_key) = register(&b, &target[..EAGER_MAX], RO);
     for len in [64, 2 * EAGER_MAX] {
         // Wrong key.
-        refused(&mut a, &mut b, &target, Ask { addr: base, key: key ^ 0x5555, read: false, len }, ffi::FI_EKEYREJECTED);
-        refused(&mut a, &mut b, &target, Ask { addr: base, key: key ^ 0x5555, read: true, len }, ffi::FI_EKEYREJECTED);
+        refused(&mut a, &mut b, &target, Ask { addr: base, key: key ^ 0x5555, read: false, len });
+        refused(&mut a, &mut b, &target, Ask { addr: base, key: key ^ 0x5555, read: true, len });
         // Out of bounds: one byte past the end, and before the start.
         let end = base + target.len();
-        refused(&mut a, &mut b, &target, Ask { addr: end - len + 1, key, read: false, len }, ffi::FI_EINVAL);
-        refused(&mut a, &mut b, &target, Ask { addr: base - 1, key, read: true, len }, ffi::FI_EINVAL);
+        refused(&mut a, &mut b, &target, Ask { addr: end - len + 1, key, read: false, len });
+        refused(&mut a, &mut b, &target, Ask { addr: base - 1, key, read: true, len });
         // Wrong rights: a write into a read-only registration.
         if len <= EAGER_MAX {
-            refused(&mut a, &mut b, &target, Ask { addr: base, key: ro_key, read: false, len }, ffi::FI_EACCES);
+            refused(&mut a, &mut b, &target, Ask { addr: base, key: ro_key, read: false, len });
         }
     }
     // A closed key.
     b.mr.deregister(&ro);
-    refused(&mut a, &mut b, &target, Ask { addr: base, key: ro_key, read: true, len: 64 }, ffi::FI_EKEYREJECTED);
+    refused(&mut a, &mut b, &target, Ask { addr: base, key: ro_key, read: true, len: 64 });
     b.mr.deregister(&r);
-    refused(&mut a, &mut b, &target, Ask { addr: base, key, read: false, len: 2 * EAGER_MAX }, ffi::FI_EKEYREJECTED);
+    refused(&mut a, &mut b, &target, Ask { addr: base, key, read: false, len: 2 * EAGER_MAX });
+}
+
+fn a_refused_access_completes_with_one_code_whatever_was_wrong() {
+    // A peer that searches for a registration must not learn which part
+    // of its guess was right: a known key at a wrong address, an unknown
+    // key, and a read of a write-only region are three reasons at the
+    // target and one answer at the initiator.
+    let (mut a, mut b) = pair();
+    let mut target = vec![1u8; 2 * EAGER_MAX];
+    let base = target.as_mut_ptr() as usize;
+    let wo = ffi::FI_REMOTE_WRITE as u64;
+    let (_r, key) = register(&b, &target, RW);
+    let (_wo, wo_key) = register(&b, &target, wo);
+    let past = base + target.len();
+    let unknown = key ^ 0x5555;
+    let rr = ffi::FI_REMOTE_READ as u64;
+    let reasons = [
+        b.mr.registry.check(key, past as u64, 64, rr).err(),
+        b.mr.registry.check(unknown, base as u64, 64, rr).err(),
+        b.mr.registry.check(wo_key, base as u64, 64, rr).err(),
+    ];
+    use crate::mr::registry::AccessError::*;
+    assert_eq!(reasons, [Some(OutOfBounds), Some(UnknownKey), Some(Denied)], "the target's reasons");
+    for len in [64, 2 * EAGER_MAX] {
+        let wrong_address = refusal(&mut a, &mut b, &target, Ask { addr: past, key, read: true, len });
+        let wrong_key = refusal(&mut a, &mut b, &target, Ask { addr: base, key: unknown, read: true, len });
+        let wrong_rights = refusal(&mut a, &mut b, &target, Ask { addr: base, key: wo_key, read: true, len });
+        let codes = [wrong_address, wrong_key, wrong_rights].map(crate::error::errno_name);
+        assert_eq!(codes, ["FI_EACCES"; 3], "wrong address, wrong key, wrong rights; {len} bytes");
+    }
 }
 
 fn a_registration_not_enabled_under_fi_mr_endpoint_is_refused() {
@@ -384,8 +428,8 @@ fn a_registration_not_enabled_under_fi_mr_endpoint_is_refused() {
     let mut target = vec![3u8; 256];
     let base = target.as_mut_ptr() as usize;
     let (r, key) = register(&b, &target, RW);
-    refused(&mut a, &mut b, &target, Ask { addr: base, key, read: false, len: 64 }, ffi::FI_EKEYREJECTED);
-    refused(&mut a, &mut b, &target, Ask { addr: base, key, read: true, len: 64 }, ffi::FI_EKEYREJECTED);
+    refused(&mut a, &mut b, &target, Ask { addr: base, key, read: false, len: 64 });
+    refused(&mut a, &mut b, &target, Ask { addr: base, key, read: true, len: 64 });
     // (fi_mr_enable, as objects::mr does it: then it serves.)
     r.enabled.store(true, std::sync::atomic::Ordering::Release);
     rma(&mut a, 8, &mut [4u8; 64], base, key, false);
@@ -529,7 +573,7 @@ fn remote_writes_into_memory_made_read_only_are_refused_and_the_owner_lives() {
     // SAFETY: our own mapping.
     assert_eq!(unsafe { libc::mprotect(base as *mut libc::c_void, len, libc::PROT_READ) }, 0);
     for n in [64, 2 * EAGER_MAX] {
-        refused(&mut a, &mut b, target, Ask { addr: base, key, read: false, len: n }, ffi::FI_EACCES);
+        refused(&mut a, &mut b, target, Ask { addr: base, key, read: false, len: n });
     }
     rma(&mut a, 2, &mut [0u8; 64], base, key, true);
     assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 2, "reads of read-only memory: served");
@@ -802,6 +846,7 @@ over_both!(
     truncated_receives_report_etrunc_with_the_overflow_inline_and_rendezvous,
     rma_writes_and_reads_land_in_the_registration,
     the_rma_target_refuses_wrong_keys_bounds_rights_and_closed_keys,
+    a_refused_access_completes_with_one_code_whatever_was_wrong,
     a_registration_not_enabled_under_fi_mr_endpoint_is_refused,
     batched_writes_are_each_checked_for_key_and_rights,
     cancel_gives_ecanceled_and_a_peer_that_closes_fails_what_it_owed,
