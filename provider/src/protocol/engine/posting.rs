@@ -40,6 +40,7 @@ impl Engine {
             },
             false => self.eager_max,
         };
+        // (`tcp_inline_max` is the receiving side's mirror of this rule.)
         if len <= eager_max || (inject && len <= EAGER_MAX) {
             hdr.op = op::EAGER;
             let mut data = Vec::new();
@@ -312,5 +313,15 @@ impl Engine {
             }
         }
         Err(Error::quiet(ffi::FI_ENOENT))
+    }
+}
+
+impl Engine {
+    /// The most payload an oxmr sender puts inline in an EAGER frame over
+    /// TCP (`send`: the TCP eager limit, within a frame, which the wire
+    /// bounds already; injects up to the shm cell's): a larger one is
+    /// refused (`frame_sound`).
+    pub(super) fn tcp_inline_max(&self) -> usize {
+        self.tcp_eager_max.max(EAGER_MAX)
     }
 }

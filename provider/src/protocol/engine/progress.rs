@@ -6,8 +6,11 @@ use super::*;
 
 /// Whether a frame that came over TCP from the connection whose hello
 /// named `via` holds together (its header decodes, its body is what the
-/// header says); if not, one log line says what was wrong.
-fn frame_sound(msg: &[u8], via: &SocketAddr) -> bool {
+/// header says, an eager message carries at most `eager_max` bytes: what
+/// an oxmr sender puts inline, so a peer cannot make us keep larger
+/// unexpected messages than we advertise); if not, one log line says what
+/// was wrong.
+fn frame_sound(msg: &[u8], via: &SocketAddr, eager_max: usize) -> bool {
     let why = match Hdr::decode(msg) {
         None => match Hdr::version_of(msg) {
             Some(v) if msg.len() >= crate::protocol::HDR_BASE && v != crate::protocol::PROTO_VERSION => format!(
@@ -17,6 +20,10 @@ fn frame_sound(msg: &[u8], via: &SocketAddr) -> bool {
             _ => format!("a malformed message of {} bytes (its header does not decode)", msg.len()),
         },
         Some((h, hlen)) => match crate::protocol::frame_lies(&h, &msg[hlen..]) {
+            None if h.op == op::EAGER && msg.len() - hlen > eager_max => format!(
+                "an eager message of {} bytes, over this endpoint's eager limit of {eager_max} (FI_OXMR_TCP_EAGER_MAX: set it alike on both sides)",
+                msg.len() - hlen
+            ),
             None => return true,
             Some(why) => why,
         },
@@ -70,7 +77,7 @@ impl Engine {
                     && rx.pop(|msg, more, via, landed| {
                         drained = !more && via.is_some();
                         self.busy = more || !self.deferred.is_empty();
-                        if via.is_some_and(|v| !frame_sound(msg, &v)) {
+                        if via.is_some_and(|v| !frame_sound(msg, &v, self.tcp_inline_max())) {
                             reject = true;
                         } else if self.sent_by(msg, via) {
                             // (A DATA frame whose payload landed: on_data

@@ -1153,3 +1153,43 @@ fn a_connected_endpoint_takes_frames_from_its_peer_only() {
     assert_eq!(e.op_context, 1);
     assert_eq!(&buf, b"the peer");
 }
+
+#[test]
+fn an_eager_frame_over_the_eager_limit_closes_its_connection_and_is_never_kept() {
+    // A raw peer (a's own hello) sends b an eager message of the limit's
+    // size, which b keeps as unexpected, then one a byte over it: b closes
+    // the connection, and keeps nothing of it (nor of what follows).
+    VIA.with(|c| c.set(Via::Tcp));
+    let (a, mut b) = pair();
+    let max = b.eng.tcp_inline_max();
+    let mut raw = std::net::TcpStream::connect(b.addr).expect("b's listener");
+    std::io::Write::write_all(&mut raw, &crate::wire::hello_bytes(&a.eng.dial.hello)).unwrap();
+    let frame = |len: usize, tag: u64| {
+        let h =
+            Hdr { op: op::EAGER, flags: flag::TAGGED, len: len as u64, tag, name: a.eng.name, ..Default::default() };
+        let mut hb = [0u8; HDR_MAX];
+        let n = h.encode(&mut hb);
+        let mut f = ((n + len) as u32).to_le_bytes().to_vec();
+        f.extend_from_slice(&hb[..n]);
+        f.extend(std::iter::repeat_n(7u8, len));
+        f
+    };
+    std::io::Write::write_all(&mut raw, &frame(max, 1)).unwrap();
+    std::io::Write::write_all(&mut raw, &frame(max + 1, 2)).unwrap();
+    std::io::Write::write_all(&mut raw, &frame(8, 3)).unwrap();
+    raw.set_nonblocking(true).unwrap();
+    let mut closed = false;
+    for _ in 0..20_000 {
+        b.eng.progress();
+        if closed_by_peer(&mut raw) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "the connection that sent the oversized eager frame was closed");
+    for _ in 0..100 {
+        b.eng.progress();
+    }
+    let kept: Vec<(u64, u64)> = b.eng.unexpected[1].iter().map(|u| (u.hdr.tag, u.hdr.len)).collect();
+    assert_eq!(kept, vec![(1, max as u64)], "only the message within the limit is kept");
+}
