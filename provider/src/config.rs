@@ -63,6 +63,38 @@ pub struct Config {
     /// FI_OXMR_AUTH_KEY or FI_OXMR_AUTH_KEY_FILE: the job key of domains
     /// whose application gives none (`auth_key`).
     pub auth_key: EnvKey,
+    /// FI_OXMR_TCP_CONN_MAX: TCP connections an endpoint holds at once
+    /// (default: half the descriptor limit, at least 64).
+    pub tcp_conn_max: usize,
+    /// FI_OXMR_TCP_HELLO_MS: how long a new TCP connection may take to say
+    /// (and prove) who it is.
+    pub tcp_hello_wait: std::time::Duration,
+    /// FI_OXMR_TCP_PARTIAL_MAX: bytes of unfinished frames an endpoint
+    /// holds over all its TCP connections.
+    pub tcp_partial_max: usize,
+    /// FI_OXMR_REFUSE_MAX: refused remote accesses from one peer before its
+    /// TCP connection is closed and its source refused (0: never).
+    pub refuse_max: u32,
+    /// FI_OXMR_REFUSE_BAN_MS: how long that source is refused.
+    pub refuse_ban: std::time::Duration,
+}
+
+/// Default of FI_OXMR_TCP_HELLO_MS.
+pub(crate) const TCP_HELLO_MS: usize = 10_000;
+/// Default of FI_OXMR_TCP_PARTIAL_MAX: 256 connections' worth of the
+/// largest frame.
+pub(crate) const TCP_PARTIAL_MAX: usize = 64 << 20;
+/// Default of FI_OXMR_REFUSE_MAX: far more than an application that makes
+/// mistakes makes on one connection, far fewer than a key search needs
+/// (2^64 keys).
+pub(crate) const REFUSE_MAX: usize = 256;
+/// Default of FI_OXMR_REFUSE_BAN_MS.
+pub(crate) const REFUSE_BAN_MS: usize = 10_000;
+
+/// Default of FI_OXMR_TCP_CONN_MAX: half the soft descriptor limit (the
+/// other half is the application's), at least 64.
+pub(crate) fn tcp_conn_max_default() -> usize {
+    (crate::sys::nofile_limit().unwrap_or(1 << 20) / 2).max(64)
 }
 
 /// The job key the environment gives (FI_OXMR_AUTH_KEY, _FILE).
@@ -139,6 +171,11 @@ impl Default for Config {
             tcp_zc_copied: TCP_ZC_COPIED as u32,
             tcp_lanes: TCP_LANES as u32,
             auth_key: EnvKey::None,
+            tcp_conn_max: 4096,
+            tcp_hello_wait: std::time::Duration::from_millis(TCP_HELLO_MS as u64),
+            tcp_partial_max: TCP_PARTIAL_MAX,
+            refuse_max: REFUSE_MAX as u32,
+            refuse_ban: std::time::Duration::from_millis(REFUSE_BAN_MS as u64),
         }
     }
 }

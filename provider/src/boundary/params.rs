@@ -8,8 +8,8 @@ use oxmr_ffi as ffi;
 
 use super::provider::provider_ptr;
 use crate::config::{
-    Config, CM_TIMEOUT_MS, EAGER_MAX, SHARE_MIN, TCP_EAGER_MAX, TCP_LANES, TCP_LANES_MAX, TCP_ZC_COPIED, WAIT_TICK_MS,
-    WRITE_BATCH,
+    Config, CM_TIMEOUT_MS, EAGER_MAX, REFUSE_BAN_MS, REFUSE_MAX, SHARE_MIN, TCP_EAGER_MAX, TCP_HELLO_MS, TCP_LANES,
+    TCP_LANES_MAX, TCP_PARTIAL_MAX, TCP_ZC_COPIED, WAIT_TICK_MS, WRITE_BATCH,
 };
 
 /// One variable: `name` is the suffix after `FI_OXMR_`, lower case.
@@ -148,6 +148,31 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         help: c"A file holding the job key (as FI_OXMR_AUTH_KEY; a trailing newline is dropped); it must be a regular file of this user that no one else may read or write (mode 0600 or 0400) (default: none)",
     },
     ParamDef {
+        name: c"tcp_conn_max",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"TCP connections an endpoint holds at once; past it, the oldest one that has not said its hello is closed to make room, or else the new one (log line) (default: half the soft descriptor limit, at least 64)",
+    },
+    ParamDef {
+        name: c"tcp_hello_ms",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"How long a new TCP connection may take to say who it is (and, with a job key, prove it) before it is closed (log line) (default: 10000)",
+    },
+    ParamDef {
+        name: c"tcp_partial_max",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Bytes of unfinished frames an endpoint holds over all its TCP connections; past it, connections holding one are not read (TCP pushes back on their senders), and one whose frame stays unfinished for FI_OXMR_TCP_HELLO_MS meanwhile is closed (log line) (default: 67108864)",
+    },
+    ParamDef {
+        name: c"refuse_max",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Refused remote accesses (wrong key, bounds or rights) from one peer before the TCP connection it uses is closed and its source refused for FI_OXMR_REFUSE_BAN_MS (log line); 0: never (default: 256)",
+    },
+    ParamDef {
+        name: c"refuse_ban_ms",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"How long a source closed for refused accesses is refused new TCP connections (default: 10000)",
+    },
+    ParamDef {
         name: c"shm_write_batch",
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"A run of one peer's queued RMA writes (each checked as alone) is copied with one process_vm_readv of up to this many bytes; 0 copies each write alone (default: 262144)",
@@ -256,6 +281,16 @@ pub fn define_and_load() {
         n => n,
     } as u32;
     let auth_key = env_key(get_str(c"auth_key"), get_str(c"auth_key_file"));
+    let tcp_conn_max = match get_size(c"tcp_conn_max") {
+        None | Some(0) => crate::config::tcp_conn_max_default(),
+        Some(n) => n,
+    };
+    let ms =
+        |name: &CStr, default: usize| std::time::Duration::from_millis(get_size(name).unwrap_or(default).max(1) as u64);
+    let tcp_hello_wait = ms(c"tcp_hello_ms", TCP_HELLO_MS);
+    let tcp_partial_max = get_size(c"tcp_partial_max").unwrap_or(TCP_PARTIAL_MAX).max(1);
+    let refuse_max = get_size(c"refuse_max").unwrap_or(REFUSE_MAX).min(u32::MAX as usize) as u32;
+    let refuse_ban = ms(c"refuse_ban_ms", REFUSE_BAN_MS);
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -277,6 +312,11 @@ pub fn define_and_load() {
         tcp_zc_copied,
         tcp_lanes,
         auth_key,
+        tcp_conn_max,
+        tcp_hello_wait,
+        tcp_partial_max,
+        refuse_max,
+        refuse_ban,
     });
 }
 

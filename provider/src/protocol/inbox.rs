@@ -15,17 +15,24 @@ pub struct Inbox(pub(crate) crate::wire::Inbox);
 
 impl Inbox {
     /// Take frames over TCP too, at the endpoint's listener (FI_OXMR_WIRE
-    /// =tcp), from peers that prove `key` where there is one; `call` as
-    /// for `create`.
+    /// =tcp), from peers that prove `key` where there is one, within the
+    /// bounds `cfg` gives; `call` as for `create`.
     pub fn take_tcp(
         &mut self,
         listener: &std::net::TcpListener,
         key: Option<crate::auth::JobKey>,
+        cfg: &crate::config::Config,
         call: &str,
     ) -> Result<()> {
+        let bounds = crate::wire::tcp::Bounds {
+            conn_max: cfg.tcp_conn_max,
+            hello_wait: cfg.tcp_hello_wait,
+            partial_max: cfg.tcp_partial_max,
+            ban: cfg.refuse_ban,
+        };
         listener
             .try_clone()
-            .and_then(|l| self.0.take_tcp(l, key))
+            .and_then(|l| self.0.take_tcp(l, key, bounds))
             .map_err(|e| fail!(ffi::FI_EIO, "{call}: cannot take TCP connections at the endpoint's listener: {e}"))
     }
 

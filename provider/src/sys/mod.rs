@@ -15,6 +15,6 @@ mod wait;
 pub use files::{open_private, read_private_file};
 pub use ifaddrs::{ifaddrs, Iface};
 pub use net::{connect_from, connect_start};
-pub use process::{random_bytes, random_u32, random_u64, token as process_token};
+pub use process::{nofile_limit, random_bytes, random_u32, random_u64, token as process_token};
 pub use spin::{SpinGuard, SpinLock};
 pub use wait::{Epoll, WaitFd, WakeFd};

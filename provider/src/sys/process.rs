@@ -100,6 +100,15 @@ pub fn random_bytes(b: &mut [u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The soft limit on this process's file descriptors (None: unlimited or
+/// unknown).
+pub fn nofile_limit() -> Option<usize> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into `r`, ours.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur as usize)
+}
+
 /// 4 random bytes from the kernel (see `random_u64`).
 pub fn random_u32() -> u32 {
     random_u64() as u32

@@ -484,19 +484,24 @@ impl Inbox {
         let wake = Some(std::sync::Arc::new(crate::sys::Epoll::new()?));
         let mut i =
             Inbox { shm: None, tcp: None, lo: None, name, epoch, wake, rings: true, lands: Landings::default() };
-        i.take_tcp(listener, None)?;
+        i.take_tcp(listener, None, tcp::Bounds::default())?;
         Ok(i)
     }
 
     /// Take frames over TCP too, from the connections `listener` (bound at
     /// the endpoint's name) accepts.
-    pub fn take_tcp(&mut self, listener: TcpListener, key: Option<crate::auth::JobKey>) -> io::Result<()> {
+    pub fn take_tcp(
+        &mut self,
+        listener: TcpListener,
+        key: Option<crate::auth::JobKey>,
+        bounds: tcp::Bounds,
+    ) -> io::Result<()> {
         let hello = Dial::new(Wire::Tcp, &self.name, self.epoch).hello;
         let wake = match &self.wake {
             Some(w) => w.clone(),
             None => std::sync::Arc::new(crate::sys::Epoll::new()?),
         };
-        self.tcp = Some(tcp::Inbox::new(listener, hello, wake, self.lands.clone())?.with_key(key));
+        self.tcp = Some(tcp::Inbox::new(listener, hello, wake, self.lands.clone())?.with_key(key).with_bounds(bounds));
         Ok(())
     }
 
@@ -580,6 +585,16 @@ impl Inbox {
     pub fn reject_last(&mut self) {
         if let Some(t) = &mut self.tcp {
             t.reject_last();
+        }
+    }
+
+    /// Close every TCP connection whose hello named `peer`, dropping what
+    /// they sent that was not taken yet, and refuse their sources for a
+    /// while (it made too many refused accesses); on other wires, nothing
+    /// (a same-host peer is this user's: docs/security.md).
+    pub fn ban_peer(&mut self, peer: SocketAddr) {
+        if let Some(t) = &mut self.tcp {
+            t.ban_peer(peer);
         }
     }
 

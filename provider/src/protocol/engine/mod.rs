@@ -342,6 +342,13 @@ pub struct Engine {
     mr: Arc<MrDomain>,
     b: Bindings,
     peers: Peers,
+    /// Refused remote accesses per peer in the current burst window (the
+    /// count, when the window opened), the most allowed in one
+    /// (FI_OXMR_REFUSE_MAX; 0: no limit), and the peers found over it
+    /// while the inbox was out (banned at the end of the poll).
+    refusals: FastMap<SocketAddr, (u32, Instant)>,
+    refuse_max: u32,
+    to_ban: Vec<SocketAddr>,
     posted: [VecDeque<Posted>; 2],
     unexpected: [VecDeque<Unexpected>; 2],
     pending: FastMap<u64, Pending>,
@@ -547,6 +554,9 @@ impl Engine {
             mr,
             b,
             peers: Peers::default(),
+            refusals: FastMap::default(),
+            refuse_max: cfg.refuse_max,
+            to_ban: Vec::new(),
             posted: [VecDeque::new(), VecDeque::new()],
             unexpected: [VecDeque::new(), VecDeque::new()],
             pending: FastMap::default(),

@@ -101,6 +101,13 @@ impl Engine {
                 std::panic::resume_unwind(panic);
             }
         }
+        if !self.to_ban.is_empty() {
+            if let Some(rx) = self.rx.as_mut() {
+                for a in self.to_ban.drain(..) {
+                    rx.ban_peer(a);
+                }
+            }
+        }
         if let Some(hellos) = self.rx.as_mut().map(|r| r.take_hellos()).filter(|h| !h.is_empty()) {
             self.peers_restarted(hellos);
         }

@@ -6,6 +6,9 @@
 use super::*;
 use crate::mr::registry::REFUSED;
 
+/// The window in which `Engine::refused` counts a peer's refusals.
+const REFUSE_WINDOW: Duration = Duration::from_secs(10);
+
 impl Engine {
     /// Serve a peer's RMA: check it against our registrations, copy, ACK.
     pub(super) fn rma_target(&mut self, h: Hdr, from: SocketAddr, pid: u32, body: &[u8]) {
@@ -163,6 +166,9 @@ impl Engine {
         status: u32,
         region: Option<&crate::mr::registry::Region>,
     ) {
+        if status == REFUSED {
+            self.refused(from);
+        }
         if status == 0 {
             self.rma_took_effect(&h, from, region);
         } else if h.op == op::WRITE && h.flags & flag::STREAM != 0 && self.drop_stream(from, h.msg_id, h.len, status) {
@@ -173,6 +179,35 @@ impl Engine {
         }
         if h.msg_id != 0 {
             self.push_ctrl(from, Hdr { op: op::ACK, msg_id: h.msg_id, status, ..Default::default() });
+        }
+    }
+
+    /// One more refused remote access from `from`: past `refuse_max` of
+    /// them within `REFUSE_WINDOW` (a key or address search, not an
+    /// application's mistake), its TCP connections are closed and its
+    /// source refused for a while (`wire::Inbox::ban_peer`).
+    fn refused(&mut self, from: SocketAddr) {
+        if self.refuse_max == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let e = self.refusals.entry(from).or_insert((0, now));
+        if now.duration_since(e.1) >= REFUSE_WINDOW {
+            *e = (0, now);
+        }
+        e.0 += 1;
+        if e.0 < self.refuse_max {
+            return;
+        }
+        tracing::warn!(
+            "{from} made {} refused remote accesses within {} s (a key search?): closing its TCP connections and refusing its source for a while (FI_OXMR_REFUSE_MAX, FI_OXMR_REFUSE_BAN_MS)",
+            e.0,
+            REFUSE_WINDOW.as_secs()
+        );
+        self.refusals.remove(&from);
+        match self.rx.as_mut() {
+            Some(rx) => rx.ban_peer(from),
+            None => self.to_ban.push(from),
         }
     }
 

@@ -1193,3 +1193,34 @@ fn an_eager_frame_over_the_eager_limit_closes_its_connection_and_is_never_kept()
     let kept: Vec<(u64, u64)> = b.eng.unexpected[1].iter().map(|u| (u.hdr.tag, u.hdr.len)).collect();
     assert_eq!(kept, vec![(1, max as u64)], "only the message within the limit is kept");
 }
+
+#[test]
+fn a_burst_of_refused_accesses_closes_the_connection_and_bans_its_source_for_a_while() {
+    // b closes a's TCP connection at its 5th refused access within the
+    // window (FI_OXMR_REFUSE_MAX=5) and refuses a's source: the refusals
+    // before it complete with the one refusal code, and the operation
+    // after it fails for the connection (a key search stops there), while
+    // b never answered it.
+    VIA.with(|c| c.set(Via::Tcp));
+    let cfg = Config { refuse_max: 5, refuse_ban: Duration::from_secs(30), ..Config::default() };
+    let mut a = side();
+    let mut b = side_with(ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY, &cfg);
+    a.av.insert(&[Some(b.addr)]);
+    b.av.insert(&[Some(a.addr)]);
+    let target = vec![1u8; 4096];
+    let base = target.as_ptr() as usize;
+    let (_r, key) = register(&b, &target, RW);
+    for i in 0..5 {
+        refused(&mut a, &mut b, &target, Ask { addr: base, key: key ^ (i + 1), read: true, len: 64 });
+    }
+    let mut buf = vec![0x5au8; 64];
+    rma(&mut a, 8, &mut buf, base, key, true);
+    let e = err(next(&mut a, &mut b, 0));
+    assert_eq!(e.op_context, 8);
+    assert_ne!(e.err as u32, crate::mr::registry::REFUSED, "the 6th was not answered: the connection was closed");
+    assert!(buf.iter().all(|&x| x == 0x5a), "nothing was read for it");
+    // A good access from the banned source finds no way in either.
+    rma(&mut a, 9, &mut buf, base, key, true);
+    let e = err(next(&mut a, &mut b, 0));
+    assert_eq!(e.op_context, 9, "refused while banned: {}", crate::error::errno_name(e.err as u32));
+}

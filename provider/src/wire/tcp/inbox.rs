@@ -42,9 +42,19 @@ pub(super) struct InConn {
     /// With a job key: the opener's hello and the transcript of the
     /// challenge we answered it with, while its proof is still to come.
     challenged: Option<Box<(Greeting, Transcript)>>,
+    /// When it was accepted (its hello is due within `Bounds::hello_wait`).
+    since: Instant,
+    /// Since when it holds an unfinished frame (None: it holds none).
+    partial_since: Option<Instant>,
 }
 
 impl InConn {
+    /// Bytes read and not yet taken (tests).
+    #[cfg(test)]
+    pub(super) fn buf_len(&self) -> usize {
+        self.buf.len()
+    }
+
     pub(super) fn new(sock: TcpStream, id: u64, peer: Option<(SocketAddr, u32)>, tie: Tie) -> InConn {
         InConn {
             sock,
@@ -58,6 +68,8 @@ impl InConn {
             held: false,
             lane: false,
             challenged: None,
+            since: Instant::now(),
+            partial_since: None,
         }
     }
 }
@@ -162,6 +174,15 @@ pub struct Inbox {
     key: Option<crate::auth::JobKey>,
     /// Refused strangers, said at most once a second.
     alarms: Alarms,
+    /// What connections may hold.
+    bounds: Bounds,
+    /// Sources refused until then (closed for refused accesses).
+    banned: Vec<(std::net::IpAddr, Instant)>,
+    /// When the hello deadlines and the stuck frames are next looked at.
+    next_sweep: Instant,
+    /// Bytes of unfinished frames over all connections (as of the last
+    /// poll's end).
+    partial: usize,
 }
 
 /// See `Inbox::spare`.
@@ -485,7 +506,16 @@ impl Inbox {
             lands,
             key: None,
             alarms: Alarms::default(),
+            bounds: Bounds::default(),
+            banned: Vec::new(),
+            next_sweep: Instant::now(),
+            partial: 0,
         })
+    }
+
+    /// The same inbox, its connections held to `bounds`.
+    pub fn with_bounds(self, bounds: Bounds) -> Inbox {
+        Inbox { bounds, ..self }
     }
 
     /// The same inbox, taking only connections that prove `key`.
@@ -496,6 +526,100 @@ impl Inbox {
     /// What this endpoint's links share with the inbox (`Dial::pairs`).
     pub fn pairs(&self) -> Arc<Pairs> {
         self.pairs.clone()
+    }
+
+    /// Whether a connection just accepted from `from` is kept: not from a
+    /// banned source, and within `Bounds::conn_max` (the oldest connection
+    /// still without its hello makes room; if none, the new one goes).
+    /// Refusals are said, at most once a second.
+    fn admit(&mut self, from: &SocketAddr) -> bool {
+        let now = Instant::now();
+        self.banned.retain(|&(_, until)| until > now);
+        if self.banned.iter().any(|&(ip, _)| same_ip(ip, from.ip())) {
+            self.alarms.say(|| {
+                format!("refused a TCP connection from {from}: that source made too many refused accesses and is refused for a while (FI_OXMR_REFUSE_BAN_MS)")
+            });
+            return false;
+        }
+        if self.conns.len() < self.bounds.conn_max {
+            return true;
+        }
+        let max = self.bounds.conn_max;
+        match self.conns.iter_mut().filter(|c| c.peer.is_none() && !c.closed).min_by_key(|c| c.since) {
+            Some(old) => {
+                let who = old.sock.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+                self.alarms.say(|| {
+                    format!("closing the TCP connection from {who}, which has not said its hello: this endpoint holds {max} connections, the most FI_OXMR_TCP_CONN_MAX allows")
+                });
+                old.closed = true;
+                self.sweep();
+                true
+            }
+            None => {
+                self.alarms.say(|| {
+                    format!("refused a TCP connection from {from}: this endpoint holds {max} connections, the most FI_OXMR_TCP_CONN_MAX allows")
+                });
+                false
+            }
+        }
+    }
+
+    /// Close the connections whose hello is overdue (`Bounds::hello_wait`),
+    /// and, while the budget for unfinished frames is spent, those whose
+    /// frame stayed unfinished as long. (Looked at every few polls, at
+    /// most every 100 ms.)
+    fn sweep_late(&mut self) {
+        let now = Instant::now();
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + Duration::from_millis(100);
+        let wait = self.bounds.hello_wait;
+        let starved = self.partial >= self.bounds.partial_max;
+        let mut closed = 0;
+        for c in self.conns.iter_mut().filter(|c| !c.closed) {
+            let late_hello = c.peer.is_none() && now.duration_since(c.since) >= wait;
+            let stuck = starved && c.partial_since.is_some_and(|t| now.duration_since(t) >= wait);
+            if late_hello || stuck {
+                let who = c.sock.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+                let why = if late_hello {
+                    format!("said no hello within {} ms (FI_OXMR_TCP_HELLO_MS)", wait.as_millis())
+                } else {
+                    format!(
+                        "held {} bytes of an unfinished frame for {} ms while the budget for them was spent (FI_OXMR_TCP_PARTIAL_MAX)",
+                        c.buf.len(),
+                        wait.as_millis()
+                    )
+                };
+                self.alarms.say(|| format!("closing the TCP connection from {who}: it {why}"));
+                c.closed = true;
+                closed += 1;
+            }
+        }
+        if closed > 0 {
+            self.sweep();
+        }
+    }
+
+    /// Close every connection whose hello named `peer`, drop what they
+    /// sent that is not taken yet, and refuse their sources for
+    /// `Bounds::ban` (that peer made too many refused accesses: a key
+    /// search).
+    pub fn ban_peer(&mut self, peer: SocketAddr) {
+        let until = Instant::now() + self.bounds.ban;
+        let mut ids = Vec::new();
+        for c in self.conns.iter_mut().filter(|c| c.peer == Some(peer)) {
+            if let Ok(a) = c.sock.peer_addr() {
+                self.banned.push((a.ip(), until));
+            }
+            let _ = c.sock.shutdown(std::net::Shutdown::Both);
+            c.closed = true;
+            ids.push(c.id);
+        }
+        let before = self.frames.len();
+        self.frames.retain(|f| !ids.contains(&f.2));
+        self.popped += (before - self.frames.len()) as u64;
+        self.sweep();
     }
 
     /// Close the connections marked closed: their links learn it (`tie`),
@@ -539,6 +663,7 @@ impl Inbox {
             self.pairs.forget(c.id);
         }
         self.conns.retain(|c| !c.closed);
+        self.partial = self.conns.iter().map(|c| c.buf.len()).sum();
     }
 
     /// Accept what waits, read what the connections hold, cut frames.
@@ -577,7 +702,10 @@ impl Inbox {
         }
         while accept {
             match self.listener.accept() {
-                Ok((sock, _)) => {
+                Ok((sock, from)) => {
+                    if !self.admit(&from) {
+                        continue;
+                    }
                     // (Not in the wake fd: a sleeper would not wake for
                     // its frames, so the connection is refused.)
                     if sock.set_nonblocking(true).is_ok()
@@ -595,13 +723,22 @@ impl Inbox {
         if self.conns.is_empty() {
             return;
         }
-        // (Connections without their hello yet, new ones among them, are
-        // read anyway; the others when epoll said so.)
+        if self.polls.is_multiple_of(CLOCK_EVERY) {
+            self.sweep_late();
+        }
+        // (A connection is read when epoll said it is readable, those
+        // without their hello too: a stranger that connects and says
+        // nothing costs no system call per poll. And those that stopped at
+        // a barrier, whose bytes after it wait. Over the budget for
+        // unfinished frames, one that holds such a frame waits: TCP pushes
+        // back on its sender.)
         let readable = &self.readable;
-        // (And those that stopped at a barrier, whose bytes after it wait.)
-        let look = |c: &InConn| {
-            !by_epoll || c.peer.is_none() || c.held || readable.contains(&std::os::fd::AsRawFd::as_raw_fd(&c.sock))
-        };
+        let look = |c: &InConn| !by_epoll || c.held || readable.contains(&std::os::fd::AsRawFd::as_raw_fd(&c.sock));
+        // (Bytes of unfinished frames held, kept as the connections are
+        // read, and the budget.)
+        let mut partial = self.partial;
+        let budget = self.bounds.partial_max;
+        let mut starved = false;
         // (Kept between polls: an array here would be zeroed on every one.)
         let chunk = &mut self.chunk[..];
         // Connections whose hello arrived in this poll.
@@ -622,6 +759,11 @@ impl Inbox {
         };
         for c in &mut self.conns {
             if !look(c) {
+                continue;
+            }
+            let held_before = c.buf.len();
+            if partial >= budget && held_before > 0 && c.land.is_none() && !c.held {
+                starved = true;
                 continue;
             }
             to.stopped = false;
@@ -728,6 +870,12 @@ impl Inbox {
                 if short || refused || to.stopped {
                     break;
                 }
+                // (The budget spent: the rest of this connection's bytes
+                // wait in its socket.)
+                if c.land.is_none() && partial + c.buf.len() >= budget + held_before {
+                    starved = true;
+                    break;
+                }
             }
             // (Ended by the peer: said below if it ended in the middle of
             // something, unless the bytes it sent are refused anyway.)
@@ -780,6 +928,20 @@ impl Inbox {
                 c.land = None;
             }
             c.closed |= ended;
+            match (c.buf.is_empty(), c.partial_since) {
+                (true, Some(_)) => c.partial_since = None,
+                (false, None) => c.partial_since = Some(Instant::now()),
+                _ => {}
+            }
+            partial = (partial + c.buf.len()).saturating_sub(held_before);
+        }
+        self.partial = partial;
+        if starved {
+            self.alarms.say(|| {
+                format!(
+                    "TCP connections hold {partial} bytes of unfinished frames, the most FI_OXMR_TCP_PARTIAL_MAX allows: those that hold one are not read until the others are done"
+                )
+            });
         }
         // A hello of another epoch from an address we had a connection
         // from: the endpoint there was replaced (closed and reopened, or

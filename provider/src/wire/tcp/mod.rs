@@ -238,6 +238,38 @@ pub struct TcpSend {
     pub key: Option<crate::auth::JobKey>,
 }
 
+/// What an endpoint's inbox lets its connections hold (docs/security.md,
+/// "Bounds"): each bound an `FI_OXMR_*` variable whose default a real job
+/// never reaches; each logs when it bites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// Connections at once (FI_OXMR_TCP_CONN_MAX): past it, the oldest
+    /// without a hello goes, or else the new one.
+    pub conn_max: usize,
+    /// How long a connection may take to finish its hello (and, with a
+    /// job key, its proof) (FI_OXMR_TCP_HELLO_MS).
+    pub hello_wait: Duration,
+    /// Bytes of unfinished frames held over all connections
+    /// (FI_OXMR_TCP_PARTIAL_MAX): past it, connections holding one are
+    /// not read (TCP pushes back), and one whose frame stays unfinished
+    /// for `hello_wait` meanwhile is closed.
+    pub partial_max: usize,
+    /// How long a source that was closed for refused accesses is refused
+    /// (FI_OXMR_REFUSE_BAN_MS).
+    pub ban: Duration,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            conn_max: 4096,
+            hello_wait: Duration::from_secs(10),
+            partial_max: 64 << 20,
+            ban: Duration::from_secs(10),
+        }
+    }
+}
+
 /// What a link and the inbox share of the connection the link writes on:
 /// set by the inbox when it found the connection ended (or closed it).
 type Tie = Arc<AtomicBool>;
@@ -274,6 +306,8 @@ pub use inbox::Inbox;
 pub use link::Link;
 pub use pairs::Pairs;
 
+#[cfg(test)]
+mod bounds;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
