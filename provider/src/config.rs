@@ -77,7 +77,18 @@ pub struct Config {
     pub refuse_max: u32,
     /// FI_OXMR_REFUSE_BAN_MS: how long that source is refused.
     pub refuse_ban: std::time::Duration,
+    /// FI_OXMR_UNEXP_MAX: bytes an endpoint's unexpected messages hold
+    /// before it stops reading the TCP peers that send more.
+    pub unexp_max: usize,
+    /// FI_OXMR_OUTBOX_MAX: bytes of answers queued for one peer before it
+    /// stops reading that peer.
+    pub outbox_max: usize,
 }
+
+/// Default of FI_OXMR_UNEXP_MAX: 16 Ki eager messages of 64 KiB.
+pub(crate) const UNEXP_MAX: usize = 1 << 30;
+/// Default of FI_OXMR_OUTBOX_MAX: a million answers.
+pub(crate) const OUTBOX_MAX: usize = 64 << 20;
 
 /// Default of FI_OXMR_TCP_HELLO_MS.
 pub(crate) const TCP_HELLO_MS: usize = 10_000;
@@ -176,6 +187,8 @@ impl Default for Config {
             tcp_partial_max: TCP_PARTIAL_MAX,
             refuse_max: REFUSE_MAX as u32,
             refuse_ban: std::time::Duration::from_millis(REFUSE_BAN_MS as u64),
+            unexp_max: UNEXP_MAX,
+            outbox_max: OUTBOX_MAX,
         }
     }
 }

@@ -8,8 +8,8 @@ use oxmr_ffi as ffi;
 
 use super::provider::provider_ptr;
 use crate::config::{
-    Config, CM_TIMEOUT_MS, EAGER_MAX, REFUSE_BAN_MS, REFUSE_MAX, SHARE_MIN, TCP_EAGER_MAX, TCP_HELLO_MS, TCP_LANES,
-    TCP_LANES_MAX, TCP_PARTIAL_MAX, TCP_ZC_COPIED, WAIT_TICK_MS, WRITE_BATCH,
+    Config, CM_TIMEOUT_MS, EAGER_MAX, OUTBOX_MAX, REFUSE_BAN_MS, REFUSE_MAX, SHARE_MIN, TCP_EAGER_MAX, TCP_HELLO_MS,
+    TCP_LANES, TCP_LANES_MAX, TCP_PARTIAL_MAX, TCP_ZC_COPIED, UNEXP_MAX, WAIT_TICK_MS, WRITE_BATCH,
 };
 
 /// One variable: `name` is the suffix after `FI_OXMR_`, lower case.
@@ -173,6 +173,16 @@ pub(crate) const PARAMS: &[ParamDef] = &[
         help: c"How long a source closed for refused accesses is refused new TCP connections (default: 10000)",
     },
     ParamDef {
+        name: c"unexp_max",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Bytes an endpoint's unexpected messages (sends no posted receive matched yet) may hold; past it, what the TCP peer whose message found it spent sends is not read until receives take them below three quarters (TCP pushes back; nothing is lost) (default: 1073741824)",
+    },
+    ParamDef {
+        name: c"outbox_max",
+        kind: ffi::FI_PARAM_SIZE_T,
+        help: c"Bytes of answers (acknowledgements) queued for one peer whose connection does not take them; past it, what that peer sends is not read until half have gone (default: 67108864)",
+    },
+    ParamDef {
         name: c"shm_write_batch",
         kind: ffi::FI_PARAM_SIZE_T,
         help: c"A run of one peer's queued RMA writes (each checked as alone) is copied with one process_vm_readv of up to this many bytes; 0 copies each write alone (default: 262144)",
@@ -291,6 +301,8 @@ pub fn define_and_load() {
     let tcp_partial_max = get_size(c"tcp_partial_max").unwrap_or(TCP_PARTIAL_MAX).max(1);
     let refuse_max = get_size(c"refuse_max").unwrap_or(REFUSE_MAX).min(u32::MAX as usize) as u32;
     let refuse_ban = ms(c"refuse_ban_ms", REFUSE_BAN_MS);
+    let unexp_max = get_size(c"unexp_max").unwrap_or(UNEXP_MAX).max(1);
+    let outbox_max = get_size(c"outbox_max").unwrap_or(OUTBOX_MAX).max(1);
     let _ = CONFIG.set(Config {
         ifaces,
         pin_mode,
@@ -317,6 +329,8 @@ pub fn define_and_load() {
         tcp_partial_max,
         refuse_max,
         refuse_ban,
+        unexp_max,
+        outbox_max,
     });
 }
 

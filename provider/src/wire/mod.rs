@@ -588,6 +588,15 @@ impl Inbox {
         }
     }
 
+    /// Stop (`on`) or resume reading what `peer` sends over TCP, so that
+    /// TCP pushes back on it (the engine holds as much of its as it may);
+    /// on other wires, nothing.
+    pub fn pause(&mut self, peer: SocketAddr, on: bool) {
+        if let Some(t) = &mut self.tcp {
+            t.pause(peer, on);
+        }
+    }
+
     /// Close every TCP connection whose hello named `peer`, dropping what
     /// they sent that was not taken yet, and refuse their sources for a
     /// while (it made too many refused accesses); on other wires, nothing

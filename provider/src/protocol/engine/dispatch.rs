@@ -72,7 +72,7 @@ impl Engine {
                         p.seq = self.matched();
                         self.deliver(p, u);
                     }
-                    None => self.unexpected[q].push_back(u),
+                    None => self.keep_unexpected(q, u),
                 }
             }
             op::ACK => {

@@ -153,7 +153,15 @@ impl Engine {
         }
         let mut m = hb[..hlen].to_vec();
         m.extend_from_slice(body);
-        self.peers.queue_ctrl(&to, m);
+        if self.peers.queue_ctrl(&to, m, self.outbox_max) {
+            // (Its requests make the answers it does not read: stop taking
+            // them, so TCP pushes back, until half have gone.)
+            tracing::warn!(
+                "{to} does not read our answers: more than FI_OXMR_OUTBOX_MAX ({} bytes) wait for it; not reading what it sends until half have gone",
+                self.outbox_max
+            );
+            self.set_paused(to, true);
+        }
     }
 
     /// Write what buffering links (TCP) queued behind a full socket or a
@@ -219,6 +227,7 @@ impl Engine {
             return;
         }
         let mut closed: Vec<SocketAddr> = Vec::new();
+        let mut resumed: Vec<SocketAddr> = Vec::new();
         let mut sent = 0;
         for p in self.peers.list.iter_mut().filter(|p| !p.outbox.is_empty()) {
             while let Some(bytes) = p.outbox.front() {
@@ -231,11 +240,19 @@ impl Engine {
                     }
                     Err(WireError::Io(e)) => tracing::warn!("dropping a control message to {}: {e}", p.addr),
                 }
+                p.outbox_bytes -= bytes.len();
                 p.outbox.pop_front();
                 sent += 1;
             }
+            if p.outbox_paused && p.outbox_bytes <= self.outbox_max / 2 {
+                p.outbox_paused = false;
+                resumed.push(p.addr);
+            }
         }
         self.peers.owed -= sent;
+        for a in resumed {
+            self.set_paused(a, false);
+        }
         for a in closed {
             if self.peers.find(&a).is_some() {
                 self.peer_gone(a, "closed its endpoint");

@@ -149,6 +149,13 @@ struct Unexpected {
     claimed: Option<usize>,
 }
 
+impl Unexpected {
+    /// What it costs to keep (`Engine::unexp_bytes`).
+    fn bytes(&self) -> usize {
+        size_of::<Unexpected>() + self.data.len() + self.iovs.len() * size_of::<(usize, usize)>()
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Send,
@@ -349,6 +356,18 @@ pub struct Engine {
     refusals: FastMap<SocketAddr, (u32, Instant)>,
     refuse_max: u32,
     to_ban: Vec<SocketAddr>,
+    /// Bytes the unexpected messages hold (`Unexpected::bytes`), the most
+    /// they may (FI_OXMR_UNEXP_MAX), and the peers whose reading stopped
+    /// because their message found it spent (resumed below 3/4 of it).
+    unexp_bytes: usize,
+    unexp_max: usize,
+    unexp_paused: Vec<SocketAddr>,
+    /// The most bytes of answers queued for one peer that does not read
+    /// them (FI_OXMR_OUTBOX_MAX; past it, that peer's reading stops until
+    /// half have gone).
+    outbox_max: usize,
+    /// Pauses (and resumes) found while the inbox was out, for it.
+    to_pause: Vec<(SocketAddr, bool)>,
     posted: [VecDeque<Posted>; 2],
     unexpected: [VecDeque<Unexpected>; 2],
     pending: FastMap<u64, Pending>,
@@ -557,6 +576,11 @@ impl Engine {
             refusals: FastMap::default(),
             refuse_max: cfg.refuse_max,
             to_ban: Vec::new(),
+            unexp_bytes: 0,
+            unexp_max: cfg.unexp_max,
+            unexp_paused: Vec::new(),
+            outbox_max: cfg.outbox_max,
+            to_pause: Vec::new(),
             posted: [VecDeque::new(), VecDeque::new()],
             unexpected: [VecDeque::new(), VecDeque::new()],
             pending: FastMap::default(),

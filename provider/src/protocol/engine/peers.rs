@@ -17,6 +17,10 @@ pub(super) struct TxPeer {
     pub(super) addr: SocketAddr,
     pub(super) link: Link,
     pub(super) outbox: VecDeque<Vec<u8>>,
+    /// The bytes `outbox` holds, and whether reading the peer stopped
+    /// because they passed `Engine::outbox_max`.
+    pub(super) outbox_bytes: usize,
+    pub(super) outbox_paused: bool,
     pub(super) streams: VecDeque<Stream>,
     /// Operations that complete once the link's connection is up (sends
     /// that would complete when written, queued behind a TCP connect in
@@ -26,7 +30,15 @@ pub(super) struct TxPeer {
 
 impl TxPeer {
     pub(super) fn new(addr: SocketAddr, link: Link) -> TxPeer {
-        TxPeer { addr, link, outbox: VecDeque::new(), streams: VecDeque::new(), waiting: Vec::new() }
+        TxPeer {
+            addr,
+            link,
+            outbox: VecDeque::new(),
+            outbox_bytes: 0,
+            outbox_paused: false,
+            streams: VecDeque::new(),
+            waiting: Vec::new(),
+        }
     }
 }
 
@@ -70,12 +82,16 @@ impl Peers {
         self.find(to).map(|i| &mut self.list[i])
     }
 
-    /// Queue a control frame for `to` (an open peer).
-    pub(super) fn queue_ctrl(&mut self, to: &SocketAddr, frame: Vec<u8>) {
-        if let Some(p) = self.get_mut(to) {
-            p.outbox.push_back(frame);
-            self.owed += 1;
-        }
+    /// Queue a control frame for `to` (an open peer): whether its outbox
+    /// now holds more than `max` bytes and reading it is to stop (once).
+    pub(super) fn queue_ctrl(&mut self, to: &SocketAddr, frame: Vec<u8>, max: usize) -> bool {
+        let Some(p) = self.get_mut(to) else { return false };
+        p.outbox_bytes += frame.len();
+        p.outbox.push_back(frame);
+        let stop = p.outbox_bytes > max && !p.outbox_paused;
+        p.outbox_paused |= stop;
+        self.owed += 1;
+        stop
     }
 
     /// Queue a stream for its peer (an open one).

@@ -189,7 +189,7 @@ impl Engine {
             // (The application's call, not a progress call: a copy started
             // here is not overlapped with messages behind it.)
             self.busy = false;
-            let u = self.unexpected[q].remove(i).expect("position is in range");
+            let u = self.take_unexpected(q, i);
             p.seq = self.matched();
             self.deliver(p, u);
             return Ok(());
@@ -227,7 +227,7 @@ impl Engine {
                     "fi_trecvmsg(FI_CLAIM): no message is claimed with context {ctx:#x}; claim one with FI_PEEK|FI_CLAIM and the same context first"
                 ));
             };
-            let u = self.unexpected[1].remove(i).expect("position is in range");
+            let u = self.take_unexpected(1, i);
             if discard {
                 let e = self.peeked(ctx, u.hdr, u.from);
                 self.discard(u);
@@ -261,7 +261,7 @@ impl Engine {
         let (hdr, from) = (self.unexpected[1][i].hdr, self.unexpected[1][i].from);
         let e = self.peeked(ctx, hdr, from);
         if discard {
-            let u = self.unexpected[1].remove(i).expect("position is in range");
+            let u = self.take_unexpected(1, i);
             self.discard(u);
         } else if flags & ffi::FI_CLAIM as u64 != 0 {
             self.unexpected[1][i].claimed = Some(ctx);
@@ -323,5 +323,49 @@ impl Engine {
     /// refused (`frame_sound`).
     pub(super) fn tcp_inline_max(&self) -> usize {
         self.tcp_eager_max.max(EAGER_MAX)
+    }
+}
+
+impl Engine {
+    /// Keep `u` (no receive matched it) on queue `q`. When the unexpected
+    /// messages hold more than `unexp_max`, its sender's connection is
+    /// not read until receives take them below three quarters of it: TCP
+    /// pushes back on the sender, and nothing is lost (a peer on the
+    /// shared-memory wire is this user's and is not held: docs/security.md).
+    pub(super) fn keep_unexpected(&mut self, q: usize, u: Unexpected) {
+        self.unexp_bytes += u.bytes();
+        if self.unexp_bytes > self.unexp_max && !self.unexp_paused.contains(&u.from) {
+            tracing::warn!(
+                "unexpected messages hold {} bytes, more than FI_OXMR_UNEXP_MAX ({}): not reading what {} sends until receives take some (post receives, or raise the bound)",
+                self.unexp_bytes,
+                self.unexp_max,
+                u.from
+            );
+            self.unexp_paused.push(u.from);
+            self.set_paused(u.from, true);
+        }
+        self.unexpected[q].push_back(u);
+    }
+
+    /// Take unexpected message `i` of queue `q` (a receive matched or
+    /// discarded it).
+    pub(super) fn take_unexpected(&mut self, q: usize, i: usize) -> Unexpected {
+        let u = self.unexpected[q].remove(i).expect("position is in range");
+        self.unexp_bytes -= u.bytes();
+        if !self.unexp_paused.is_empty() && self.unexp_bytes <= self.unexp_max / 4 * 3 {
+            for a in std::mem::take(&mut self.unexp_paused) {
+                self.set_paused(a, false);
+            }
+        }
+        u
+    }
+
+    /// Stop (`on`) or resume reading `peer`'s TCP connections (now, or at
+    /// the end of the poll if the inbox is out).
+    pub(super) fn set_paused(&mut self, peer: SocketAddr, on: bool) {
+        match self.rx.as_mut() {
+            Some(rx) => rx.pause(peer, on),
+            None => self.to_pause.push((peer, on)),
+        }
     }
 }

@@ -71,9 +71,12 @@ impl Engine {
                 // again, an EAGAIN system call on the arrival's path before
                 // its completion is seen; the next progress reads them.)
                 let mut drained = false;
+                // (A peer to pause stops the loop: the inbox, out of our
+                // hands meanwhile, learns it before it hands up more.)
                 while n < 64
                     && !drained
                     && self.deferred.len() < DEFER_MAX
+                    && self.to_pause.is_empty()
                     && rx.pop(|msg, more, via, landed| {
                         drained = !more && via.is_some();
                         self.busy = more || !self.deferred.is_empty();
@@ -99,6 +102,13 @@ impl Engine {
             self.rx = Some(rx);
             if let Err(panic) = handled {
                 std::panic::resume_unwind(panic);
+            }
+        }
+        if !self.to_pause.is_empty() {
+            if let Some(rx) = self.rx.as_mut() {
+                for (a, on) in self.to_pause.drain(..) {
+                    rx.pause(a, on);
+                }
             }
         }
         if !self.to_ban.is_empty() {

@@ -1224,3 +1224,151 @@ fn a_burst_of_refused_accesses_closes_the_connection_and_bans_its_source_for_a_w
     let e = err(next(&mut a, &mut b, 0));
     assert_eq!(e.op_context, 9, "refused while banned: {}", crate::error::errno_name(e.err as u32));
 }
+
+#[test]
+fn unexpected_messages_past_their_bound_hold_the_sender_back_and_none_is_lost() {
+    // a sends b 64 tagged messages of 16 KiB that b has no receive for;
+    // b's unexpected messages may hold 128 KiB (FI_OXMR_UNEXP_MAX): past
+    // it b stops reading a (what a sent waits in a's link and the
+    // socket), and once b posts receives, every message arrives, in
+    // order, whole.
+    VIA.with(|c| c.set(Via::Tcp));
+    let cfg = Config { unexp_max: 128 << 10, ..Config::default() };
+    let mut a = side();
+    let mut b = side_with(ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY, &cfg);
+    a.av.insert(&[Some(b.addr)]);
+    b.av.insert(&[Some(a.addr)]);
+    const N: usize = 64;
+    const LEN: usize = 16 << 10;
+    let msgs: Vec<Vec<u8>> = (0..N).map(|i| vec![i as u8; LEN]).collect();
+    let mut posted = 0;
+    let mut most = 0;
+    for _ in 0..5000 {
+        while posted < N {
+            let o = TxOp {
+                ctx: 1000 + posted,
+                iovs: iov(&msgs[posted]),
+                dest: 0,
+                tag: Some(posted as u64),
+                data: None,
+                flags: None,
+            };
+            if a.eng.send(o).is_err() {
+                break;
+            }
+            posted += 1;
+        }
+        a.eng.progress();
+        b.eng.progress();
+        most = most.max(b.eng.unexp_bytes);
+    }
+    assert!(b.eng.unexp_bytes > 0, "some messages are kept");
+    assert!(
+        most <= (128 << 10) + LEN + 2 * size_of::<Unexpected>(),
+        "b kept {most} bytes of unexpected messages; the bound is 128 KiB (one message over)"
+    );
+    assert!(b.eng.unexpected[1].len() < N, "not every message was taken: the rest waits at a");
+    let mut bufs: Vec<Vec<u8>> = (0..N).map(|_| vec![0u8; LEN]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        b.eng.recv(i, iov_mut(buf), 0, Some((i as u64, 0)), None).expect("receive posted");
+    }
+    let mut got = 0;
+    for _ in 0..20_000 {
+        while posted < N {
+            let o = TxOp {
+                ctx: 1000 + posted,
+                iovs: iov(&msgs[posted]),
+                dest: 0,
+                tag: Some(posted as u64),
+                data: None,
+                flags: None,
+            };
+            if a.eng.send(o).is_err() {
+                break;
+            }
+            posted += 1;
+        }
+        a.eng.progress();
+        b.eng.progress();
+        while read(&b).is_some() {
+            got += 1;
+        }
+        while read(&a).is_some() {}
+        if got == N && posted == N {
+            break;
+        }
+    }
+    assert_eq!(got, N, "every message arrived");
+    for (i, buf) in bufs.iter().enumerate() {
+        assert!(buf.iter().all(|&x| x == i as u8), "message {i} whole");
+    }
+    assert_eq!(b.eng.unexp_bytes, 0);
+}
+
+#[test]
+fn a_peer_that_never_reads_our_answers_is_held_back_past_the_outbox_bound() {
+    // A raw peer (not oxmr) sends b RMA reads that b refuses (each answered
+    // with an ACK) and never reads its socket: b's answers fill the
+    // connection, then its link's queue, then the outbox, which may hold
+    // 64 KiB for it (FI_OXMR_OUTBOX_MAX); past it b stops reading the
+    // peer: the outbox stops growing and the raw sender's writes block.
+    VIA.with(|c| c.set(Via::Tcp));
+    let cfg = Config { outbox_max: 64 << 10, refuse_max: 0, ..Config::default() };
+    let mut b = side_with(ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY, &cfg);
+    let spare = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let me = spare.local_addr().unwrap();
+    let mut raw = std::net::TcpStream::connect(b.addr).expect("b's listener");
+    let mut hello = b.eng.dial.hello;
+    let e = crate::info::addr::encode(&me);
+    hello.name = [0u8; 28];
+    hello.name[..e.len()].copy_from_slice(&e);
+    hello.epoch = 0x77;
+    std::io::Write::write_all(&mut raw, &crate::wire::hello_bytes(&hello)).unwrap();
+    raw.set_nonblocking(true).unwrap();
+    let req = |id: u64| {
+        let h = Hdr {
+            op: op::READ,
+            len: 8,
+            iov_count: 1,
+            msg_id: 0x77 << 32 | id,
+            rma_addr: 0x1000,
+            rma_key: 0xdead,
+            name: hello.name,
+            pid: 1,
+            ..Default::default()
+        };
+        let mut hb = [0u8; HDR_MAX];
+        let n = h.encode(&mut hb);
+        let mut f = ((n + 16) as u32).to_le_bytes().to_vec();
+        f.extend_from_slice(&hb[..n]);
+        f.extend_from_slice(&0x2000u64.to_le_bytes());
+        f.extend_from_slice(&8u64.to_le_bytes());
+        f
+    };
+    let (mut id, mut most, mut blocked) = (1u64, 0usize, 0);
+    let mut pending: Vec<u8> = Vec::new();
+    for _ in 0..400_000 {
+        if pending.is_empty() {
+            for _ in 0..64 {
+                pending.extend(req(id));
+                id += 1;
+            }
+        }
+        match std::io::Write::write(&mut raw, &pending) {
+            Ok(n) => {
+                pending.drain(..n);
+                blocked = 0;
+            }
+            Err(_) => blocked += 1,
+        }
+        b.eng.progress();
+        most = most.max(b.eng.peers.list.iter().map(|p| p.outbox_bytes).max().unwrap_or(0));
+        if blocked > 2000 {
+            break;
+        }
+    }
+    assert!(blocked > 2000, "the raw sender was held back (its writes block) after {id} requests");
+    assert!(most > 0, "answers did queue in the outbox");
+    assert!(most <= (64 << 10) + 256, "the outbox held {most} bytes; its bound is 64 KiB (one answer over)");
+    drop(spare);
+}

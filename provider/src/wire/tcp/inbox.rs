@@ -183,6 +183,9 @@ pub struct Inbox {
     /// Bytes of unfinished frames over all connections (as of the last
     /// poll's end).
     partial: usize,
+    /// Peers whose connections are not read for now (the engine holds as
+    /// much of theirs as it may: `pause`).
+    paused: Vec<SocketAddr>,
 }
 
 /// See `Inbox::spare`.
@@ -510,6 +513,7 @@ impl Inbox {
             banned: Vec::new(),
             next_sweep: Instant::now(),
             partial: 0,
+            paused: Vec::new(),
         })
     }
 
@@ -598,6 +602,16 @@ impl Inbox {
         }
         if closed > 0 {
             self.sweep();
+        }
+    }
+
+    /// Stop (`on`) or resume reading the connections whose hello named
+    /// `peer`: what it sent waits in the sockets, and TCP pushes back on
+    /// its sender.
+    pub fn pause(&mut self, peer: SocketAddr, on: bool) {
+        self.paused.retain(|p| *p != peer);
+        if on {
+            self.paused.push(peer);
         }
     }
 
@@ -733,7 +747,11 @@ impl Inbox {
         // unfinished frames, one that holds such a frame waits: TCP pushes
         // back on its sender.)
         let readable = &self.readable;
-        let look = |c: &InConn| !by_epoll || c.held || readable.contains(&std::os::fd::AsRawFd::as_raw_fd(&c.sock));
+        let paused = &self.paused;
+        let look = |c: &InConn| {
+            (!by_epoll || c.held || readable.contains(&std::os::fd::AsRawFd::as_raw_fd(&c.sock)))
+                && (paused.is_empty() || !c.peer.is_some_and(|p| paused.contains(&p)))
+        };
         // (Bytes of unfinished frames held, kept as the connections are
         // read, and the budget.)
         let mut partial = self.partial;
@@ -966,10 +984,19 @@ impl Inbox {
 
     /// Whether a frame waits (reads the sockets).
     pub fn ready(&mut self) -> bool {
-        if self.frames.is_empty() {
+        if self.next().is_none() {
             self.poll();
         }
-        !self.frames.is_empty()
+        self.next().is_some()
+    }
+
+    /// Where the next frame to hand up is: the first whose sender is not
+    /// paused (`pause`: what it sent already waits here, its order kept).
+    fn next(&self) -> Option<usize> {
+        if self.paused.is_empty() {
+            return (!self.frames.is_empty()).then_some(0);
+        }
+        self.frames.iter().position(|f| !self.paused.contains(&f.1))
     }
 
     /// Hand one frame to `f(frame, more, sender, landed)`; false when none
@@ -979,10 +1006,12 @@ impl Inbox {
         if !self.ready() {
             return false;
         }
-        let Some((mut frame, from, id, landed)) = self.frames.pop_front() else { return false };
+        let Some((mut frame, from, id, landed)) = self.next().and_then(|i| self.frames.remove(i)) else {
+            return false;
+        };
         self.popped += 1;
         self.last = Some(id);
-        f(&frame, !self.frames.is_empty(), from, landed);
+        f(&frame, self.next().is_some(), from, landed);
         if self.spare.len() < SPARE_MAX {
             frame.clear();
             self.spare.push(frame);
