@@ -311,6 +311,12 @@ struct Greeter<'a> {
 }
 
 impl Greeter<'_> {
+    /// Our hello without our epoch and pid (what a peer that has proved
+    /// nothing gets).
+    fn anonymous(&self) -> Hello {
+        Hello { epoch: 0, pid: 0, ..*self.me }
+    }
+
     /// Move `c`'s hello on (its hello, with a job key our challenge and its
     /// proof, then our answer): the bytes of `c.buf` it took. Refusals
     /// close `c` and say why.
@@ -360,9 +366,15 @@ impl Greeter<'_> {
                     self.alarms.say(|| format!(
                         "refused a TCP connection from {from}: a peer that does not hold the job's key tried to connect (set the same FI_OXMR_AUTH_KEY, or auth_key, on every process of the job)"
                     ));
-                    // (Our keyed hello goes back: the opener says that it
-                    // lacks the key.)
-                    let _ = (&c.sock).write_all(&self.me.encode_with(ACCEPT, true, &[0; PROOF_LEN], &[0; PROOF_LEN]));
+                    // (Our keyed hello goes back, so the opener says that it
+                    // lacks the key; without our epoch and pid: nothing of
+                    // us to a stranger.)
+                    let _ = (&c.sock).write_all(&self.anonymous().encode_with(
+                        ACCEPT,
+                        true,
+                        &[0; PROOF_LEN],
+                        &[0; PROOF_LEN],
+                    ));
                     c.closed = true;
                     return 0;
                 }
@@ -402,7 +414,9 @@ impl Greeter<'_> {
                     };
                     let mut open = [0u8; HELLO_LEN];
                     open.copy_from_slice(&c.buf[..HELLO_LEN]);
-                    let mut ch = self.me.encode_with(CHALLENGE, true, &nonce, &[0; PROOF_LEN]);
+                    // (Our epoch and pid only in the answer after its
+                    // proof: a stranger learns nothing of us.)
+                    let mut ch = self.anonymous().encode_with(CHALLENGE, true, &nonce, &[0; PROOF_LEN]);
                     let t = transcript(&open, &ch);
                     ch[HELLO_LEN - PROOF_LEN..].copy_from_slice(&k.tag(PROOF_ACCEPT, &[&t]));
                     // (Small, on a fresh socket: taken at once.)

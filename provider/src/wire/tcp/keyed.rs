@@ -187,6 +187,7 @@ fn a_raw_peer_without_the_key_gets_no_frame_taken_whatever_it_sends() {
     let (_s, back) = raw(a.at, &bytes, &mut a.inbox);
     let g = Hello::greeting(&back).expect("our hello came back");
     assert!(g.keyed && g.kind == ACCEPT, "it says a key is needed");
+    assert_eq!((g.hello.epoch, g.hello.pid), (0, 0), "and tells the stranger nothing of us");
     assert_eq!(back.len(), HELLO_LEN, "and nothing more: closed");
     // 2. A keyed hello, then a forged proof (zeros) and frames.
     let mut bytes = tests_hello(&claimed, 3).encode_with(OPEN, true, &[1; PROOF_LEN], &[0; PROOF_LEN]).to_vec();
@@ -195,6 +196,7 @@ fn a_raw_peer_without_the_key_gets_no_frame_taken_whatever_it_sends() {
     let (_s, back) = raw(a.at, &bytes, &mut a.inbox);
     let g = Hello::greeting(&back).expect("our challenge came back");
     assert_eq!(g.kind, CHALLENGE);
+    assert_eq!((g.hello.epoch, g.hello.pid), (0, 0), "a challenge names no epoch or pid");
     assert_eq!(back.len(), HELLO_LEN, "no answer after the bad proof: closed");
     // 3. Frames straight after a keyed hello (no proof at all).
     let mut bytes = tests_hello(&claimed, 3).encode_with(OPEN, true, &[2; PROOF_LEN], &[0; PROOF_LEN]).to_vec();
