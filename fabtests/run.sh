@@ -281,6 +281,9 @@ fi
 extra_run "mr_cache[FI_OXMR_MR_CACHE_ENABLE=0]" mr_cache FI_OXMR_MR_CACHE_ENABLE=0
 extra_run "mr_cache[FI_OXMR_MR_CACHE_MONITOR=none]" mr_cache FI_OXMR_MR_CACHE_MONITOR=none
 extra_run "mr_cache[FI_OXMR_MR_CACHE_EXPLICIT=0]" mr_cache FI_OXMR_MR_CACHE_EXPLICIT=0
+# A raw-socket attacker against an endpoint with a job key (docs/security.md).
+hostile_key="fabtests/run.sh: hostile_tcp's job key"
+extra_run "hostile_tcp[FI_OXMR_AUTH_KEY]" hostile_tcp FI_OXMR_AUTH_KEY="$hostile_key"
 
 # Two hosts: two network namespaces joined by a veth pair (fabtests/netns.sh,
 # deleted on exit), each program in the first and its peer processes in the
@@ -296,12 +299,16 @@ if [ "$(id -u)" -ne 0 ]; then
 	skip_run "wake[two hosts]" "needs root (network namespaces, setns)"
 	skip_run "xfer[two hosts,FI_OXMR_TCP_LANES=4]" "needs root (network namespaces, setns)"
 	skip_run "conn[two hosts,FI_OXMR_TCP_LANES=4]" "needs root (network namespaces, setns)"
+	skip_run "hostile_tcp[two hosts]" "needs root (network namespaces, setns)"
+	skip_run "hostile_tcp[two hosts,FI_OXMR_AUTH_KEY]" "needs root (network namespaces, setns)"
 elif ! command -v ip >/dev/null; then
 	skip_run "conn[two hosts]" "ip (iproute2) is missing"
 	skip_run "xfer[two hosts]" "ip (iproute2) is missing"
 	skip_run "wake[two hosts]" "ip (iproute2) is missing"
 	skip_run "xfer[two hosts,FI_OXMR_TCP_LANES=4]" "ip (iproute2) is missing"
 	skip_run "conn[two hosts,FI_OXMR_TCP_LANES=4]" "ip (iproute2) is missing"
+	skip_run "hostile_tcp[two hosts]" "ip (iproute2) is missing"
+	skip_run "hostile_tcp[two hosts,FI_OXMR_AUTH_KEY]" "ip (iproute2) is missing"
 else
 	# shellcheck source=fabtests/netns.sh
 	. "$here/netns.sh"
@@ -320,6 +327,10 @@ else
 	# operation set and the failing, killed and garbage-sending peers.
 	extra_run "xfer[two hosts,FI_OXMR_TCP_LANES=4]" xfer FI_OXMR_TCP_LANES=4 "${two_hosts[@]}"
 	extra_run "conn[two hosts,FI_OXMR_TCP_LANES=4]" conn FI_OXMR_TCP_LANES=4 "${two_hosts[@]}"
+	# The raw-socket attacker in the other namespace, across the veth
+	# pair, without and with a job key.
+	extra_run "hostile_tcp[two hosts]" hostile_tcp "${two_hosts[@]}"
+	extra_run "hostile_tcp[two hosts,FI_OXMR_AUTH_KEY]" hostile_tcp FI_OXMR_AUTH_KEY="$hostile_key" "${two_hosts[@]}"
 	netns_down
 fi
 

@@ -71,12 +71,13 @@ impl Engine {
                 // again, an EAGAIN system call on the arrival's path before
                 // its completion is seen; the next progress reads them.)
                 let mut drained = false;
-                // (A peer to pause stops the loop: the inbox, out of our
-                // hands meanwhile, learns it before it hands up more.)
+                // (A peer to pause or ban stops the loop: the inbox, out of
+                // our hands meanwhile, learns it before it hands up more.)
                 while n < 64
                     && !drained
                     && self.deferred.len() < DEFER_MAX
                     && self.to_pause.is_empty()
+                    && self.to_ban.is_empty()
                     && rx.pop(|msg, more, via, landed| {
                         drained = !more && via.is_some();
                         self.busy = more || !self.deferred.is_empty();

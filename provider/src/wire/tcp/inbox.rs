@@ -191,6 +191,10 @@ pub struct Inbox {
 /// See `Inbox::spare`.
 const SPARE_MAX: usize = 16;
 
+/// The most bytes one poll reads from one connection into frames (payloads
+/// that land straight in their zone do not count: they cost no memory).
+const POLL_READ_MAX: usize = 1 << 20;
+
 /// See `Inbox::polls`.
 const ACCEPT_GAP: Duration = Duration::from_micros(200);
 const CLOCK_EVERY: u32 = 16;
@@ -817,6 +821,8 @@ impl Inbox {
             }
             // (A frame too long, cut straight from a read below.)
             let mut refused = false;
+            // (Bytes read into our buffers from it in this poll.)
+            let mut took = 0;
             loop {
                 // A payload on its way to its landing zone: read straight
                 // into it (or, if the engine forgot the zone meanwhile,
@@ -859,6 +865,9 @@ impl Inbox {
                     continue;
                 }
                 let got = (&c.sock).read(chunk);
+                if let Ok(n) = got {
+                    took += n;
+                }
                 // (A short read emptied the socket: no EAGAIN read after
                 // it, the next poll reads again.)
                 let short = matches!(got, Ok(n) if n > 0 && n < chunk.len());
@@ -906,6 +915,13 @@ impl Inbox {
                 // wait in its socket.)
                 if c.land.is_none() && partial + c.buf.len() >= budget + held_before {
                     starved = true;
+                    break;
+                }
+                // (At most `POLL_READ_MAX` of one connection per poll: the
+                // frames cut wait for the engine, which may pause their
+                // sender, before anything more is read; a sender as fast as
+                // we read must not fill memory in one poll.)
+                if took >= POLL_READ_MAX {
                     break;
                 }
             }
