@@ -186,6 +186,15 @@ pub struct Inbox {
     /// Peers whose connections are not read for now (the engine holds as
     /// much of theirs as it may: `pause`).
     paused: Vec<SocketAddr>,
+    /// Where each connection is in `conns`, by fd (rebuilt when `conns`
+    /// changed: `index_stale`), the connections stopped at a barrier (by
+    /// id), and the positions this poll reads (kept: no allocation per
+    /// poll). A poll touches the connections epoll named, not all: a
+    /// thousand silent ones cost nothing per poll.
+    index: std::collections::HashMap<std::os::fd::RawFd, usize>,
+    index_stale: bool,
+    held_ids: Vec<u64>,
+    order: Vec<usize>,
 }
 
 /// See `Inbox::spare`.
@@ -532,6 +541,10 @@ impl Inbox {
             next_sweep: Instant::now(),
             partial: 0,
             paused: Vec::new(),
+            index: std::collections::HashMap::new(),
+            index_stale: false,
+            held_ids: Vec::new(),
+            order: Vec::new(),
         })
     }
 
@@ -694,7 +707,13 @@ impl Inbox {
             self.wake.remove(c.sock.as_raw_fd());
             self.pairs.forget(c.id);
         }
+        let before = self.conns.len();
         self.conns.retain(|c| !c.closed);
+        if self.conns.len() != before {
+            self.index_stale = true;
+            let ids: Vec<u64> = self.conns.iter().map(|c| c.id).collect();
+            self.held_ids.retain(|id| ids.contains(id));
+        }
         self.partial = self.conns.iter().map(|c| c.buf.len()).sum();
     }
 
@@ -706,6 +725,7 @@ impl Inbox {
             // the link learns it closed.)
             if self.wake.add(c.sock.as_raw_fd()).is_ok() {
                 self.conns.push(c);
+                self.index_stale = true;
             } else {
                 c.tie.store(true, Ordering::Release);
             }
@@ -746,6 +766,7 @@ impl Inbox {
                         let _ = sock.set_nodelay(true);
                         self.accepted += 1;
                         self.conns.push(InConn::new(sock, self.pairs.new_id(), None, Tie::default()));
+                        self.index_stale = true;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -764,12 +785,24 @@ impl Inbox {
         // a barrier, whose bytes after it wait. Over the budget for
         // unfinished frames, one that holds such a frame waits: TCP pushes
         // back on its sender.)
-        let readable = &self.readable;
+        let mut order = std::mem::take(&mut self.order);
+        order.clear();
+        if by_epoll {
+            if std::mem::take(&mut self.index_stale) {
+                self.index.clear();
+                self.index.extend(self.conns.iter().enumerate().map(|(i, c)| (c.sock.as_raw_fd(), i)));
+            }
+            order.extend(self.readable.iter().filter_map(|fd| self.index.get(fd).copied()));
+            for id in &self.held_ids {
+                order.extend(self.conns.iter().position(|c| c.id == *id));
+            }
+            order.sort_unstable();
+            order.dedup();
+        } else {
+            order.extend(0..self.conns.len());
+        }
         let paused = &self.paused;
-        let look = |c: &InConn| {
-            (!by_epoll || c.held || readable.contains(&std::os::fd::AsRawFd::as_raw_fd(&c.sock)))
-                && (paused.is_empty() || !c.peer.is_some_and(|p| paused.contains(&p)))
-        };
+        let look = |c: &InConn| paused.is_empty() || !c.peer.is_some_and(|p| paused.contains(&p));
         // (Bytes of unfinished frames held, kept as the connections are
         // read, and the budget.)
         let mut partial = self.partial;
@@ -781,7 +814,7 @@ impl Inbox {
         let mut fresh: Vec<(SocketAddr, u32)> = Vec::new();
         // The endpoints we have a connection (not a lane) with, for the
         // lanes' hellos (only when some hello is still to come).
-        let mains: Vec<(SocketAddr, u32)> = if self.conns.iter().any(|c| c.peer.is_none()) {
+        let mains: Vec<(SocketAddr, u32)> = if order.iter().any(|&i| self.conns[i].peer.is_none()) {
             self.conns.iter().filter(|c| !c.lane && !c.closed).filter_map(|c| c.peer.map(|p| (p, c.epoch))).collect()
         } else {
             Vec::new()
@@ -793,10 +826,14 @@ impl Inbox {
             lands: &self.lands,
             stopped: false,
         };
-        for c in &mut self.conns {
+        let mut any_closed = false;
+        let held_ids = &mut self.held_ids;
+        for &i in &order {
+            let c = &mut self.conns[i];
             if !look(c) {
                 continue;
             }
+            held_ids.retain(|id| *id != c.id);
             let held_before = c.buf.len();
             if partial >= budget && held_before > 0 && c.land.is_none() && !c.held {
                 starved = true;
@@ -816,6 +853,10 @@ impl Inbox {
                 }
                 if to.stopped || c.closed {
                     c.held = to.stopped;
+                    if c.held {
+                        held_ids.push(c.id);
+                    }
+                    any_closed |= c.closed;
                     continue;
                 }
             }
@@ -982,7 +1023,12 @@ impl Inbox {
                 _ => {}
             }
             partial = (partial + c.buf.len()).saturating_sub(held_before);
+            if c.held {
+                held_ids.push(c.id);
+            }
+            any_closed |= c.closed;
         }
+        self.order = order;
         self.partial = partial;
         if starved {
             self.alarms.say(|| {
@@ -1006,10 +1052,15 @@ impl Inbox {
                 tracing::warn!(
                     "a new endpoint (epoch {epoch:#x}) at {a} connected: closing the connection of the one before it"
                 );
+                any_closed = true;
             }
             self.hellos.push((a, epoch));
         }
-        self.sweep();
+        // (Nothing closed: nothing to sweep, and no pass over every
+        // connection.)
+        if any_closed {
+            self.sweep();
+        }
     }
 
     /// Whether a frame waits (reads the sockets).
