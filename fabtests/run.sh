@@ -200,6 +200,8 @@ extra_run "wake[FI_OXMR_WIRE=tcp]" wake FI_OXMR_WIRE=tcp
 extra_run "probe[FI_OXMR_WIRE=tcp]" probe FI_OXMR_WIRE=tcp
 # FI_EP_MSG connections with their data over TCP.
 extra_run "msg[FI_OXMR_WIRE=tcp]" msg FI_OXMR_WIRE=tcp
+# Both sides with a job key: the handshake connection and the data's prove it.
+extra_run "msg[FI_OXMR_WIRE=tcp,FI_OXMR_AUTH_KEY]" msg FI_OXMR_WIRE=tcp FI_OXMR_AUTH_KEY="fabtests/run.sh: msg's job key"
 # Without the TCP wire (FI_OXMR_WIRE=shm): no FI_REMOTE_COMM, no
 # destination on another host.
 extra_run "getinfo[FI_OXMR_WIRE=shm]" getinfo FI_OXMR_WIRE=shm

@@ -54,17 +54,7 @@ impl Domain {
                 "fi_domain: FI_PROGRESS_AUTO is not supported; oxmr uses FI_PROGRESS_MANUAL"
             ));
         }
-        let auth_key = match (&d.auth_key, &fabric.config.auth_key) {
-            (Some(k), _) => Some(job_key(k, "fi_domain: domain_attr auth_key")?),
-            (None, EnvKey::Key(k)) => Some(k.clone()),
-            (None, EnvKey::Bad(why)) => {
-                return Err(fail!(
-                    ffi::FI_EINVAL,
-                    "fi_domain: {why}; no domain opens with a job key it cannot use (fix or unset the variable)"
-                ))
-            }
-            (None, EnvKey::None) => None,
-        };
+        let auth_key = resolve_key(&[(&d.auth_key, "domain_attr")], &fabric.config.auth_key, "fi_domain")?;
         if auth_key.is_none() {
             tracing::info!(
                 "fi_domain: no job key (auth_key, FI_OXMR_AUTH_KEY): cross-host peers of this domain's endpoints are not authenticated (docs/security.md)"
@@ -91,8 +81,26 @@ impl Domain {
     }
 }
 
-/// The job key of an application's `auth_key` bytes (`what` names it in
-/// the log line when it is unusable).
-pub(crate) fn job_key(bytes: &[u8], what: &str) -> Result<crate::auth::JobKey> {
-    crate::auth::JobKey::new(bytes).map_err(|why| fail!(ffi::FI_EINVAL, "{what}: {why}"))
+/// The job key of an object: the first `auth_key` of `given` the
+/// application passed (each with the attr's name for the log line), else
+/// the environment's (`env`); an unusable one fails `call` with
+/// -FI_EINVAL, never opening without the key the user meant to set.
+pub(crate) fn resolve_key(
+    given: &[(&Option<Vec<u8>>, &str)],
+    env: &EnvKey,
+    call: &str,
+) -> Result<Option<crate::auth::JobKey>> {
+    if let Some((k, what)) = given.iter().find_map(|(k, what)| k.as_ref().map(|k| (k, what))) {
+        return crate::auth::JobKey::new(k)
+            .map(Some)
+            .map_err(|why| fail!(ffi::FI_EINVAL, "{call}: {what} auth_key: {why}"));
+    }
+    match env {
+        EnvKey::Key(k) => Ok(Some(k.clone())),
+        EnvKey::Bad(why) => Err(fail!(
+            ffi::FI_EINVAL,
+            "{call}: {why}; nothing opens with a job key it cannot use (fix or unset the variable)"
+        )),
+        EnvKey::None => Ok(None),
+    }
 }

@@ -178,7 +178,11 @@ impl Ep {
             ..Default::default()
         };
         let auth_key = match &info.ep.auth_key {
-            Some(k) => Some(super::domain::job_key(k, "fi_endpoint: ep_attr auth_key")?),
+            Some(_) => super::domain::resolve_key(
+                &[(&info.ep.auth_key, "ep_attr")],
+                &crate::config::EnvKey::None,
+                "fi_endpoint",
+            )?,
             None => domain.auth_key.clone(),
         };
         let src = source_of(&info, &domain);
@@ -193,9 +197,13 @@ impl Ep {
             state: Mutex::new(state),
             rx_region: Mutex::new(region),
             engine: Default::default(),
-            conn: Mutex::new(Conn::default()),
             peer_av: Arc::new(AddrTable::new(1, false)),
             request: Mutex::new(None),
+            conn: Mutex::new({
+                let mut c = Conn::default();
+                c.set_key(auth_key.clone());
+                c
+            }),
             auth_key,
         })
     }

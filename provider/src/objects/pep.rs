@@ -90,9 +90,15 @@ impl Pep {
         if info.ep.type_ != ffi::FI_EP_MSG {
             return Err(fail!(ffi::FI_EINVAL, "fi_passive_ep needs an FI_EP_MSG info"));
         }
+        let key = super::domain::resolve_key(
+            &[(&info.ep.auth_key, "ep_attr"), (&info.domain.auth_key, "domain_attr")],
+            &fabric.config.auth_key,
+            "fi_passive_ep",
+        )?;
         let at = info.src.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
         let (l, name) = bind_at(at)?;
-        let state = PepState { listener: Some(l), name: Some(name), ..Default::default() };
+        let state =
+            PepState { listener: Some(l), name: Some(name), arriving: Arrivals::with_key(key), ..Default::default() };
         Ok(Pep { hdr, fabric, info, state: Mutex::new(state), publish })
     }
 

@@ -56,9 +56,22 @@ impl Incoming {
 #[derive(Default)]
 pub struct Arrivals {
     waiting: Vec<(CmConn, Instant)>,
+    /// The job key connectors must prove before their request is believed
+    /// (None: not authenticated).
+    key: Option<crate::auth::JobKey>,
 }
 
+/// The most connections a passive endpoint holds whose request has not
+/// come (past it, the oldest goes): each is a descriptor a stranger could
+/// make it hold until `FI_OXMR_CM_TIMEOUT_MS`.
+const ARRIVALS_MAX: usize = 1024;
+
 impl Arrivals {
+    /// Arrivals whose connectors must prove `key`.
+    pub fn with_key(key: Option<crate::auth::JobKey>) -> Arrivals {
+        Arrivals { waiting: Vec::new(), key }
+    }
+
     /// The sockets whose readability (or writability, for one with bytes
     /// to write) moves these connections on, into `out`.
     pub fn wake_fds(&self, out: &mut Vec<WakeFd>) -> bool {
@@ -73,8 +86,20 @@ impl Arrivals {
     pub fn poll(&mut self, l: &TcpListener, timeout: Duration) -> Vec<(Incoming, Vec<u8>)> {
         loop {
             match l.accept() {
-                Ok((st, from)) => match CmConn::new(st) {
-                    Ok(c) => self.waiting.push((c, Instant::now())),
+                Ok((st, from)) => match CmConn::new(st)
+                    .map_err(CmError::Io)
+                    .and_then(|c| c.with_key(self.key.clone(), cm::Role::Acceptor))
+                {
+                    Ok(c) => {
+                        if self.waiting.len() >= ARRIVALS_MAX {
+                            let (old, _) = self.waiting.remove(0);
+                            tracing::warn!(
+                                "passive endpoint: {ARRIVALS_MAX} connections wait for their request; closing the oldest, from {}",
+                                old.peer()
+                            );
+                        }
+                        self.waiting.push((c, Instant::now()))
+                    }
                     Err(e) => tracing::info!("passive endpoint: connection from {from} dropped: {e}"),
                 },
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -157,6 +182,9 @@ pub enum CmEvent {
 /// The connection of one MSG endpoint.
 pub struct Conn {
     phase: Phase,
+    /// The job key this side proves on its handshake connection (set by
+    /// the endpoint: `set_key`).
+    key: Option<crate::auth::JobKey>,
     /// The peer's data name, once known (accept at the acceptor, the
     /// Accept frame at the connector).
     pub peer: Option<SocketAddr>,
@@ -165,7 +193,7 @@ pub struct Conn {
 
 impl Default for Conn {
     fn default() -> Self {
-        Conn { phase: Phase::Idle, peer: None, shutdown_posted: false }
+        Conn { phase: Phase::Idle, key: None, peer: None, shutdown_posted: false }
     }
 }
 
@@ -193,7 +221,7 @@ fn check_len(call: &str, data: &[u8]) -> Result<()> {
 impl Conn {
     /// An acceptor's connection, from its FI_CONNREQ.
     pub fn offered(req: Incoming) -> Conn {
-        Conn { peer: Some(req.peer), phase: Phase::Offered(req), shutdown_posted: false }
+        Conn { peer: Some(req.peer), phase: Phase::Offered(req), key: None, shutdown_posted: false }
     }
 
     /// The socket whose readability (or writability: a connect under way,
@@ -228,6 +256,11 @@ impl Conn {
     /// Data may go to the peer: accepted by us, or accept seen.
     pub fn usable(&self) -> bool {
         matches!(self.phase, Phase::Accepted { .. } | Phase::Connected { .. })
+    }
+
+    /// The job key fi_connect proves to the passive endpoint.
+    pub fn set_key(&mut self, key: Option<crate::auth::JobKey>) {
+        self.key = key;
     }
 
     /// fi_connect.
@@ -298,10 +331,14 @@ impl Conn {
                     Some(CmEvent::Error(dial_error(&e), Vec::new()))
                 }
                 Some(Ok(st)) => {
-                    let sent = CmConn::new(st).map_err(CmError::Io).and_then(|mut c| {
-                        c.send(&Frame::new(Kind::Request, Some(name), &data))?;
-                        Ok(c)
-                    });
+                    let key = self.key.clone();
+                    let sent = CmConn::new(st)
+                        .map_err(CmError::Io)
+                        .and_then(|c| c.with_key(key, cm::Role::Connector))
+                        .and_then(|mut c| {
+                            c.send(&Frame::new(Kind::Request, Some(name), &data))?;
+                            Ok(c)
+                        });
                     match sent {
                         Ok(conn) => {
                             self.phase = Phase::Requested { conn, since };

@@ -15,7 +15,9 @@
 //! its result; `CmConn::poll` writes what is queued and reads what has
 //! arrived, a frame at a time. Frames are checked before use (magic,
 //! version, kind, length): a connection that sends anything else is
-//! closed.
+//! closed. With a job key, both sides prove it on the connection
+//! (`CmConn::with_key`) before the connector's request goes out or is
+//! handed up on the passive side.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -45,6 +47,12 @@ pub enum Kind {
     Ack = 4,
     /// fi_shutdown.
     Shutdown = 5,
+    /// With a job key (docs/security.md): the connector's first frame, its
+    /// nonce; the passive side's answer, its nonce and proof; the
+    /// connector's proof. Consumed by `CmConn::poll`, never handed up.
+    KeyHello = 6,
+    KeyChallenge = 7,
+    KeyProof = 8,
 }
 
 impl Kind {
@@ -55,6 +63,9 @@ impl Kind {
             3 => Kind::Reject,
             4 => Kind::Ack,
             5 => Kind::Shutdown,
+            6 => Kind::KeyHello,
+            7 => Kind::KeyChallenge,
+            8 => Kind::KeyProof,
             _ => return None,
         })
     }
@@ -151,7 +162,34 @@ pub struct CmConn {
     local: SocketAddr,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
+    /// With a job key: the proof exchange, until both sides proved it.
+    auth: Option<Box<Auth>>,
 }
+
+/// Which side of a handshake connection we are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// fi_connect's side: it opened the connection.
+    Connector,
+    /// The passive endpoint's side.
+    Acceptor,
+}
+
+/// A connection's proof exchange with a job key: the connector sends its
+/// nonce, the acceptor answers its own and a proof over both, the connector
+/// checks it and answers its proof. No frame of the caller's is handed up
+/// (acceptor) or sent (connector: `held`) before it is done.
+struct Auth {
+    key: crate::auth::JobKey,
+    role: Role,
+    mine: [u8; crate::auth::TAG_LEN],
+    theirs: Option<[u8; crate::auth::TAG_LEN]>,
+    done: bool,
+    held: Vec<u8>,
+}
+
+const PROOF_ACCEPT: &[u8] = b"oxmr cm: the passive endpoint holds the job key";
+const PROOF_CONNECT: &[u8] = b"oxmr cm: the connector holds the job key";
 
 impl CmConn {
     /// Wrap a connected stream (made non-blocking).
@@ -160,7 +198,22 @@ impl CmConn {
         let _ = stream.set_nodelay(true);
         let peer = stream.peer_addr()?;
         let local = stream.local_addr()?;
-        Ok(CmConn { stream, peer, local, rbuf: Vec::new(), wbuf: Vec::new() })
+        Ok(CmConn { stream, peer, local, rbuf: Vec::new(), wbuf: Vec::new(), auth: None })
+    }
+
+    /// The same connection, proving `key` (if any) as `role` before any
+    /// frame of ours goes or any of the peer's is handed up.
+    pub fn with_key(mut self, key: Option<crate::auth::JobKey>, role: Role) -> Result<CmConn, CmError> {
+        let Some(key) = key else { return Ok(self) };
+        let mine =
+            crate::auth::nonce().ok_or_else(|| CmError::Bad("the kernel gave no random bytes for a nonce".into()))?;
+        let auth = Auth { key, role, mine, theirs: None, done: false, held: Vec::new() };
+        if role == Role::Connector {
+            self.wbuf.extend_from_slice(&Frame::new(Kind::KeyHello, None, &mine).encode());
+        }
+        self.auth = Some(Box::new(auth));
+        self.flush()?;
+        Ok(self)
     }
 
     /// The address at the other end.
@@ -179,9 +232,13 @@ impl CmConn {
         (std::os::fd::AsRawFd::as_raw_fd(&self.stream), !self.wbuf.is_empty())
     }
 
-    /// Queue a frame and write what the socket takes now.
+    /// Queue a frame and write what the socket takes now (a connector
+    /// with a job key holds it until the passive side proved the key).
     pub fn send(&mut self, f: &Frame) -> Result<(), CmError> {
-        self.wbuf.extend_from_slice(&f.encode());
+        match self.auth.as_mut().filter(|a| !a.done) {
+            Some(a) => a.held.extend_from_slice(&f.encode()),
+            None => self.wbuf.extend_from_slice(&f.encode()),
+        }
         self.flush()
     }
 
@@ -201,8 +258,76 @@ impl CmConn {
     }
 
     /// Write what is queued, then return the next frame that has arrived
-    /// (Ok(None): nothing complete yet).
+    /// (Ok(None): nothing complete yet). With a job key, the proof
+    /// exchange runs first; a peer that fails it, or sends anything else
+    /// before it is done, is an error.
     pub fn poll(&mut self) -> Result<Option<Frame>, CmError> {
+        loop {
+            let Some(f) = self.poll_frame()? else { return Ok(None) };
+            let auth_kind = matches!(f.kind, Kind::KeyHello | Kind::KeyChallenge | Kind::KeyProof);
+            let Some(a) = self.auth.as_mut() else {
+                if auth_kind {
+                    return Err(CmError::Bad(
+                        "the peer holds a job key and this endpoint has none: set the same FI_OXMR_AUTH_KEY (or auth_key) on every process".into(),
+                    ));
+                }
+                return Ok(Some(f));
+            };
+            if a.done {
+                if auth_kind {
+                    return Err(CmError::Bad(format!("a {:?} frame after the proofs", f.kind)));
+                }
+                return Ok(Some(f));
+            }
+            let stranger = || {
+                CmError::Bad(
+                    "a peer that does not hold the job's key tried to connect (set the same FI_OXMR_AUTH_KEY, or auth_key, on every process)"
+                        .into(),
+                )
+            };
+            let tag = crate::auth::TAG_LEN;
+            match (a.role, f.kind, a.theirs) {
+                (Role::Acceptor, Kind::KeyHello, None) if f.data.len() == tag => {
+                    let mut theirs = [0u8; crate::auth::TAG_LEN];
+                    theirs.copy_from_slice(&f.data);
+                    let proof = a.key.tag(PROOF_ACCEPT, &[&theirs, &a.mine]);
+                    let mut body = a.mine.to_vec();
+                    body.extend_from_slice(&proof);
+                    a.theirs = Some(theirs);
+                    self.wbuf.extend_from_slice(&Frame::new(Kind::KeyChallenge, None, &body).encode());
+                    self.flush()?;
+                }
+                (Role::Acceptor, Kind::KeyProof, Some(theirs)) => {
+                    if !a.key.verify(PROOF_CONNECT, &[&theirs, &a.mine], &f.data) {
+                        return Err(stranger());
+                    }
+                    a.done = true;
+                }
+                (Role::Connector, Kind::KeyChallenge, None) if f.data.len() == 2 * tag => {
+                    let (theirs, proof) = f.data.split_at(tag);
+                    if !a.key.verify(PROOF_ACCEPT, &[&a.mine, theirs], proof) {
+                        return Err(CmError::Bad(
+                            "the passive endpoint does not hold this job's key (its proof failed): every process of the job needs the same FI_OXMR_AUTH_KEY (or auth_key)".into(),
+                        ));
+                    }
+                    let mine = a.key.tag(PROOF_CONNECT, &[&a.mine, theirs]);
+                    self.wbuf.extend_from_slice(&Frame::new(Kind::KeyProof, None, &mine).encode());
+                    self.wbuf.append(&mut a.held);
+                    a.done = true;
+                    self.flush()?;
+                }
+                (Role::Connector, _, _) => {
+                    return Err(CmError::Bad(
+                        "the passive endpoint answered without proving a job key: it has none, and this endpoint has one (set the same FI_OXMR_AUTH_KEY on every process)".into(),
+                    ))
+                }
+                _ => return Err(stranger()),
+            }
+        }
+    }
+
+    /// `poll` without the proof exchange: the next frame as it came.
+    fn poll_frame(&mut self) -> Result<Option<Frame>, CmError> {
         self.flush()?;
         if let Some((f, n)) = Frame::decode(&self.rbuf).map_err(CmError::Bad)? {
             self.rbuf.drain(..n);
@@ -322,6 +447,66 @@ mod tests {
         assert!(Frame::decode(&nameless).is_err(), "an accept names its endpoint");
         let shut = Frame::new(Kind::Shutdown, None, &[]).encode();
         assert_eq!(Frame::decode(&shut).unwrap().unwrap().0.kind, Kind::Shutdown);
+    }
+
+    fn keyed_pair(ck: Option<&str>, ak: Option<&str>) -> (CmConn, CmConn) {
+        let key = |k: Option<&str>| k.map(|k| crate::auth::JobKey::new(k.as_bytes()).unwrap());
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let client = CmConn::new(c).unwrap().with_key(key(ck), Role::Connector).unwrap();
+        let server = CmConn::new(s).unwrap().with_key(key(ak), Role::Acceptor).unwrap();
+        (client, server)
+    }
+
+    /// Poll both until `side` (0 client, 1 server) yields a frame or an
+    /// error, or 2 s pass (Ok(None)).
+    fn run(pair: &mut (CmConn, CmConn), side: usize) -> Result<Option<Frame>, CmError> {
+        let end = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < end {
+            let other = if side == 0 { pair.1.poll() } else { pair.0.poll() };
+            let _ = other;
+            let r = if side == 0 { pair.0.poll() } else { pair.1.poll() };
+            if !matches!(r, Ok(None)) {
+                return r;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(None)
+    }
+
+    #[test]
+    fn with_the_same_key_a_request_and_its_answer_cross_after_the_proofs() {
+        let mut p = keyed_pair(Some("the job's key, 32 bytes long...."), Some("the job's key, 32 bytes long...."));
+        let n: SocketAddr = "127.0.0.1:5".parse().unwrap();
+        p.0.send(&Frame::new(Kind::Request, Some(n), b"hello")).unwrap();
+        let got = run(&mut p, 1).unwrap().expect("the request");
+        assert_eq!((got.kind, got.data.as_slice()), (Kind::Request, &b"hello"[..]), "proof frames are not handed up");
+        p.1.send(&Frame::new(Kind::Accept, Some(n), b"yes")).unwrap();
+        let got = run(&mut p, 0).unwrap().expect("the accept");
+        assert_eq!((got.kind, got.data.as_slice()), (Kind::Accept, &b"yes"[..]));
+    }
+
+    #[test]
+    fn a_connector_without_the_passive_sides_key_never_has_its_request_believed() {
+        let n: SocketAddr = "127.0.0.1:5".parse().unwrap();
+        // Another key: both sides refuse, each saying why.
+        let mut p = keyed_pair(Some("one job's key, 32 bytes long...."), Some("the other job's key, 32 bytes..."));
+        p.0.send(&Frame::new(Kind::Request, Some(n), b"hello")).unwrap();
+        let r = run(&mut p, 0);
+        assert!(matches!(&r, Err(CmError::Bad(why)) if why.contains("does not hold this job's key")), "{r:?}");
+        let r = run(&mut p, 1);
+        assert!(!matches!(r, Ok(Some(_))), "the passive side handed up nothing: {r:?}");
+        // No key against a key: the request is refused, not handed up.
+        let mut p = keyed_pair(None, Some("the job's key, 32 bytes long...."));
+        p.0.send(&Frame::new(Kind::Request, Some(n), b"hello")).unwrap();
+        let r = run(&mut p, 1);
+        assert!(matches!(&r, Err(CmError::Bad(why)) if why.contains("does not hold the job's key")), "{r:?}");
+        // A key against none: refused by the passive side.
+        let mut p = keyed_pair(Some("the job's key, 32 bytes long...."), None);
+        p.0.send(&Frame::new(Kind::Request, Some(n), b"hello")).unwrap();
+        let r = run(&mut p, 1);
+        assert!(matches!(&r, Err(CmError::Bad(why)) if why.contains("has none")), "{r:?}");
     }
 
     #[test]
