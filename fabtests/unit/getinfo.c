@@ -4,6 +4,9 @@
  */
 #include "oxt.h"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+
 #define ALL_PRIMARY                                                            \
 	(FI_MSG | FI_RMA | FI_TAGGED | FI_ATOMIC | FI_MULTICAST |              \
 	 FI_NAMED_RX_CTX | FI_DIRECTED_RECV | FI_VARIABLE_MSG | FI_HMEM |      \
@@ -780,9 +783,117 @@ static void test_remote_comm(void)
 	fi_freeinfo(hints);
 }
 
+/* libfabric's auth_key: a job key (docs/security.md). */
+static void test_auth_key(void)
+{
+	static uint8_t key[32] = "getinfo.c: a job key of 32 bytes";
+	struct fi_info *h, *info = NULL;
+	struct fid_fabric *fab;
+	struct fid_domain *dom;
+	struct fid_ep *ep;
+
+	OXT_GROUP("auth_key: a job key of 16 bytes or more is offered back, a shorter one refused; fi_domain and fi_endpoint take it");
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->auth_key = malloc(8);
+	memcpy(h->domain_attr->auth_key, key, 8);
+	h->domain_attr->auth_key_size = 8;
+	EXPECT_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, h, &info), -FI_ENODATA);
+	fi_freeinfo(h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->domain_attr->auth_key = malloc(sizeof key);
+	memcpy(h->domain_attr->auth_key, key, sizeof key);
+	h->domain_attr->auth_key_size = sizeof key;
+	info = NULL;
+	REQUIRE_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, h, &info), 0);
+	fi_freeinfo(h);
+	EXPECT(info->domain_attr->auth_key_size == sizeof key && info->domain_attr->auth_key &&
+		       !memcmp(info->domain_attr->auth_key, key, sizeof key),
+	       "the answer carries the key given (size %zu)", info->domain_attr->auth_key_size);
+	REQUIRE_RC(fi_fabric(info->fabric_attr, &fab, NULL), 0);
+	EXPECT_RC(fi_domain(fab, info, &dom, NULL), 0);
+	EXPECT_RC(fi_endpoint(dom, info, &ep, NULL), 0);
+	EXPECT_RC(fi_close(&ep->fid), 0);
+	EXPECT_RC(fi_close(&dom->fid), 0);
+	/* A key cut short after fi_getinfo: fi_domain refuses it. */
+	info->domain_attr->auth_key_size = 8;
+	EXPECT_RC(fi_domain(fab, info, &dom, NULL), -FI_EINVAL);
+	info->domain_attr->auth_key_size = sizeof key;
+	EXPECT_RC(fi_close(&fab->fid), 0);
+	fi_freeinfo(info);
+}
+
+/* `getinfo --domain`: open a domain with this process's environment; exit 0
+ * if fi_domain succeeds, 2 if it says -FI_EINVAL, 1 otherwise. */
+static int domain_main(void)
+{
+	struct fi_info *info = oxt_getinfo_local(FI_EP_RDM);
+	struct fid_fabric *fab;
+	struct fid_domain *dom;
+	int rc;
+
+	if (fi_fabric(info->fabric_attr, &fab, NULL))
+		return 1;
+	rc = fi_domain(fab, info, &dom, NULL);
+	if (rc == 0)
+		fi_close(&dom->fid);
+	fi_close(&fab->fid);
+	fi_freeinfo(info);
+	return rc == 0 ? 0 : rc == -FI_EINVAL ? 2 : 1;
+}
+
+/* Run `getinfo --domain` with `var` (FI_OXMR_AUTH_KEY or _FILE; NULL: both)
+ * set to `v` (NULL: unset): its exit status. */
+static int domain_with(const char *self, const char *var, const char *v)
+{
+	pid_t pid;
+	int st;
+
+	fflush(stdout);
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (pid == 0) {
+		unsetenv("FI_OXMR_AUTH_KEY");
+		unsetenv("FI_OXMR_AUTH_KEY_FILE");
+		if (v && var)
+			setenv(var, v, 1);
+		if (v && !var) {
+			setenv("FI_OXMR_AUTH_KEY", v, 1);
+			setenv("FI_OXMR_AUTH_KEY_FILE", v, 1);
+		}
+		execl(self, self, "--domain", (char *)NULL);
+		_exit(1);
+	}
+	REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_env_key(const char *self)
+{
+	char path[] = "/tmp/oxmr-getinfo-key-XXXXXX";
+	int fd;
+
+	OXT_GROUP("FI_OXMR_AUTH_KEY / _FILE: a usable key opens domains; a short one, a file others may read, or both set: fi_domain -FI_EINVAL");
+	EXPECT(domain_with(self, "FI_OXMR_AUTH_KEY", NULL) == 0, "no key: fi_domain opens");
+	EXPECT(domain_with(self, "FI_OXMR_AUTH_KEY", "getinfo.c: a good job key") == 0, "a key of 25 bytes: opens");
+	EXPECT(domain_with(self, "FI_OXMR_AUTH_KEY", "short key") == 2, "a key of 9 bytes: -FI_EINVAL");
+	EXPECT(domain_with(self, NULL, "getinfo.c: a good job key") == 2, "both variables set: -FI_EINVAL");
+	fd = mkstemp(path);
+	REQUIRE(fd >= 0, "mkstemp");
+	REQUIRE(write(fd, "getinfo.c: a job key in a file\n", 31) == 31, "write the key file");
+	close(fd);
+	REQUIRE(chmod(path, 0600) == 0, "chmod 600");
+	EXPECT(domain_with(self, "FI_OXMR_AUTH_KEY_FILE", path) == 0, "a private key file: opens");
+	REQUIRE(chmod(path, 0644) == 0, "chmod 644");
+	EXPECT(domain_with(self, "FI_OXMR_AUTH_KEY_FILE", path) == 2, "a key file others may read: -FI_EINVAL");
+	unlink(path);
+	EXPECT(domain_with(self, "FI_OXMR_AUTH_KEY_FILE", path) == 2, "a key file that is not there: -FI_EINVAL");
+}
+
 int main(int argc, char **argv)
 {
-	(void)argc;
+	if (argc == 2 && !strcmp(argv[1], "--domain"))
+		return domain_main();
 	oxt_init(argv[0]);
 	test_remote_comm();
 	test_no_hints();
@@ -791,5 +902,7 @@ int main(int argc, char **argv)
 	test_echoed();
 	test_caps();
 	test_mr_mode();
+	test_auth_key();
+	test_env_key(argv[0]);
 	return oxt_done();
 }
