@@ -77,6 +77,9 @@ pub enum OpenError {
     Dead { owner: u32 },
     /// The endpoint there speaks another version of the wire.
     Version { theirs: u32, ours: u32 },
+    /// What holds the peer's queue name is not a queue this process may
+    /// use (what is wrong, naming the file).
+    Refused(String),
 }
 
 /// Where a link stands.
@@ -202,6 +205,9 @@ impl Link {
             return tcp::Link::open(to, &dial.hello, &dial.tcp, dial.pairs.as_ref()).map(Link::Tcp);
         }
         let region = shm::region::Region::open(to).map_err(|e| {
+            if let Some(r) = shm::dir::Refused::of(&e) {
+                return OpenError::Refused(r.to_string());
+            }
             match e.get_ref().and_then(|x| x.downcast_ref::<shm::region::VersionMismatch>()) {
                 Some(v) => OpenError::Version { theirs: v.theirs, ours: v.ours },
                 None => OpenError::Unreachable(e),
@@ -502,7 +508,7 @@ impl Inbox {
 
     /// Where the inbox of `name` lives, for log lines.
     pub fn place(name: &SocketAddr) -> String {
-        format!("the shared-memory queue /dev/shm{}", shm::region::path_for(name))
+        format!("the shared-memory queue {}", shm::region::path_for(name))
     }
 
     /// The addresses of this host's endpoints on `port` (for the log line

@@ -53,6 +53,10 @@ impl Engine {
                 ffi::FI_EHOSTUNREACH,
                 "the endpoint at {to} speaks {wire} wire version {theirs}, this oxmr speaks version {ours}: run one oxmr build on both sides"
             ),
+            OpenError::Refused(why) => fail!(
+                ffi::FI_EHOSTUNREACH,
+                "the endpoint at {to} cannot be reached over shared memory: {why} (not an endpoint's queue: remove it if no endpoint of this user is at {to})"
+            ),
             OpenError::Dead { owner } => fail!(
                 ffi::FI_EHOSTUNREACH,
                 "the endpoint at {to} is gone: its process {owner} exited without closing it"

@@ -32,17 +32,27 @@
 //! producer sees `sleeping` (Dekker's pattern), so no message is left
 //! asleep; a busy owner costs producers one load.
 //!
-//! Files are `/dev/shm/oxmr-<ip>-<port>`: the port belongs to the
-//! endpoint's TCP listener, so two live endpoints can never share a name. A
-//! file whose owner pid is gone is stale and is replaced.
+//! Files: the queue of the endpoint named `<ip>:<port>` is the file
+//! `q-<ip>-<port>` in this user's directory (`shm::dir`,
+//! `/dev/shm/oxmr-u<euid>`): the port belongs to the endpoint's TCP
+//! listener, so two live endpoints of one network namespace never share a
+//! name. A queue is built under a temporary name and published by a rename
+//! that never replaces, so a file at a queue name is a whole queue or not
+//! a queue at all. One whose owner is gone is stale and is replaced.
+//! Anything else at the name (a file that is no queue, a FIFO, a queue of
+//! a live process in another network namespace) is left alone, and the
+//! queue takes the next of `NAMES` names (`q-<ip>-<port>~1`, ...), which
+//! peers try in the same order: a taken name never fails an endpoint.
 
-use std::ffi::CString;
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
+use super::dir::{Dir, Refused};
 use super::jobs::{JobSlot, JobTable, JOBS};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
 
 /// Cells in an endpoint's queue.
 pub(crate) const CELLS: usize = 256;
@@ -58,8 +68,8 @@ const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 const READY: u32 = 1;
 const CLOSED: u32 = 2;
 // (12: `sleeping` and the doorbell; a version-11 producer would never
-// ring, so it is refused.)
-const VERSION: u32 = 12;
+// ring, so it is refused. 13: the per-user directory and `addr`.)
+const VERSION: u32 = 13;
 
 #[repr(C)]
 struct Header {
@@ -78,7 +88,15 @@ struct Header {
     /// since boot): with `owner`, names the process even after its pid is
     /// reused (`owner_alive`).
     owner_start: u64,
-    _pad2: [u64; 10],
+    /// The address of the endpoint the queue serves (`info::addr::encode`,
+    /// zero-padded): a queue found under another name is not taken for it.
+    addr: [u8; 32],
+    /// The owner's network namespace (the inode of /proc/self/ns/net): of
+    /// two live queues for one address (endpoints at the same address in
+    /// two namespaces, which share /dev/shm), a peer takes the one of its
+    /// own namespace.
+    netns: u64,
+    _pad2: [u64; 5],
     /// The consumer's position: every cell before it is free.
     head: AtomicU64,
     _pad3: [u64; 15],
@@ -132,36 +150,53 @@ impl std::fmt::Display for VersionMismatch {
 
 impl std::error::Error for VersionMismatch {}
 
-/// The file name of an endpoint's region.
+/// How many names an endpoint's queue may take (`queue_names`).
+const NAMES: usize = 4;
+
+/// The names the queue of the endpoint `addr` may have, in the order its
+/// owner takes them and its peers look: `q-<ip>-<port>`, then `~1`, `~2`,
+/// `~3` after it (when something else holds the name before).
+pub(crate) fn queue_names(addr: &SocketAddr) -> impl Iterator<Item = String> {
+    let base = format!("q-{}-{}", addr.ip().to_string().replace(':', "_"), addr.port());
+    (0..NAMES).map(move |i| if i == 0 { base.clone() } else { format!("{base}~{i}") })
+}
+
+/// The path of an endpoint's queue (its first name), for log lines.
 pub fn path_for(addr: &SocketAddr) -> String {
-    format!("/oxmr-{}-{}", addr.ip().to_string().replace(':', "_"), addr.port())
+    let name = queue_names(addr).next().unwrap_or_default();
+    match Dir::user() {
+        Ok(d) => d.file(&name),
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        Err(_) => format!("/dev/shm/{}/{name}", super::dir::user_dir_name(unsafe { libc::geteuid() })),
+    }
 }
 
 /// The addresses of the endpoints on this host listening on `port` (from
-/// the names of their regions; live or not), for error messages.
+/// the names of their queues; live or not), for error messages.
 pub fn endpoints_on_port(port: u16) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    let Ok(dir) = Dir::user() else { return Vec::new() };
     let tail = format!("-{port}");
     let mut found: Vec<String> = dir
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let ip = name.strip_prefix("oxmr-")?.strip_suffix(&tail)?.replace('_', ":");
+        .names()
+        .into_iter()
+        .filter_map(|name| {
+            let name = name.split_once('~').map_or(name.as_str(), |(n, _)| n);
+            let ip = name.strip_prefix("q-")?.strip_suffix(&tail)?.replace('_', ":");
             let ip: std::net::IpAddr = ip.parse().ok()?;
             Some(SocketAddr::new(ip, port).to_string())
         })
         .collect();
     found.sort();
+    found.dedup();
     found
 }
 
-/// The abstract unix socket name of the doorbell of the region `name`
-/// (`path_for`'s).
+/// The abstract unix socket name of the doorbell of the queue file `path`.
 /// (Abstract names belong to the network namespace: an owner in another
 /// namespace, reached over shm under FI_OXMR_WIRE=shm, is not rung.)
-fn bell_name(name: &str) -> io::Result<std::os::unix::net::SocketAddr> {
+fn bell_name(path: &str) -> io::Result<std::os::unix::net::SocketAddr> {
     use std::os::linux::net::SocketAddrExt;
-    std::os::unix::net::SocketAddr::from_abstract_name(format!("oxmr-bell{name}").as_bytes())
+    std::os::unix::net::SocketAddr::from_abstract_name(format!("oxmr-bell{path}").as_bytes())
 }
 
 /// A region's mapping, unmapped when its last holder (the region, job
@@ -193,7 +228,12 @@ pub struct Region {
     /// `map`'s address, kept at hand.
     base: *mut u8,
     map: std::sync::Arc<Mapping>,
+    /// The directory of the queue's file, and its name there.
+    dir: Arc<Dir>,
     name: String,
+    /// Owner: the status of its file (it removes the name at the end only
+    /// if the name is still that file).
+    file: Option<libc::stat>,
     owned: bool,
     /// Consumer position (owner only).
     head: u64,
@@ -260,7 +300,8 @@ pub fn owner_alive(pid: u32, start: u64) -> bool {
 }
 
 fn map(fd: i32) -> io::Result<*mut u8> {
-    // SAFETY: maps REGION_SIZE bytes of a file we sized to at least that.
+    // SAFETY: maps REGION_SIZE bytes of a file that we sized, or checked
+    // through this fd, to hold at least that many.
     let p = unsafe {
         libc::mmap(std::ptr::null_mut(), REGION_SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
     };
@@ -270,55 +311,291 @@ fn map(fd: i32) -> io::Result<*mut u8> {
     Ok(p as *mut u8)
 }
 
-/// Remove region files left by processes that died without closing their
-/// endpoints (SIGKILL, crash). Runs once per process, before the first
-/// region is created; a file is removed only when its owner pid is gone.
-pub fn reclaim_stale() {
-    // Once per process: a forked child (which inherits a "done" flag) runs
-    // it again, keyed on the pid.
-    static DONE_BY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// This process's network namespace (`Header::netns`; 0 if unknown).
+fn netns() -> u64 {
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino())
+    })
+}
+
+/// What holds a queue name.
+enum Holder {
+    /// A queue of this version whose owner lives (a process in another
+    /// network namespace at the same address: ours cannot be).
+    Live(u32),
+    /// A queue of this process (an earlier one at this address), or one
+    /// whose owner closed it or is gone (`stale`): the file's status, to
+    /// remove it only if it is still that file.
+    Replaceable { owner: u32, stale: bool, st: libc::stat },
+    /// Anything else: what it is, in words.
+    Other(String),
+}
+
+/// What holds the queue name `name` in `dir` (ENOENT: nothing). Only a
+/// regular file of ours is opened, and its header is read, not mapped
+/// (a file cut short meanwhile cannot fault us).
+fn holder(dir: &Dir, name: &str) -> io::Result<Holder> {
+    let (fd, st) = match dir.open_checked(name, HDR as u64, false) {
+        Ok(x) => x,
+        Err(e) => return Refused::of(&e).map(|r| Holder::Other(r.what.clone())).ok_or(e),
+    };
+    let mut h = [0u8; 48];
+    // SAFETY: reading into our buffer from our fd.
+    let n = unsafe { libc::pread(fd.as_raw_fd(), h.as_mut_ptr() as *mut libc::c_void, h.len(), 0) };
+    if n != h.len() as isize {
+        return Ok(Holder::Other("its header cannot be read".into()));
+    }
+    let word = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().unwrap_or_default());
+    let magic = u64::from_le_bytes(h[0..8].try_into().unwrap_or_default());
+    let (version, owner, ready) = (word(8), word(12), word(24));
+    let start = u64::from_le_bytes(h[40..48].try_into().unwrap_or_default());
+    if magic != MAGIC {
+        return Ok(Holder::Other("not an oxmr queue".into()));
+    }
+    // (One of another version is not ours to judge.)
+    if version != VERSION {
+        return Ok(Holder::Other(format!("a queue of shm wire version {version}")));
+    }
+    if owner == std::process::id() {
+        return Ok(Holder::Replaceable { owner, stale: false, st });
+    }
+    if ready == READY && owner_alive(owner, start) {
+        return Ok(Holder::Live(owner));
+    }
+    Ok(Holder::Replaceable { owner, stale: true, st })
+}
+
+/// Remove what processes that died without closing their endpoints left
+/// in `dir` (SIGKILL, crash): queues whose owner is gone, and queues
+/// being built by a process that is gone. Runs once per process, before
+/// its first queue there is made. Nothing but such files is removed, and
+/// nothing but a regular file of ours is ever opened.
+pub fn reclaim_stale(dir: &Dir) {
+    // Once per process: a forked child (which inherits the "done" mark)
+    // runs it again, keyed on the pid.
     let me = std::process::id();
-    if DONE_BY.swap(me, std::sync::atomic::Ordering::AcqRel) == me {
+    if dir.swept_by.swap(me, Ordering::AcqRel) == me {
         return;
     }
-    {
-        let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !name.starts_with("oxmr-") {
-                continue;
+    for name in dir.names() {
+        if let Some(rest) = name.strip_prefix("tmp-") {
+            // tmp-<pid>-<random>: a queue being built.
+            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            let regular = dir.lstat(&name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
+            if pid.is_some_and(|p| !pid_alive(p)) && regular {
+                let _ = dir.unlink(&name);
             }
-            let Ok(mut f) = std::fs::File::open(e.path()) else { continue };
-            let mut h = [0u8; 48];
-            if std::io::Read::read_exact(&mut f, &mut h).is_err() {
-                continue;
-            }
-            let word = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().unwrap_or_default());
-            let magic = u64::from_le_bytes(h[0..8].try_into().unwrap_or_default());
-            let (version, owner, ready) = (word(8), word(12), word(24));
-            let start = u64::from_le_bytes(h[40..48].try_into().unwrap_or_default());
-            // (A file another process is creating now has no owner or is
-            // not ready yet: never removed. One of another version is not
-            // ours to judge.)
-            if magic != MAGIC || version != VERSION || owner == 0 || ready == 0 || owner_alive(owner, start) {
-                continue;
-            }
-            // Still the file read above (another process may have replaced
-            // it by now: removing that one would cut a live endpoint off).
-            use std::os::unix::fs::MetadataExt;
-            let same = match (f.metadata(), std::fs::metadata(e.path())) {
-                (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
-                _ => false,
-            };
-            if same {
-                tracing::info!("removing /dev/shm/{name}, left by process {owner} which is gone");
-                let _ = std::fs::remove_file(e.path());
+            continue;
+        }
+        if !name.starts_with("q-") {
+            continue;
+        }
+        if let Ok(Holder::Replaceable { owner, stale: true, st }) = holder(dir, &name) {
+            if dir.unlink_if_same(&name, &st) {
+                tracing::info!("removed {}, left by process {owner} which is gone", dir.file(&name));
             }
         }
     }
 }
 
 impl Region {
+    /// Create the queue of the endpoint `addr` in this user's directory.
+    pub fn create(addr: &SocketAddr) -> io::Result<Region> {
+        let dir = Dir::user().map_err(|why| io::Error::other(format!("the per-user directory {why}")))?;
+        Region::create_in(&dir, addr)
+    }
+
+    /// Open the queue of the peer `addr` in this user's directory; ENOENT
+    /// when no endpoint has this name here.
+    pub fn open(addr: &SocketAddr) -> io::Result<Region> {
+        let dir = Dir::user().map_err(|why| io::Error::other(format!("the per-user directory {why}")))?;
+        Region::open_in(&dir, addr)
+    }
+
+    /// Create the queue of the endpoint `addr` in `dir`, under the first of
+    /// its names (`queue_names`) that is free or holds a stale queue.
+    pub(crate) fn create_in(dir: &Arc<Dir>, addr: &SocketAddr) -> io::Result<Region> {
+        reclaim_stale(dir);
+        let me = std::process::id();
+        // Built under a name no peer looks for, then published whole.
+        let tmp = format!("tmp-{me}-{:08x}", crate::sys::random_u32());
+        let fd = dir.create(&tmp)?;
+        // SAFETY: our new fd.
+        let sized = cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), REGION_SIZE as libc::off_t) });
+        let base = sized.and_then(|_| map(fd.as_raw_fd())).inspect_err(|_| {
+            let _ = dir.unlink(&tmp);
+        })?;
+        let st = super::dir::fstat(fd.as_raw_fd()).ok();
+        drop(fd);
+        let mut r = Region {
+            base,
+            map: Mapping(base).into(),
+            dir: dir.clone(),
+            name: tmp,
+            file: st,
+            owned: true,
+            head: 0,
+            head_seen: 0.into(),
+            pid: me,
+            stuck: None,
+            bell: None,
+            ringer: Default::default(),
+        };
+        let mut a = [0u8; 32];
+        let e = crate::info::addr::encode(addr);
+        a[..e.len()].copy_from_slice(&e);
+        // SAFETY: freshly zeroed mapping we own, that no one else has
+        // found yet (its name is temporary); initialise before `ready`.
+        unsafe {
+            let h = &mut *(base as *mut Header);
+            h.magic = MAGIC;
+            h.version = VERSION;
+            h.owner = me;
+            h.owner_start = start_time(me).unwrap_or(0);
+            h.cells = CELLS as u32;
+            h.cell_size = size_of::<Cell>() as u32;
+            h.epoch = crate::sys::random_u32().max(1);
+            h.addr = a;
+            h.netns = netns();
+        }
+        r.header().ready.store(READY, Ordering::Release);
+        let mut taken = Vec::new();
+        for (i, name) in queue_names(addr).enumerate() {
+            for _ in 0..2 {
+                match dir.rename_new(&r.name, &name) {
+                    Ok(()) => {
+                        r.name = name;
+                        if i > 0 {
+                            tracing::warn!(
+                                "the queue of {addr} is {} ({} taken by {}); peers find it there",
+                                r.dir.file(&r.name),
+                                dir.file(&queue_names(addr).next().unwrap_or_default()),
+                                taken.join("; ")
+                            );
+                        }
+                        r.bell = bell_name(&r.dir.file(&r.name))
+                            .and_then(|a| UnixDatagram::bind_addr(&a))
+                            .and_then(|b| b.set_nonblocking(true).map(|_| b))
+                            .inspect_err(|e| {
+                                tracing::info!(
+                                    "no doorbell for {} ({e}): its waiters poll every millisecond",
+                                    r.dir.file(&r.name)
+                                )
+                            })
+                            .ok();
+                        return Ok(r);
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) => return Err(e),
+                }
+                match holder(dir, &name) {
+                    Ok(Holder::Replaceable { owner, stale, st }) => {
+                        let why = if stale { "stale" } else { "this process's own" };
+                        tracing::info!("replacing {} ({why} queue of process {owner})", dir.file(&name));
+                        dir.unlink_if_same(&name, &st);
+                    }
+                    Ok(Holder::Live(owner)) => {
+                        taken.push(format!("the live queue of process {owner} (another network namespace at {addr}?)"));
+                        break;
+                    }
+                    Ok(Holder::Other(what)) => {
+                        taken.push(format!("{}: {what}", dir.file(&name)));
+                        break;
+                    }
+                    // (Gone since the rename: try again.)
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(e) => {
+                        taken.push(format!("{}: {e}", dir.file(&name)));
+                        break;
+                    }
+                }
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("every name for the queue of {addr} is taken: {}", taken.join("; ")),
+        ))
+    }
+
+    /// Open the queue of the peer `addr` in `dir`: the first of its names
+    /// holding a queue whose owner lives (one of our network namespace
+    /// first), else the first holding a queue (the link then finds it
+    /// closed or its owner gone); else ENOENT, or what was wrong with the
+    /// first name that held something else.
+    pub(crate) fn open_in(dir: &Arc<Dir>, addr: &SocketAddr) -> io::Result<Region> {
+        let (mut live, mut found, mut err) = (None, None, None);
+        for name in queue_names(addr) {
+            match Region::open_one(dir, &name, addr) {
+                Ok(r) if r.reachable() && r.header().netns == netns() => return Ok(r),
+                Ok(r) if r.reachable() => {
+                    live.get_or_insert(r);
+                }
+                Ok(r) => {
+                    found.get_or_insert(r);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => {
+                    err.get_or_insert(e);
+                }
+            }
+        }
+        live.or(found).ok_or_else(|| err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::ENOENT)))
+    }
+
+    /// Open the queue file `name` in `dir` as the queue of `addr`.
+    fn open_one(dir: &Arc<Dir>, name: &str, addr: &SocketAddr) -> io::Result<Region> {
+        let (fd, _) = dir.open_checked(name, REGION_SIZE as u64, true)?;
+        let base = map(fd.as_raw_fd())?;
+        drop(fd);
+        let r = Region {
+            base,
+            map: Mapping(base).into(),
+            dir: dir.clone(),
+            name: name.to_string(),
+            file: None,
+            owned: false,
+            head: 0,
+            head_seen: 0.into(),
+            pid: std::process::id(),
+            stuck: None,
+            bell: None,
+            ringer: Default::default(),
+        };
+        let h = r.header();
+        if h.magic != MAGIC {
+            return Err(Refused::error(dir.file(name), "not an oxmr queue (no oxmr magic in its header)"));
+        }
+        if h.version != VERSION {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                VersionMismatch { theirs: h.version, ours: VERSION },
+            ));
+        }
+        if (h.cells, h.cell_size) != (CELLS as u32, size_of::<Cell>() as u32) {
+            return Err(Refused::error(
+                dir.file(name),
+                format!(
+                    "its header says {} cells of {} bytes, not {CELLS} of {}",
+                    h.cells,
+                    h.cell_size,
+                    size_of::<Cell>()
+                ),
+            ));
+        }
+        let mut a = [0u8; 32];
+        let e = crate::info::addr::encode(addr);
+        a[..e.len()].copy_from_slice(&e);
+        if h.addr != a {
+            let theirs = crate::info::addr::parse(&h.addr).map_or("no address".to_string(), |x| x.to_string());
+            return Err(Refused::error(dir.file(name), format!("it is the queue of {theirs}, not of {addr}")));
+        }
+        if h.ready.load(Ordering::Acquire) != READY {
+            return Err(io::Error::from_raw_os_error(libc::EPROTO));
+        }
+        Ok(r)
+    }
     fn header(&self) -> &Header {
         // SAFETY: the mapping starts with a Header and lives as long as self.
         unsafe { &*(self.base as *const Header) }
@@ -335,121 +612,35 @@ impl Region {
         unsafe { std::ptr::addr_of_mut!((*(self.base as *mut Header)).version).write_volatile(v) };
     }
 
+    /// Stamp another owner into our own queue's header (tests: a queue a
+    /// dead or another process left).
+    #[cfg(test)]
+    pub(crate) fn set_owner_for_test(&self, pid: u32, start: u64) {
+        assert!(self.owned, "only the owner writes its header");
+        // SAFETY: our own mapping starts with a Header; `owner` and
+        // `owner_start` are plain fields only the owner writes.
+        unsafe {
+            let h = self.base as *mut Header;
+            std::ptr::addr_of_mut!((*h).owner).write_volatile(pid);
+            std::ptr::addr_of_mut!((*h).owner_start).write_volatile(start);
+        }
+    }
+
+    /// Leave our queue's file behind, as a process killed before closing
+    /// its endpoint does (tests).
+    #[cfg(test)]
+    pub(crate) fn abandon(mut self) {
+        self.file = None;
+    }
+
+    /// The queue file's name in its directory.
+    pub fn file_name(&self) -> &str {
+        &self.name
+    }
+
     fn cell(&self, i: usize) -> *mut Cell {
         // SAFETY: i < CELLS, inside the mapping.
         unsafe { self.base.add(CELLS_AT + (i % CELLS) * size_of::<Cell>()) as *mut Cell }
-    }
-
-    /// Create the region of an endpoint (replacing a stale one).
-    pub fn create(addr: &SocketAddr) -> io::Result<Region> {
-        reclaim_stale();
-        let name = path_for(addr);
-        let c = CString::new(name.clone()).expect("no NUL in a formatted address");
-        // SAFETY: shm_open with a valid C string; the fd is closed below.
-        let mut fd =
-            unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600) };
-        if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
-            // Stale (its owner is gone) or a live endpoint of another
-            // process: the listener port says it cannot be live, but check.
-            if let Ok(old) = Region::open(addr) {
-                let (owner, start) = (old.header().owner, old.header().owner_start);
-                if owner_alive(owner, start) && owner != std::process::id() {
-                    return Err(io::Error::from_raw_os_error(libc::EADDRINUSE));
-                }
-            }
-            tracing::info!("replacing stale shared-memory file /dev/shm{name}");
-            // SAFETY: valid C string.
-            unsafe { libc::shm_unlink(c.as_ptr()) };
-            // SAFETY: as above.
-            fd = unsafe {
-                libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600)
-            };
-        }
-        cvt(fd)?;
-        // SAFETY: our new fd.
-        let sized = cvt(unsafe { libc::ftruncate(fd, REGION_SIZE as libc::off_t) });
-        let base = sized.and_then(|_| map(fd));
-        // SAFETY: closing our fd; the mapping stays.
-        unsafe { libc::close(fd) };
-        let base = base.inspect_err(|_| {
-            // SAFETY: valid C string.
-            unsafe { libc::shm_unlink(c.as_ptr()) };
-        })?;
-        let bell = bell_name(&name)
-            .and_then(|a| UnixDatagram::bind_addr(&a))
-            .and_then(|b| b.set_nonblocking(true).map(|_| b))
-            .inspect_err(|e| tracing::info!("no doorbell for /dev/shm{name} ({e}): its waiters poll every millisecond"))
-            .ok();
-        let r = Region {
-            base,
-            map: Mapping(base).into(),
-            name,
-            owned: true,
-            head: 0,
-            head_seen: 0.into(),
-            pid: std::process::id(),
-            stuck: None,
-            bell,
-            ringer: Default::default(),
-        };
-        // SAFETY: freshly zeroed mapping we own; initialise before `ready`.
-        unsafe {
-            let h = &mut *(base as *mut Header);
-            h.magic = MAGIC;
-            h.version = VERSION;
-            h.owner = std::process::id();
-            h.owner_start = start_time(std::process::id()).unwrap_or(0);
-            h.cells = CELLS as u32;
-            h.cell_size = size_of::<Cell>() as u32;
-            h.epoch = crate::sys::random_u32().max(1);
-        }
-        r.header().ready.store(READY, Ordering::Release);
-        Ok(r)
-    }
-
-    /// Open a peer's region; ENOENT when no endpoint has this name here.
-    pub fn open(addr: &SocketAddr) -> io::Result<Region> {
-        let name = path_for(addr);
-        let c = CString::new(name.clone()).expect("no NUL in a formatted address");
-        // SAFETY: shm_open with a valid C string.
-        let fd = cvt(unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) })?;
-        // SAFETY: an all-zero `struct stat` is a valid value to fill.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat into a zeroed stat.
-        let ok = cvt(unsafe { libc::fstat(fd, &mut st) });
-        let base = ok.and_then(|_| {
-            if (st.st_size as usize) < REGION_SIZE {
-                Err(io::Error::from_raw_os_error(libc::EPROTO))
-            } else {
-                map(fd)
-            }
-        });
-        // SAFETY: our fd.
-        unsafe { libc::close(fd) };
-        let base = base?;
-        let r = Region {
-            base,
-            map: Mapping(base).into(),
-            name,
-            owned: false,
-            head: 0,
-            head_seen: 0.into(),
-            pid: std::process::id(),
-            stuck: None,
-            bell: None,
-            ringer: Default::default(),
-        };
-        let h = r.header();
-        if h.magic != MAGIC || h.version != VERSION {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                VersionMismatch { theirs: if h.magic == MAGIC { h.version } else { 0 }, ours: VERSION },
-            ));
-        }
-        if h.ready.load(Ordering::Acquire) != READY {
-            return Err(io::Error::from_raw_os_error(libc::EPROTO));
-        }
-        Ok(r)
     }
 
     /// The region's job table (shared copies, see `shm::jobs`); valid
@@ -556,7 +747,7 @@ impl Region {
     fn ring(&self) {
         let sock = self.ringer.get_or_init(|| {
             let s = UnixDatagram::unbound().and_then(|s| s.set_nonblocking(true).map(|_| s));
-            s.and_then(|s| bell_name(&self.name).map(|a| (s, a))).ok()
+            s.and_then(|s| bell_name(&self.dir.file(&self.name)).map(|a| (s, a))).ok()
         });
         if let Some((s, at)) = sock {
             let _ = s.send_to_addr(&[1], at);
@@ -730,9 +921,8 @@ impl Drop for Region {
             // Peers that still map it see the endpoint closed (their
             // pushes fail with ECONNRESET) even though our process lives on.
             self.header().ready.store(CLOSED, Ordering::Release);
-            if let Ok(c) = CString::new(self.name.clone()) {
-                // SAFETY: valid C string.
-                unsafe { libc::shm_unlink(c.as_ptr()) };
+            if let Some(st) = &self.file {
+                self.dir.unlink_if_same(&self.name, st);
             }
         }
     }
@@ -741,6 +931,149 @@ impl Drop for Region {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::wire::shm::dir::tests::{mkfifo, Scratch};
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A process that is gone: it exited and was reaped.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        dead
+    }
+
+    fn refusal(e: io::Error) -> String {
+        Refused::of(&e).unwrap_or_else(|| panic!("not a refusal: {e}")).to_string()
+    }
+
+    #[test]
+    fn a_peer_queue_that_is_not_a_private_queue_file_of_ours_is_refused() {
+        let s = Scratch::new("refused");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4001".parse().unwrap();
+        let name = queue_names(&a).next().unwrap();
+        let at = d.path().join(&name);
+        // (Each check alone: a real queue of ours, then one thing wrong.)
+        let own = Region::create_in(&d, &a).unwrap();
+        assert_eq!(own.file_name(), name);
+        Region::open_in(&d, &a).expect("our own queue, as a peer opens it");
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let why = refusal(Region::open_in(&d, &a).err().expect("a world-writable queue"));
+        assert!(why.contains(&*at.to_string_lossy()) && why.contains("0666"), "{why}");
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::lchown(&at, Some(65534), Some(65534)).unwrap();
+            let why = refusal(Region::open_in(&d, &a).err().expect("another user's queue"));
+            assert!(why.contains("uid 65534"), "{why}");
+            std::os::unix::fs::lchown(&at, Some(0), Some(0)).unwrap();
+        }
+        std::fs::rename(&at, d.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("real"), &at).unwrap();
+        let why = refusal(Region::open_in(&d, &a).err().expect("a link to a real queue"));
+        assert!(why.contains("symbolic link"), "{why}");
+        std::fs::remove_file(&at).unwrap();
+        mkfifo(&at);
+        let why = refusal(Region::open_in(&d, &a).err().expect("a FIFO"));
+        assert!(why.contains("FIFO"), "{why}");
+        std::fs::remove_file(&at).unwrap();
+        let short = std::fs::read(d.path().join("real")).unwrap();
+        std::fs::write(&at, &short[..REGION_SIZE - 1]).unwrap();
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let why = refusal(Region::open_in(&d, &a).err().expect("a short queue"));
+        assert!(why.contains("fewer than"), "{why}");
+        std::fs::write(&at, vec![0u8; REGION_SIZE]).unwrap();
+        let why = refusal(Region::open_in(&d, &a).err().expect("a file of zeros"));
+        assert!(why.contains("not an oxmr queue"), "{why}");
+        // Another endpoint's queue put at this name.
+        std::fs::remove_file(&at).unwrap();
+        let b: SocketAddr = "127.0.0.1:4002".parse().unwrap();
+        let other = Region::create_in(&d, &b).unwrap();
+        std::fs::hard_link(d.path().join(other.file_name()), &at).unwrap();
+        let why = refusal(Region::open_in(&d, &a).err().expect("the queue of another address"));
+        assert!(why.contains("queue of 127.0.0.1:4002"), "{why}");
+        drop(own);
+    }
+
+    #[test]
+    fn a_taken_name_moves_the_queue_to_the_next_one_where_peers_find_it() {
+        let s = Scratch::new("taken");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4003".parse().unwrap();
+        let names: Vec<String> = queue_names(&a).collect();
+        // A FIFO and a file that is no queue hold the first two names.
+        mkfifo(&d.path().join(&names[0]));
+        let bogus = d.path().join(&names[1]);
+        std::fs::write(&bogus, vec![0x5au8; REGION_SIZE]).unwrap();
+        std::fs::set_permissions(&bogus, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut own = Region::create_in(&d, &a).expect("a taken name is no failure");
+        assert_eq!(own.file_name(), names[2]);
+        let peer = Region::open_in(&d, &a).expect("the peer looks under the next names too");
+        peer.push(&[b"found"]).unwrap();
+        assert!(own.pop(|m, _| assert_eq!(m, b"found")));
+        // Neither squatter was touched.
+        let fifo = std::fs::symlink_metadata(d.path().join(&names[0])).unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fifo.file_type()));
+        assert!(std::fs::read(&bogus).unwrap().iter().all(|&b| b == 0x5a));
+        drop(own);
+        // Every name taken: an error that lists them, nothing left behind.
+        for n in &names[2..] {
+            std::fs::create_dir(d.path().join(n)).unwrap();
+        }
+        let e = Region::create_in(&d, &a).err().expect("every name held by something else");
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        let e = e.to_string();
+        assert!(e.contains("FIFO") && e.contains("not an oxmr queue") && e.contains(&names[3]), "{e}");
+        assert!(!d.names().iter().any(|n| n.starts_with("tmp-")), "the queue built for it is removed");
+    }
+
+    #[test]
+    fn a_stale_queue_is_replaced_and_stale_leftovers_removed_but_nothing_else() {
+        let s = Scratch::new("stale");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4004".parse().unwrap();
+        let gone = dead_pid();
+        let old = Region::create_in(&d, &a).unwrap();
+        old.set_owner_for_test(gone, 0);
+        let old_epoch = old.epoch();
+        old.abandon();
+        let b: SocketAddr = "127.0.0.1:4005".parse().unwrap();
+        let other = Region::create_in(&d, &b).unwrap();
+        other.set_owner_for_test(gone, 0);
+        other.abandon();
+        std::fs::write(d.path().join(format!("tmp-{gone}-0")), b"").unwrap();
+        mkfifo(&d.path().join("q-127.0.0.1-4006"));
+        std::os::unix::fs::symlink("/dev/null", d.path().join("q-127.0.0.1-4007")).unwrap();
+        // (A new sweep, as in a new process.)
+        d.swept_by.store(0, Ordering::Relaxed);
+        let new = Region::create_in(&d, &a).expect("the stale queue's name");
+        assert_eq!(new.file_name(), queue_names(&a).next().unwrap());
+        assert_ne!(new.epoch(), old_epoch);
+        let mut left = d.names();
+        left.sort();
+        assert_eq!(left, ["q-127.0.0.1-4004", "q-127.0.0.1-4006", "q-127.0.0.1-4007"], "only stale files are swept");
+    }
+
+    #[test]
+    fn of_two_live_queues_for_one_address_a_peer_takes_its_own_namespaces() {
+        let s = Scratch::new("netns");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4008".parse().unwrap();
+        // A live endpoint of another process in another network
+        // namespace at this address (there: pid 1, a namespace we are
+        // not in).
+        let there = Region::create_in(&d, &a).unwrap();
+        there.set_owner_for_test(1, 0);
+        // SAFETY: our own mapping's header; no peer reads it yet.
+        unsafe { (*(there.base as *mut Header)).netns = netns() + 1 };
+        let here = Region::create_in(&d, &a).expect("ours beside it");
+        assert_ne!(here.file_name(), there.file_name());
+        let peer = Region::open_in(&d, &a).unwrap();
+        assert_eq!(peer.epoch(), here.epoch());
+        drop(here);
+        assert_eq!(Region::open_in(&d, &a).unwrap().epoch(), there.epoch(), "the other namespace's, when alone");
+    }
 
     #[test]
     fn a_reused_pid_is_not_the_owner() {
