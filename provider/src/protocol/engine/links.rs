@@ -259,7 +259,7 @@ mod tests {
         let elsewhere: SocketAddr = "127.0.0.2:40123".parse().unwrap();
         let why = unreachable_why(&elsewhere, &e, Wire::Shm);
         assert!(why.contains("is the peer running"), "{why}");
-        let _own = Inbox::create(&there).unwrap();
+        let _own = Inbox::create(&there, Wire::Shm).unwrap();
         let why = unreachable_why(&elsewhere, &e, Wire::Shm);
         assert!(why.contains("but 127.0.0.1:40123 listens on that port"), "{why}");
         assert!(why.contains("-s 127.0.0.2"), "{why}");

@@ -469,9 +469,8 @@ impl Region {
                         r.name = name;
                         if i > 0 {
                             tracing::warn!(
-                                "the queue of {addr} is {} ({} taken by {}); peers find it there",
+                                "the queue of {addr} is {}, where peers find it: the names before it are taken ({})",
                                 r.dir.file(&r.name),
-                                dir.file(&queue_names(addr).next().unwrap_or_default()),
                                 taken.join("; ")
                             );
                         }
