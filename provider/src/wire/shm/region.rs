@@ -22,8 +22,10 @@
 //! message costs one cache-line transfer each way instead of three. A full
 //! ring answers `EAGAIN` (flow control); nothing blocks.
 //!
-//! The doorbell: the owner binds a unix datagram socket in the abstract
-//! namespace (`bell_name`), which its wake fd holds. A thread of the owner
+//! The doorbell: the owner binds a unix datagram socket at a path in its
+//! queue's directory (`bell_name`: `bell-<pid>-<epoch>`, named after what
+//! the header records, so a producer finds it from the queue alone), which
+//! its wake fd holds. A thread of the owner
 //! about to sleep adds one to `sleeping` (SeqCst), then looks for work once
 //! more, then sleeps; a producer, after publishing a cell, fences (SeqCst)
 //! and reads `sleeping`, and if it is not 0 sends one byte to the doorbell
@@ -191,12 +193,15 @@ pub fn endpoints_on_port(port: u16) -> Vec<String> {
     found
 }
 
-/// The abstract unix socket name of the doorbell of the queue file `path`.
+/// The file name of the doorbell of the queue whose owner is `pid` and
+/// epoch `epoch`. (A path in the per-user directory, not an abstract
+/// name: any user of the network namespace could take an abstract name
+/// first, or send to it; and a path reaches an owner in another network
+/// namespace too.)
 /// (Abstract names belong to the network namespace: an owner in another
 /// namespace, reached over shm under FI_OXMR_WIRE=shm, is not rung.)
-fn bell_name(path: &str) -> io::Result<std::os::unix::net::SocketAddr> {
-    use std::os::linux::net::SocketAddrExt;
-    std::os::unix::net::SocketAddr::from_abstract_name(format!("oxmr-bell{path}").as_bytes())
+fn bell_name(pid: u32, epoch: u32) -> String {
+    format!("bell-{pid}-{epoch:08x}")
 }
 
 /// A region's mapping, unmapped when its last holder (the region, job
@@ -248,6 +253,8 @@ pub struct Region {
     /// endpoint then cannot be rung, and its waiters tick). Producer: the
     /// unbound socket it rings with, made at the first ring.
     bell: Option<UnixDatagram>,
+    /// Owner: the doorbell's file (removed at the end if still that one).
+    bell_file: Option<(String, libc::stat)>,
     ringer: std::cell::OnceCell<Option<(UnixDatagram, std::os::unix::net::SocketAddr)>>,
 }
 
@@ -328,7 +335,7 @@ enum Holder {
     /// A queue of this process (an earlier one at this address), or one
     /// whose owner closed it or is gone (`stale`): the file's status, to
     /// remove it only if it is still that file.
-    Replaceable { owner: u32, stale: bool, st: libc::stat },
+    Replaceable { owner: u32, epoch: u32, stale: bool, st: libc::stat },
     /// Anything else: what it is, in words.
     Other(String),
 }
@@ -349,7 +356,7 @@ fn holder(dir: &Dir, name: &str) -> io::Result<Holder> {
     }
     let word = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().unwrap_or_default());
     let magic = u64::from_le_bytes(h[0..8].try_into().unwrap_or_default());
-    let (version, owner, ready) = (word(8), word(12), word(24));
+    let (version, owner, ready, epoch) = (word(8), word(12), word(24), word(28));
     let start = u64::from_le_bytes(h[40..48].try_into().unwrap_or_default());
     if magic != MAGIC {
         return Ok(Holder::Other("not an oxmr queue".into()));
@@ -359,12 +366,12 @@ fn holder(dir: &Dir, name: &str) -> io::Result<Holder> {
         return Ok(Holder::Other(format!("a queue of shm wire version {version}")));
     }
     if owner == std::process::id() {
-        return Ok(Holder::Replaceable { owner, stale: false, st });
+        return Ok(Holder::Replaceable { owner, epoch, stale: false, st });
     }
     if ready == READY && owner_alive(owner, start) {
         return Ok(Holder::Live(owner));
     }
-    Ok(Holder::Replaceable { owner, stale: true, st })
+    Ok(Holder::Replaceable { owner, epoch, stale: true, st })
 }
 
 /// Remove what processes that died without closing their endpoints left
@@ -389,12 +396,26 @@ pub fn reclaim_stale(dir: &Dir) {
             }
             continue;
         }
+        if let Some(rest) = name.strip_prefix("bell-") {
+            // bell-<pid>-<epoch>: a doorbell, whose owner unlinks it at
+            // close (its pid reused since: its queue's sweep below).
+            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            let socket = dir.lstat(&name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK);
+            if pid.is_some_and(|p| !pid_alive(p)) && socket {
+                let _ = dir.unlink(&name);
+            }
+            continue;
+        }
         if !name.starts_with("q-") {
             continue;
         }
-        if let Ok(Holder::Replaceable { owner, stale: true, st }) = holder(dir, &name) {
+        if let Ok(Holder::Replaceable { owner, epoch, stale: true, st }) = holder(dir, &name) {
             if dir.unlink_if_same(&name, &st) {
                 tracing::info!("removed {}, left by process {owner} which is gone", dir.file(&name));
+                let bell = bell_name(owner, epoch);
+                if dir.lstat(&bell).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK) {
+                    let _ = dir.unlink(&bell);
+                }
             }
         }
     }
@@ -441,6 +462,7 @@ impl Region {
             pid: me,
             stuck: None,
             bell: None,
+            bell_file: None,
             ringer: Default::default(),
         };
         let mut a = [0u8; 32];
@@ -460,6 +482,7 @@ impl Region {
             h.addr = a;
             h.netns = netns();
         }
+        r.bind_bell();
         r.header().ready.store(READY, Ordering::Release);
         let mut taken = Vec::new();
         for (i, name) in queue_names(addr).enumerate() {
@@ -474,23 +497,13 @@ impl Region {
                                 taken.join("; ")
                             );
                         }
-                        r.bell = bell_name(&r.dir.file(&r.name))
-                            .and_then(|a| UnixDatagram::bind_addr(&a))
-                            .and_then(|b| b.set_nonblocking(true).map(|_| b))
-                            .inspect_err(|e| {
-                                tracing::info!(
-                                    "no doorbell for {} ({e}): its waiters poll every millisecond",
-                                    r.dir.file(&r.name)
-                                )
-                            })
-                            .ok();
                         return Ok(r);
                     }
                     Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
                     Err(e) => return Err(e),
                 }
                 match holder(dir, &name) {
-                    Ok(Holder::Replaceable { owner, stale, st }) => {
+                    Ok(Holder::Replaceable { owner, stale, st, .. }) => {
                         let why = if stale { "stale" } else { "this process's own" };
                         tracing::info!("replacing {} ({why} queue of process {owner})", dir.file(&name));
                         dir.unlink_if_same(&name, &st);
@@ -560,6 +573,7 @@ impl Region {
             pid: std::process::id(),
             stuck: None,
             bell: None,
+            bell_file: None,
             ringer: Default::default(),
         };
         let h = r.header();
@@ -746,10 +760,38 @@ impl Region {
     fn ring(&self) {
         let sock = self.ringer.get_or_init(|| {
             let s = UnixDatagram::unbound().and_then(|s| s.set_nonblocking(true).map(|_| s));
-            s.and_then(|s| bell_name(&self.dir.file(&self.name)).map(|a| (s, a))).ok()
+            let h = self.header();
+            let at = self.dir.path().join(bell_name(h.owner, h.epoch));
+            s.and_then(|s| std::os::unix::net::SocketAddr::from_pathname(at).map(|a| (s, a))).ok()
         });
         if let Some((s, at)) = sock {
             let _ = s.send_to_addr(&[1], at);
+        }
+    }
+
+    /// Bind the doorbell (owner, before the queue is published; without
+    /// one, its waiters poll every millisecond).
+    fn bind_bell(&mut self) {
+        let h = self.header();
+        let name = bell_name(h.owner, h.epoch);
+        let path = self.dir.path().join(&name);
+        // (A file at the name is a leftover of an earlier process with our
+        // pid that drew the same epoch: ours to replace.)
+        let bound = UnixDatagram::bind(&path).or_else(|e| match e.raw_os_error() {
+            Some(libc::EADDRINUSE) => {
+                let _ = self.dir.unlink(&name);
+                UnixDatagram::bind(&path)
+            }
+            _ => Err(e),
+        });
+        match bound.and_then(|b| b.set_nonblocking(true).map(|_| b)) {
+            Ok(b) => {
+                self.bell_file = self.dir.lstat(&name).ok().map(|st| (name, st));
+                self.bell = Some(b);
+            }
+            Err(e) => {
+                tracing::info!("no doorbell at {} ({e}): its waiters poll every millisecond", path.display())
+            }
         }
     }
 
@@ -923,6 +965,9 @@ impl Drop for Region {
             if let Some(st) = &self.file {
                 self.dir.unlink_if_same(&self.name, st);
             }
+            if let Some((name, st)) = &self.bell_file {
+                self.dir.unlink_if_same(name, st);
+            }
         }
     }
 }
@@ -1051,7 +1096,12 @@ mod tests {
         assert_ne!(new.epoch(), old_epoch);
         let mut left = d.names();
         left.sort();
-        assert_eq!(left, ["q-127.0.0.1-4004", "q-127.0.0.1-4006", "q-127.0.0.1-4007"], "only stale files are swept");
+        let bell = bell_name(std::process::id(), new.epoch());
+        assert_eq!(
+            left,
+            [&bell, "q-127.0.0.1-4004", "q-127.0.0.1-4006", "q-127.0.0.1-4007"],
+            "only stale files are swept"
+        );
     }
 
     #[test]
@@ -1125,6 +1175,48 @@ mod tests {
         for _ in 0..4 {
             assert!(own.pop(|_, _| ()));
         }
+    }
+
+    #[test]
+    fn the_doorbell_is_a_socket_in_the_directory_removed_at_close_and_swept_when_stale() {
+        use std::os::unix::fs::FileTypeExt;
+        let s = Scratch::new("bell");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4009".parse().unwrap();
+        let own = Region::create_in(&d, &a).unwrap();
+        let bell = d.path().join(bell_name(std::process::id(), own.epoch()));
+        assert!(std::fs::symlink_metadata(&bell).unwrap().file_type().is_socket());
+        // No abstract name any user could have taken first or send to
+        // (other processes' may be there: none for this address).
+        let unix = std::fs::read_to_string("/proc/net/unix").unwrap();
+        let abstract_here = unix.lines().filter_map(|l| l.split_once(" @").map(|x| x.1)).find(|n| n.ends_with("-4009"));
+        assert_eq!(abstract_here, None, "an abstract doorbell is bound");
+        let peer = Region::open_in(&d, &a).unwrap();
+        own.set_sleeping(true);
+        peer.push(&[b"ring"]).unwrap();
+        let mut b = [0u8; 8];
+        assert!(own.bell.as_ref().unwrap().recv(&mut b).is_ok(), "rung through its path");
+        own.set_sleeping(false);
+        drop(own);
+        assert!(!bell.exists(), "removed at close");
+        // A doorbell (and a queue) a dead process left: swept; a live
+        // process's doorbell: kept.
+        let gone = dead_pid();
+        let left = Region::create_in(&d, &a).unwrap();
+        let left_bell = bell_name(std::process::id(), left.epoch());
+        std::fs::rename(d.path().join(&left_bell), d.path().join(bell_name(gone, left.epoch()))).unwrap();
+        left.set_owner_for_test(gone, 0);
+        left.abandon();
+        let orphan = UnixDatagram::bind(d.path().join(bell_name(gone, 7))).unwrap();
+        let live = UnixDatagram::bind(d.path().join(bell_name(1, 7))).unwrap();
+        d.swept_by.store(0, Ordering::Relaxed);
+        let b: SocketAddr = "127.0.0.1:4010".parse().unwrap();
+        let fresh = Region::create_in(&d, &b).unwrap();
+        let mut names = d.names();
+        names.sort();
+        let mine = bell_name(std::process::id(), fresh.epoch());
+        assert_eq!(names, [bell_name(1, 7), mine, "q-127.0.0.1-4010".to_string()]);
+        drop((orphan, live));
     }
 
     #[test]
