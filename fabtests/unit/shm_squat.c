@@ -21,6 +21,11 @@
  *     fi_endpoint succeeds at both ports without blocking, neither file
  *     is removed or changed, each endpoint's queue takes the next name
  *     (q-<ip>-<port>~1), and a peer in another process reaches both.
+ *  4. A process of the same user that cuts short every file in the
+ *     directory and every queue memfd it can open through two talking
+ *     endpoints' /proc/<pid>/fd cannot crash either (a queue cut under its
+ *     mapper faults it, SIGBUS): the queues are sealed, and the two keep
+ *     talking.
  *
  * Needs root: it runs in a mount namespace of its own with a fresh tmpfs
  * on /dev/shm for each group (so nothing it places is seen by any other
@@ -33,7 +38,9 @@
 
 #include <sched.h>
 #include <grp.h>
+#include <dirent.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -69,6 +76,10 @@ static void become(uid_t id)
 {
 	REQUIRE(setgroups(0, NULL) == 0 && setresgid(id, id, id) == 0 && setresuid(id, id, id) == 0,
 		"becoming uid %u: %s", (unsigned)id, strerror(errno));
+	/* (A change of uid makes a process undumpable: then no other process
+	 * of the uid could read its fds or copy its memory, as a user's
+	 * processes normally can.) */
+	REQUIRE(prctl(PR_SET_DUMPABLE, 1) == 0, "PR_SET_DUMPABLE: %s", strerror(errno));
 }
 
 static void become_nobody(void)
@@ -117,34 +128,21 @@ static bool holds(const char *path, const char *what)
 }
 
 /*
- * A queue file for 127.0.0.1:port as oxmr's wire version `version` lays
- * its header out (magic, version, owner, cells, cell size, ready, epoch,
- * tail, owner start; from version 13 the address and network namespace),
- * owned by `owner` (alive: it looks like a live endpoint), mode 0666.
+ * A queue file as oxmr's shm wire version 12 (files straight in /dev/shm)
+ * laid it out (magic, version, owner, cells, cell size, ready, epoch),
+ * owned by `owner` (alive: it looks like a live endpoint's), mode 0666.
  */
-static void fake_queue(const char *path, unsigned version, pid_t owner, uint16_t port)
+static void fake_queue(const char *path, pid_t owner)
 {
 	unsigned char h[128] = { 0 };
-	uint64_t magic = 0x6f786d7273686d31ULL, ns = 0;
-	uint32_t w[] = { version, (uint32_t)owner, 256, 8192, 1, 1 };
-	struct sockaddr_in a = oxt_sin("127.0.0.1", port);
-	struct stat st;
+	uint64_t magic = 0x6f786d7273686d31ULL;
+	uint32_t w[] = { 12, (uint32_t)owner, 256, 8192, 1, 1 };
 	int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0666);
 
 	REQUIRE(fd >= 0, "create %s: %s", path, strerror(errno));
 	REQUIRE(ftruncate(fd, FAKE_SIZE) == 0, "size %s: %s", path, strerror(errno));
 	memcpy(h, &magic, 8);
 	memcpy(h + 8, w, sizeof w);
-	if (version >= 13) {
-		uint16_t family = AF_INET;
-
-		memcpy(h + 48, &family, 2);
-		memcpy(h + 50, &a.sin_port, 2);
-		memcpy(h + 52, &a.sin_addr, 4);
-		if (stat("/proc/self/ns/net", &st) == 0)
-			ns = st.st_ino;
-		memcpy(h + 80, &ns, 8);
-	}
 	REQUIRE(pwrite(fd, h, sizeof h, 0) == (ssize_t)sizeof h, "write %s", path);
 	fchmod(fd, 0666);
 	close(fd);
@@ -298,9 +296,9 @@ static void g2_nobody(int sock)
 		REQUIRE(mkdir(dir, 0777) == 0 && chmod(dir, 0777) == 0, "mkdir %s: %s", dir, strerror(errno));
 	}
 	snprintf(g2_fake, sizeof g2_fake, "%s/q-127.0.0.1-%u", dir, g2_port);
-	fake_queue(g2_fake, 13, getpid(), g2_port);
-	/* (Where queues used to be, as that code laid them out.) */
-	fake_queue(g2_fake_old, 12, getpid(), g2_port);
+	fake_queue(g2_fake, getpid());
+	/* (Where queues used to be.) */
+	fake_queue(g2_fake_old, getpid());
 	oxt_put(sock, 'r');
 	for (;;)
 		pause();
@@ -406,6 +404,132 @@ static void g3(void)
 	}
 }
 
+/* ------------------------------------------------------------- group 4 */
+
+static pid_t g4_pids[2];
+
+/* Cut `path` to 0 bytes; whether that worked. */
+static bool cut(const char *path)
+{
+	return truncate(path, 0) == 0;
+}
+
+/* As a process of the same user: cut every file of the wire it finds. */
+static void g4_cutter(void)
+{
+	char path[320], target[256];
+	int cuts = 0, tries = 0;
+	DIR *d;
+	struct dirent *e;
+
+	/* Every file in the directory, and where queues used to be. */
+	const char *dirs[] = { user_dir, "/dev/shm" };
+	for (int i = 0; i < 2; i++) {
+		if ((d = opendir(dirs[i])) == NULL)
+			continue;
+		while ((e = readdir(d)) != NULL) {
+			struct stat st;
+
+			snprintf(path, sizeof path, "%s/%s", dirs[i], e->d_name);
+			if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && cut(path))
+				printf("# cut %s\n", path);
+		}
+		closedir(d);
+	}
+	/* Every queue memfd of the two endpoints' processes. */
+	for (int i = 0; i < 2; i++) {
+		char fds[64];
+
+		snprintf(fds, sizeof fds, "/proc/%d/fd", (int)g4_pids[i]);
+		REQUIRE((d = opendir(fds)) != NULL, "opendir %s: %s", fds, strerror(errno));
+		while ((e = readdir(d)) != NULL) {
+			ssize_t n;
+
+			snprintf(path, sizeof path, "%s/%s", fds, e->d_name);
+			n = readlink(path, target, sizeof target - 1);
+			if (n <= 0)
+				continue;
+			target[n] = 0;
+			if (strncmp(target, "/memfd:oxmr", 11))
+				continue;
+			tries++;
+			if (cut(path)) {
+				cuts++;
+				printf("# cut %s (%s)\n", path, target);
+			} else {
+				EXPECT(errno == EPERM, "cutting %s (%s): expected EPERM, got %s", path, target,
+				       strerror(errno));
+			}
+		}
+		closedir(d);
+	}
+	/* (Where the queues are memfds: each endpoint's own.) */
+	EXPECT(tries == 0 || tries >= 2, "%d queue memfds found in two processes with an endpoint each", tries);
+	EXPECT(cuts == 0, "%d queue memfds were cut short", cuts);
+	printf("# %d queue memfds found, none cut\n", tries);
+}
+
+/* The peer of group 4: a message each way, then (after the cutter ran)
+ * another. */
+static int g4_peer(int sock)
+{
+	struct oxt_ep y;
+	fi_addr_t them;
+	char buf[128];
+	struct fi_context c;
+	void *ctx;
+	pid_t me = getpid();
+
+	alarm(20);
+	oxt_reset_counts();
+	oxt_prog = "shm_squat[peer]";
+	oxt_ep_open(&y, 0, FI_WAIT_NONE);
+	oxt_exchange(&y, sock, &them);
+	REQUIRE(write(sock, &me, sizeof me) == sizeof me, "socketpair write");
+	for (int round = 0; round < 2; round++) {
+		REQUIRE_RC(fi_recv(y.ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, &c), 0);
+		EXPECT(oxt_next_completion(y.cq, 10000, &ctx) == 0 && ctx == &c, "round %d: the peer receives", round);
+		REQUIRE_RC(fi_send(y.ep, "pong", 5, NULL, them, &c), 0);
+		EXPECT(oxt_next_completion(y.cq, 10000, &ctx) == 0 && ctx == &c, "round %d: the answer completes",
+		       round);
+	}
+	EXPECT(read(sock, buf, 1) == 1, "the end of the test");
+	oxt_ep_close(&y);
+	return oxt_failed_total ? 1 : 0;
+}
+
+static void g4(void)
+{
+	struct oxt_ep x;
+	int sock, status = 0;
+	pid_t pid;
+	fi_addr_t them;
+	struct fi_context c;
+	char buf[128];
+	void *ctx;
+
+	oxt_ep_open(&x, 0, FI_WAIT_NONE);
+	pid = oxt_fork(g4_peer, &sock);
+	oxt_exchange(&x, sock, &them);
+	REQUIRE(read(sock, &g4_pids[1], sizeof(pid_t)) == sizeof(pid_t), "socketpair read");
+	g4_pids[0] = getpid();
+	for (int round = 0; round < 2; round++) {
+		if (round == 1)
+			EXPECT(in_process(g4_cutter), "the cutter (above)");
+		memset(buf, 0, sizeof buf);
+		REQUIRE_RC(fi_recv(x.ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, &c), 0);
+		REQUIRE_RC(fi_send(x.ep, "ping", 5, NULL, them, &c), 0);
+		EXPECT(oxt_next_completion(x.cq, 10000, &ctx) == 0 && oxt_next_completion(x.cq, 10000, &ctx) == 0 &&
+			       !strcmp(buf, "pong"),
+		       "round %d: a message each way", round);
+	}
+	oxt_put(sock, 'q');
+	REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid");
+	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the peer: status 0x%x", status);
+	close(sock);
+	oxt_ep_close(&x);
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
@@ -440,6 +564,11 @@ int main(int argc, char **argv)
 	OXT_GROUP("3. a FIFO, and a file of ours that is no queue, at two endpoints' queue names: fi_endpoint succeeds without blocking, neither is removed or changed, each queue takes the next name, and a peer reaches both");
 	fresh_shm();
 	EXPECT(in_process(g3), "group 3's process (above)");
+	drop_shm();
+
+	OXT_GROUP("4. a process of the same user that cuts short every file of the wire and every queue memfd it can open cannot crash two talking endpoints (no SIGBUS): the queues are sealed, and the two keep talking");
+	fresh_shm();
+	EXPECT(in_process(g4), "group 4's process (above; a process killed by a signal says nothing)");
 	drop_shm();
 
 	return oxt_done();

@@ -214,6 +214,9 @@ impl Link {
             if let Some(r) = shm::dir::Refused::of(&e) {
                 return OpenError::Refused(r.to_string());
             }
+            if let Some(owner) = shm::region::OwnerGone::of(&e) {
+                return OpenError::Dead { owner };
+            }
             match e.get_ref().and_then(|x| x.downcast_ref::<shm::region::VersionMismatch>()) {
                 Some(v) => OpenError::Version { theirs: v.theirs, ours: v.ours },
                 None => OpenError::Unreachable(e),

@@ -1,10 +1,11 @@
-//! The shared-memory region of one endpoint.
+//! The shared-memory region (queue) of one endpoint.
 //!
 //! Layout (all little-endian, fixed at creation):
 //!
 //! ```text
 //! Header   magic, version, owner pid, cell count/size, ready flag, tail
-//!          (producers' line), head (the consumer's line), idle and
+//!          (producers' line), owner start time, address, network
+//!          namespace, head (the consumer's line), idle and
 //!          sleeping (the owner's line: it has no copy of its own
 //!          waiting; how many of its threads sleep on its doorbell), claimers
 //!          (the pid of the producer that last claimed each cell)
@@ -34,17 +35,24 @@
 //! producer sees `sleeping` (Dekker's pattern), so no message is left
 //! asleep; a busy owner costs producers one load.
 //!
-//! Files: the queue of the endpoint named `<ip>:<port>` is the file
-//! `q-<ip>-<port>` in this user's directory (`shm::dir`,
-//! `/dev/shm/oxmr-u<euid>`): the port belongs to the endpoint's TCP
-//! listener, so two live endpoints of one network namespace never share a
-//! name. A queue is built under a temporary name and published by a rename
-//! that never replaces, so a file at a queue name is a whole queue or not
-//! a queue at all. One whose owner is gone is stale and is replaced.
-//! Anything else at the name (a file that is no queue, a FIFO, a queue of
-//! a live process in another network namespace) is left alone, and the
-//! queue takes the next of `NAMES` names (`q-<ip>-<port>~1`, ...), which
-//! peers try in the same order: a taken name never fails an endpoint.
+//! Files: the queue itself is a memfd of its owner, sealed against
+//! shrinking and growing once sized, so no process can cut it short under
+//! a mapper (a SIGBUS in the peer). Peers find it through a locator, the
+//! file `q-<ip>-<port>` in this user's directory (`shm::dir`,
+//! `/dev/shm/oxmr-u<euid>`), which names the owner's pid, start time and
+//! the memfd's fd number; they open `/proc/<pid>/fd/<fd>` (the kernel
+//! lets a process of the same uid, as CMA does), check the seals, and take
+//! the owner from the kernel (the process whose fd table held the queue),
+//! not from anything written in shared memory. The port belongs to the
+//! endpoint's TCP listener, so two live endpoints of one network namespace
+//! never share a name. A locator is written under a temporary name and
+//! published by a rename that never replaces, so a file at a queue name is
+//! a whole locator or not one at all. One whose owner is gone is stale and
+//! is replaced (its memfd went with its process). Anything else at the
+//! name (a file that is no locator, a FIFO, a queue of a live process in
+//! another network namespace) is left alone, and the queue takes the next
+//! of `NAMES` names (`q-<ip>-<port>~1`, ...), which peers try in the same
+//! order: a taken name never fails an endpoint.
 
 use std::io;
 use std::net::SocketAddr;
@@ -70,8 +78,9 @@ const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 const READY: u32 = 1;
 const CLOSED: u32 = 2;
 // (12: `sleeping` and the doorbell; a version-11 producer would never
-// ring, so it is refused. 13: the per-user directory and `addr`.)
-const VERSION: u32 = 13;
+// ring, so it is refused. 13: the per-user directory, `addr`, `netns`.
+// 14: the queue a sealed memfd, the file at its name a `Locator`.)
+const VERSION: u32 = 14;
 
 #[repr(C)]
 struct Header {
@@ -236,9 +245,16 @@ pub struct Region {
     /// The directory of the queue's file, and its name there.
     dir: Arc<Dir>,
     name: String,
-    /// Owner: the status of its file (it removes the name at the end only
-    /// if the name is still that file).
+    /// Owner: the status of its locator file (it removes the name at the
+    /// end only if the name is still that file).
     file: Option<libc::stat>,
+    /// Owner: the queue's memfd, held open for the endpoint's life: peers
+    /// open it through /proc/<pid>/fd.
+    _memfd: Option<std::os::fd::OwnedFd>,
+    /// The process that owns the queue and when it started: ourselves, or
+    /// (a peer's) the process whose fd table the queue was taken from.
+    owner: u32,
+    owner_start: u64,
     owned: bool,
     /// Consumer position (owner only).
     head: u64,
@@ -327,51 +343,229 @@ fn netns() -> u64 {
     })
 }
 
+/// A queue's locator: the file at the queue's name. The queue itself is
+/// a memfd of its owner, sealed so that nothing can shrink it under its
+/// mappers, which peers open as /proc/<owner>/fd/<fd>: the kernel then
+/// says which process holds it (the owner a link vouches for is the one
+/// whose fd table the queue was taken from, not what its header says).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Locator {
+    version: u32,
+    owner: u32,
+    /// The queue's fd in the owner.
+    fd: u32,
+    epoch: u32,
+    /// The owner's start time (`start_time`).
+    start: u64,
+    /// The endpoint's address (`addr_bytes`).
+    addr: [u8; 32],
+    /// The owner's network namespace (`netns`).
+    netns: u64,
+}
+
+const LOC_MAGIC: u64 = 0x6f78_6d72_6c6f_6331; // "oxmrloc1"
+/// Bytes of a locator file.
+const LOC_SIZE: usize = 72;
+
+impl Locator {
+    fn encode(&self) -> [u8; LOC_SIZE] {
+        let mut b = [0u8; LOC_SIZE];
+        b[0..8].copy_from_slice(&LOC_MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
+        b[12..16].copy_from_slice(&self.owner.to_le_bytes());
+        b[16..20].copy_from_slice(&self.fd.to_le_bytes());
+        b[20..24].copy_from_slice(&self.epoch.to_le_bytes());
+        b[24..32].copy_from_slice(&self.start.to_le_bytes());
+        b[32..64].copy_from_slice(&self.addr);
+        b[64..72].copy_from_slice(&self.netns.to_le_bytes());
+        b
+    }
+
+    /// None: not a locator (no magic).
+    fn decode(b: &[u8; LOC_SIZE]) -> Option<Locator> {
+        let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
+        (u64_at(0) == LOC_MAGIC).then(|| Locator {
+            version: u32_at(8),
+            owner: u32_at(12),
+            fd: u32_at(16),
+            epoch: u32_at(20),
+            start: u64_at(24),
+            addr: b[32..64].try_into().unwrap_or_default(),
+            netns: u64_at(64),
+        })
+    }
+}
+
+/// An address as a locator and a header record it (`info::addr::encode`,
+/// zero-padded).
+fn addr_bytes(addr: &SocketAddr) -> [u8; 32] {
+    let mut a = [0u8; 32];
+    let e = crate::info::addr::encode(addr);
+    a[..e.len()].copy_from_slice(&e);
+    a
+}
+
+/// The owner of a queue is gone (the link reports it as dead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnerGone {
+    pub owner: u32,
+}
+
+impl std::fmt::Display for OwnerGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "its process {} is gone", self.owner)
+    }
+}
+
+impl std::error::Error for OwnerGone {}
+
+impl OwnerGone {
+    /// The pid an error says is gone, if it says so.
+    pub fn of(e: &io::Error) -> Option<u32> {
+        e.get_ref().and_then(|x| x.downcast_ref::<OwnerGone>()).map(|g| g.owner)
+    }
+}
+
+/// The locator `name` in `dir`, and the file's status: ENOENT when
+/// nothing has the name; a `Refused` error for anything that is not a
+/// locator, a `VersionMismatch` for one of another wire version. Only a
+/// regular file of ours is opened, and it is read, never mapped.
+fn read_locator(dir: &Dir, name: &str) -> io::Result<(Locator, libc::stat)> {
+    let (fd, st) = dir.open_checked(name, LOC_SIZE as u64, false)?;
+    let mut b = [0u8; LOC_SIZE];
+    // SAFETY: reading into our buffer from our fd.
+    let n = unsafe { libc::pread(fd.as_raw_fd(), b.as_mut_ptr() as *mut libc::c_void, LOC_SIZE, 0) };
+    if n != LOC_SIZE as isize {
+        return Err(Refused::error(dir.file(name), "it cannot be read whole"));
+    }
+    let loc = Locator::decode(&b).ok_or_else(|| Refused::error(dir.file(name), "not an oxmr queue's locator"))?;
+    if loc.version != VERSION {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, VersionMismatch { theirs: loc.version, ours: VERSION }));
+    }
+    Ok((loc, st))
+}
+
 /// What holds a queue name.
 enum Holder {
     /// A queue of this version whose owner lives (a process in another
     /// network namespace at the same address: ours cannot be).
     Live(u32),
     /// A queue of this process (an earlier one at this address), or one
-    /// whose owner closed it or is gone (`stale`): the file's status, to
-    /// remove it only if it is still that file.
+    /// whose owner is gone (`stale`): the locator's status, to remove it
+    /// only if it is still that file.
     Replaceable { owner: u32, epoch: u32, stale: bool, st: libc::stat },
     /// Anything else: what it is, in words.
     Other(String),
 }
 
-/// What holds the queue name `name` in `dir` (ENOENT: nothing). Only a
-/// regular file of ours is opened, and its header is read, not mapped
-/// (a file cut short meanwhile cannot fault us).
+/// What holds the queue name `name` in `dir` (ENOENT: nothing).
 fn holder(dir: &Dir, name: &str) -> io::Result<Holder> {
-    let (fd, st) = match dir.open_checked(name, HDR as u64, false) {
+    let (loc, st) = match read_locator(dir, name) {
         Ok(x) => x,
-        Err(e) => return Refused::of(&e).map(|r| Holder::Other(r.what.clone())).ok_or(e),
+        Err(e) => {
+            if let Some(r) = Refused::of(&e) {
+                return Ok(Holder::Other(r.what.clone()));
+            }
+            // (One of another version is not ours to judge.)
+            if let Some(v) = e.get_ref().and_then(|x| x.downcast_ref::<VersionMismatch>()) {
+                return Ok(Holder::Other(format!("a queue of shm wire version {}", v.theirs)));
+            }
+            return Err(e);
+        }
     };
-    let mut h = [0u8; 48];
-    // SAFETY: reading into our buffer from our fd.
-    let n = unsafe { libc::pread(fd.as_raw_fd(), h.as_mut_ptr() as *mut libc::c_void, h.len(), 0) };
-    if n != h.len() as isize {
-        return Ok(Holder::Other("its header cannot be read".into()));
-    }
-    let word = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().unwrap_or_default());
-    let magic = u64::from_le_bytes(h[0..8].try_into().unwrap_or_default());
-    let (version, owner, ready, epoch) = (word(8), word(12), word(24), word(28));
-    let start = u64::from_le_bytes(h[40..48].try_into().unwrap_or_default());
-    if magic != MAGIC {
-        return Ok(Holder::Other("not an oxmr queue".into()));
-    }
-    // (One of another version is not ours to judge.)
-    if version != VERSION {
-        return Ok(Holder::Other(format!("a queue of shm wire version {version}")));
-    }
+    let (owner, epoch) = (loc.owner, loc.epoch);
     if owner == std::process::id() {
         return Ok(Holder::Replaceable { owner, epoch, stale: false, st });
     }
-    if ready == READY && owner_alive(owner, start) {
+    if owner_alive(owner, loc.start) {
         return Ok(Holder::Live(owner));
     }
     Ok(Holder::Replaceable { owner, epoch, stale: true, st })
+}
+
+/// The queue a locator names, opened through the owner's /proc entry
+/// (one fd for the whole check: the process it names cannot be swapped
+/// for a later one with its pid between the check and the open); `file`
+/// names the locator in errors. OwnerGone when its process is gone (or is
+/// another one now), EPROTO when it has closed the queue.
+fn open_queue(loc: &Locator, uid: u32, file: &str) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let gone = || io::Error::other(OwnerGone { owner: loc.owner });
+    let at = |what: String| Refused::error(file.to_string(), what);
+    let dir = std::ffi::CString::new(format!("/proc/{}", loc.owner)).map_err(|_| gone())?;
+    // SAFETY: a valid C string; the fd is owned just below.
+    let proc = unsafe { libc::open(dir.as_ptr(), libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC) };
+    if proc < 0 {
+        return Err(gone());
+    }
+    // SAFETY: the fd was just opened and is owned by nothing else.
+    let proc = unsafe { std::os::fd::OwnedFd::from_raw_fd(proc) };
+    // The process behind this fd: alive, not a zombie, and started when
+    // the locator says.
+    let mut stat = String::new();
+    // SAFETY: our directory fd and a valid C string; the fd is owned below.
+    let sfd = unsafe { libc::openat(proc.as_raw_fd(), c"stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if sfd < 0 {
+        return Err(gone());
+    }
+    // SAFETY: the fd was just opened and is owned by nothing else.
+    let mut sf = unsafe { std::fs::File::from_raw_fd(sfd) };
+    std::io::Read::read_to_string(&mut sf, &mut stat).map_err(|_| gone())?;
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or_default();
+    let mut fields = rest.split_whitespace();
+    let state = fields.next().unwrap_or("X");
+    let start: u64 = fields.nth(18).and_then(|s| s.parse().ok()).unwrap_or(0);
+    if matches!(state, "Z" | "X") || (loc.start != 0 && start != loc.start) {
+        return Err(gone());
+    }
+    let link = std::ffi::CString::new(format!("fd/{}", loc.fd)).map_err(|_| gone())?;
+    // What the fd is, before anything opens it (a FIFO or a device of the
+    // owner's is never opened).
+    // SAFETY: an all-zero `struct stat` is a valid value to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: our directory fd, a valid C string, a stat to fill.
+    if unsafe { libc::fstatat(proc.as_raw_fd(), link.as_ptr(), &mut st, 0) } < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            // (The owner closed the queue's fd: its endpoint closed.)
+            Some(libc::ENOENT) => io::Error::from_raw_os_error(libc::EPROTO),
+            Some(libc::EACCES | libc::EPERM) => at(format!(
+                "process {} does not let this process read its fds (it must be of this uid and dumpable, as CMA needs)",
+                loc.owner
+            )),
+            _ => e,
+        });
+    }
+    let what = |st: &libc::stat| {
+        super::dir::what_is_wrong(st, uid, REGION_SIZE as u64)
+            .map(|w| at(format!("the queue it names (fd {} of process {}) is wrong: {w}", loc.fd, loc.owner)))
+    };
+    if let Some(e) = what(&st) {
+        return Err(e);
+    }
+    // SAFETY: our directory fd and a valid C string; the fd is owned below.
+    let fd =
+        unsafe { libc::openat(proc.as_raw_fd(), link.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd was just opened and is owned by nothing else.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    if let Some(e) = what(&super::dir::fstat(fd.as_raw_fd())?) {
+        return Err(e);
+    }
+    // Sealed: no one (the owner included) can shrink it while we map it.
+    // SAFETY: fcntl on our fd.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    let needed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+    if seals < 0 || seals & needed != needed {
+        return Err(at(format!(
+            "the queue it names (fd {} of process {}) is not a memfd sealed against shrinking",
+            loc.fd, loc.owner
+        )));
+    }
+    Ok(fd)
 }
 
 /// Remove what processes that died without closing their endpoints left
@@ -438,24 +632,34 @@ impl Region {
     /// Create the queue of the endpoint `addr` in `dir`, under the first of
     /// its names (`queue_names`) that is free or holds a stale queue.
     pub(crate) fn create_in(dir: &Arc<Dir>, addr: &SocketAddr) -> io::Result<Region> {
+        use std::os::fd::FromRawFd;
         reclaim_stale(dir);
         let me = std::process::id();
-        // Built under a name no peer looks for, then published whole.
-        let tmp = format!("tmp-{me}-{:08x}", crate::sys::random_u32());
-        let fd = dir.create(&tmp)?;
-        // SAFETY: our new fd.
-        let sized = cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), REGION_SIZE as libc::off_t) });
-        let base = sized.and_then(|_| map(fd.as_raw_fd())).inspect_err(|_| {
-            let _ = dir.unlink(&tmp);
+        // SAFETY: a valid C string; the fd is owned just below.
+        let fd =
+            cvt(unsafe { libc::memfd_create(c"oxmr-queue".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) })?;
+        // SAFETY: the fd was just made and is owned by nothing else.
+        let memfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // (Mode 0600 as every file of the wire: a memfd is made 0777.)
+        // SAFETY: our new fd, throughout.
+        cvt(unsafe { libc::fchmod(fd, 0o600) })?;
+        // SAFETY: as above.
+        cvt(unsafe { libc::ftruncate(fd, REGION_SIZE as libc::off_t) })?;
+        // SAFETY: as above.
+        cvt(unsafe {
+            libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL)
         })?;
-        let st = super::dir::fstat(fd.as_raw_fd()).ok();
-        drop(fd);
+        let base = map(fd)?;
+        let start = start_time(me).unwrap_or(0);
         let mut r = Region {
             base,
             map: Mapping(base).into(),
             dir: dir.clone(),
-            name: tmp,
-            file: st,
+            name: String::new(),
+            file: None,
+            _memfd: Some(memfd),
+            owner: me,
+            owner_start: start,
             owned: true,
             head: 0,
             head_seen: 0.into(),
@@ -465,25 +669,45 @@ impl Region {
             bell_file: None,
             ringer: Default::default(),
         };
-        let mut a = [0u8; 32];
-        let e = crate::info::addr::encode(addr);
-        a[..e.len()].copy_from_slice(&e);
-        // SAFETY: freshly zeroed mapping we own, that no one else has
-        // found yet (its name is temporary); initialise before `ready`.
+        let epoch = crate::sys::random_u32().max(1);
+        // SAFETY: a fresh zeroed mapping of our own memfd, which no one
+        // else can find yet (no locator names it); initialised before
+        // `ready`.
         unsafe {
             let h = &mut *(base as *mut Header);
             h.magic = MAGIC;
             h.version = VERSION;
             h.owner = me;
-            h.owner_start = start_time(me).unwrap_or(0);
+            h.owner_start = start;
             h.cells = CELLS as u32;
             h.cell_size = size_of::<Cell>() as u32;
-            h.epoch = crate::sys::random_u32().max(1);
-            h.addr = a;
+            h.epoch = epoch;
+            h.addr = addr_bytes(addr);
             h.netns = netns();
         }
         r.bind_bell();
         r.header().ready.store(READY, Ordering::Release);
+        // The locator, written under a name no peer looks for, then
+        // published whole.
+        let loc = Locator {
+            version: VERSION,
+            owner: me,
+            fd: fd as u32,
+            epoch,
+            start,
+            addr: addr_bytes(addr),
+            netns: netns(),
+        };
+        r.name = format!("tmp-{me}-{epoch:08x}");
+        let lf = dir.create(&r.name)?;
+        r.file = super::dir::fstat(lf.as_raw_fd()).ok();
+        let b = loc.encode();
+        // SAFETY: writing our buffer to our new fd.
+        let n = unsafe { libc::pwrite(lf.as_raw_fd(), b.as_ptr() as *const libc::c_void, LOC_SIZE, 0) };
+        if n != LOC_SIZE as isize {
+            return Err(io::Error::last_os_error());
+        }
+        drop(lf);
         let mut taken = Vec::new();
         for (i, name) in queue_names(addr).enumerate() {
             for _ in 0..2 {
@@ -533,32 +757,41 @@ impl Region {
 
     /// Open the queue of the peer `addr` in `dir`: the first of its names
     /// holding a queue whose owner lives (one of our network namespace
-    /// first), else the first holding a queue (the link then finds it
-    /// closed or its owner gone); else ENOENT, or what was wrong with the
-    /// first name that held something else.
+    /// first), else the first holding a closed queue; else the first
+    /// whose owner is gone (OwnerGone), else what was wrong with the first
+    /// name that held something else, else ENOENT.
     pub(crate) fn open_in(dir: &Arc<Dir>, addr: &SocketAddr) -> io::Result<Region> {
-        let (mut live, mut found, mut err) = (None, None, None);
+        let (mut live, mut found, mut gone, mut err) = (None, None, None, None);
         for name in queue_names(addr) {
             match Region::open_one(dir, &name, addr) {
-                Ok(r) if r.reachable() && r.header().netns == netns() => return Ok(r),
-                Ok(r) if r.reachable() => {
+                Ok((r, ns)) if r.reachable() && ns == netns() => return Ok(r),
+                Ok((r, _)) if r.reachable() => {
                     live.get_or_insert(r);
                 }
-                Ok(r) => {
+                Ok((r, _)) => {
                     found.get_or_insert(r);
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) if OwnerGone::of(&e).is_some() => {
+                    gone.get_or_insert(e);
+                }
                 Err(e) => {
                     err.get_or_insert(e);
                 }
             }
         }
-        live.or(found).ok_or_else(|| err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::ENOENT)))
+        live.or(found).ok_or_else(|| gone.or(err).unwrap_or_else(|| io::Error::from_raw_os_error(libc::ENOENT)))
     }
 
-    /// Open the queue file `name` in `dir` as the queue of `addr`.
-    fn open_one(dir: &Arc<Dir>, name: &str, addr: &SocketAddr) -> io::Result<Region> {
-        let (fd, _) = dir.open_checked(name, REGION_SIZE as u64, true)?;
+    /// Open the queue whose locator is `name` in `dir` as the queue of
+    /// `addr`; and its owner's network namespace.
+    fn open_one(dir: &Arc<Dir>, name: &str, addr: &SocketAddr) -> io::Result<(Region, u64)> {
+        let (loc, _) = read_locator(dir, name)?;
+        if loc.addr != addr_bytes(addr) {
+            let theirs = crate::info::addr::parse(&loc.addr).map_or("no address".to_string(), |x| x.to_string());
+            return Err(Refused::error(dir.file(name), format!("it is the queue of {theirs}, not of {addr}")));
+        }
+        let fd = open_queue(&loc, dir.uid(), &dir.file(name))?;
         let base = map(fd.as_raw_fd())?;
         drop(fd);
         let r = Region {
@@ -567,6 +800,9 @@ impl Region {
             dir: dir.clone(),
             name: name.to_string(),
             file: None,
+            _memfd: None,
+            owner: loc.owner,
+            owner_start: loc.start,
             owned: false,
             head: 0,
             head_seen: 0.into(),
@@ -577,8 +813,9 @@ impl Region {
             ringer: Default::default(),
         };
         let h = r.header();
+        let wrong = |what: String| Err(Refused::error(dir.file(name), format!("the queue it names {what}")));
         if h.magic != MAGIC {
-            return Err(Refused::error(dir.file(name), "not an oxmr queue (no oxmr magic in its header)"));
+            return wrong("has no oxmr magic in its header".into());
         }
         if h.version != VERSION {
             return Err(io::Error::new(
@@ -587,28 +824,25 @@ impl Region {
             ));
         }
         if (h.cells, h.cell_size) != (CELLS as u32, size_of::<Cell>() as u32) {
-            return Err(Refused::error(
-                dir.file(name),
-                format!(
-                    "its header says {} cells of {} bytes, not {CELLS} of {}",
-                    h.cells,
-                    h.cell_size,
-                    size_of::<Cell>()
-                ),
+            return wrong(format!(
+                "says {} cells of {} bytes, not {CELLS} of {}",
+                h.cells,
+                h.cell_size,
+                size_of::<Cell>()
             ));
         }
-        let mut a = [0u8; 32];
-        let e = crate::info::addr::encode(addr);
-        a[..e.len()].copy_from_slice(&e);
-        if h.addr != a {
-            let theirs = crate::info::addr::parse(&h.addr).map_or("no address".to_string(), |x| x.to_string());
-            return Err(Refused::error(dir.file(name), format!("it is the queue of {theirs}, not of {addr}")));
+        if h.addr != loc.addr || h.owner != loc.owner || h.epoch != loc.epoch {
+            return wrong(format!(
+                "is not the one of process {} (its header names process {}, epoch {:08x})",
+                loc.owner, h.owner, h.epoch
+            ));
         }
         if h.ready.load(Ordering::Acquire) != READY {
             return Err(io::Error::from_raw_os_error(libc::EPROTO));
         }
-        Ok(r)
+        Ok((r, loc.netns))
     }
+
     fn header(&self) -> &Header {
         // SAFETY: the mapping starts with a Header and lives as long as self.
         unsafe { &*(self.base as *const Header) }
@@ -625,18 +859,13 @@ impl Region {
         unsafe { std::ptr::addr_of_mut!((*(self.base as *mut Header)).version).write_volatile(v) };
     }
 
-    /// Stamp another owner into our own queue's header (tests: a queue a
-    /// dead or another process left).
+    /// Rewrite our queue's locator file in place (tests: a locator a dead
+    /// or another process left, or a lying one).
     #[cfg(test)]
-    pub(crate) fn set_owner_for_test(&self, pid: u32, start: u64) {
-        assert!(self.owned, "only the owner writes its header");
-        // SAFETY: our own mapping starts with a Header; `owner` and
-        // `owner_start` are plain fields only the owner writes.
-        unsafe {
-            let h = self.base as *mut Header;
-            std::ptr::addr_of_mut!((*h).owner).write_volatile(pid);
-            std::ptr::addr_of_mut!((*h).owner_start).write_volatile(start);
-        }
+    fn rewrite_locator_for_test(&self, f: impl FnOnce(&mut Locator)) {
+        let (mut loc, _) = read_locator(&self.dir, &self.name).expect("our own locator");
+        f(&mut loc);
+        std::fs::write(self.dir.path().join(&self.name), loc.encode()).expect("our own locator");
     }
 
     /// Leave our queue's file behind, as a process killed before closing
@@ -664,7 +893,7 @@ impl Region {
 
     /// Pid of the region's owner.
     pub fn owner(&self) -> u32 {
-        self.header().owner
+        self.owner
     }
 
     /// The endpoint's epoch (see `Header::epoch`).
@@ -681,7 +910,7 @@ impl Region {
     /// Whether the endpoint is still there: not closed, and its owner
     /// process alive.
     pub fn reachable(&self) -> bool {
-        !self.closed() && owner_alive(self.owner(), self.header().owner_start)
+        !self.closed() && owner_alive(self.owner, self.owner_start)
     }
 
     /// Push one message (`parts` concatenated). EAGAIN when full.
@@ -761,7 +990,7 @@ impl Region {
         let sock = self.ringer.get_or_init(|| {
             let s = UnixDatagram::unbound().and_then(|s| s.set_nonblocking(true).map(|_| s));
             let h = self.header();
-            let at = self.dir.path().join(bell_name(h.owner, h.epoch));
+            let at = self.dir.path().join(bell_name(self.owner, h.epoch));
             s.and_then(|s| std::os::unix::net::SocketAddr::from_pathname(at).map(|a| (s, a))).ok()
         });
         if let Some((s, at)) = sock {
@@ -773,7 +1002,7 @@ impl Region {
     /// one, its waiters poll every millisecond).
     fn bind_bell(&mut self) {
         let h = self.header();
-        let name = bell_name(h.owner, h.epoch);
+        let name = bell_name(self.owner, h.epoch);
         let path = self.dir.path().join(&name);
         // (A file at the name is a leftover of an earlier process with our
         // pid that drew the same epoch: ours to replace.)
@@ -992,7 +1221,7 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_queue_that_is_not_a_private_queue_file_of_ours_is_refused() {
+    fn a_peer_queue_whose_locator_is_not_a_private_file_of_ours_is_refused() {
         let s = Scratch::new("refused");
         let d = s.dir();
         let a: SocketAddr = "127.0.0.1:4001".parse().unwrap();
@@ -1003,41 +1232,136 @@ mod tests {
         assert_eq!(own.file_name(), name);
         Region::open_in(&d, &a).expect("our own queue, as a peer opens it");
         std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let why = refusal(Region::open_in(&d, &a).err().expect("a world-writable queue"));
+        let why = refusal(Region::open_in(&d, &a).err().expect("a world-writable locator"));
         assert!(why.contains(&*at.to_string_lossy()) && why.contains("0666"), "{why}");
         std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             std::os::unix::fs::lchown(&at, Some(65534), Some(65534)).unwrap();
-            let why = refusal(Region::open_in(&d, &a).err().expect("another user's queue"));
+            let why = refusal(Region::open_in(&d, &a).err().expect("another user's locator"));
             assert!(why.contains("uid 65534"), "{why}");
             std::os::unix::fs::lchown(&at, Some(0), Some(0)).unwrap();
         }
         std::fs::rename(&at, d.path().join("real")).unwrap();
         std::os::unix::fs::symlink(d.path().join("real"), &at).unwrap();
-        let why = refusal(Region::open_in(&d, &a).err().expect("a link to a real queue"));
+        let why = refusal(Region::open_in(&d, &a).err().expect("a link to a real locator"));
         assert!(why.contains("symbolic link"), "{why}");
         std::fs::remove_file(&at).unwrap();
         mkfifo(&at);
         let why = refusal(Region::open_in(&d, &a).err().expect("a FIFO"));
         assert!(why.contains("FIFO"), "{why}");
         std::fs::remove_file(&at).unwrap();
-        let short = std::fs::read(d.path().join("real")).unwrap();
-        std::fs::write(&at, &short[..REGION_SIZE - 1]).unwrap();
+        let real = std::fs::read(d.path().join("real")).unwrap();
+        std::fs::write(&at, &real[..LOC_SIZE - 1]).unwrap();
         std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let why = refusal(Region::open_in(&d, &a).err().expect("a short queue"));
+        let why = refusal(Region::open_in(&d, &a).err().expect("a short locator"));
         assert!(why.contains("fewer than"), "{why}");
-        std::fs::write(&at, vec![0u8; REGION_SIZE]).unwrap();
+        std::fs::write(&at, [0u8; LOC_SIZE]).unwrap();
         let why = refusal(Region::open_in(&d, &a).err().expect("a file of zeros"));
         assert!(why.contains("not an oxmr queue"), "{why}");
-        // Another endpoint's queue put at this name.
+        // Another endpoint's locator put at this name.
         std::fs::remove_file(&at).unwrap();
         let b: SocketAddr = "127.0.0.1:4002".parse().unwrap();
         let other = Region::create_in(&d, &b).unwrap();
         std::fs::hard_link(d.path().join(other.file_name()), &at).unwrap();
-        let why = refusal(Region::open_in(&d, &a).err().expect("the queue of another address"));
+        let why = refusal(Region::open_in(&d, &a).err().expect("the locator of another address"));
         assert!(why.contains("queue of 127.0.0.1:4002"), "{why}");
         drop(own);
+    }
+
+    #[test]
+    fn a_locator_naming_anything_but_its_owners_sealed_queue_is_refused() {
+        use std::os::fd::AsRawFd;
+        let s = Scratch::new("named");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4011".parse().unwrap();
+        let own = Region::create_in(&d, &a).unwrap();
+        let (loc, _) = read_locator(&d, own.file_name()).unwrap();
+        let with_fd = |fd: i32| {
+            own.rewrite_locator_for_test(|l| l.fd = fd as u32);
+            Region::open_in(&d, &a)
+        };
+        // A file of ours that is not sealed: it could be cut short.
+        let plain = d.path().join("plain");
+        std::fs::write(&plain, vec![0u8; REGION_SIZE]).unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&plain).unwrap();
+        let why = refusal(with_fd(f.as_raw_fd()).err().expect("an unsealed file"));
+        assert!(why.contains("not a memfd sealed against shrinking"), "{why}");
+        // A pipe is never opened.
+        let (r, w) = std::io::pipe().unwrap();
+        let why = refusal(with_fd(r.as_raw_fd()).err().expect("a pipe"));
+        assert!(why.contains("FIFO"), "{why}");
+        drop((r, w));
+        // A memfd as made (mode 0777).
+        // SAFETY: a valid C string.
+        let m = unsafe { libc::memfd_create(c"oxmr-test".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: our new fd.
+        unsafe { libc::ftruncate(m, REGION_SIZE as libc::off_t) };
+        let why = refusal(with_fd(m).err().expect("an open memfd"));
+        assert!(why.contains("0777"), "{why}");
+        // SAFETY: our fd.
+        unsafe { libc::close(m) };
+        // Another queue of ours, sealed and whole, but another endpoint's.
+        let b: SocketAddr = "127.0.0.1:4012".parse().unwrap();
+        let other = Region::create_in(&d, &b).unwrap();
+        let (theirs, _) = read_locator(&d, other.file_name()).unwrap();
+        let why = refusal(with_fd(theirs.fd as i32).err().expect("another endpoint's queue"));
+        assert!(why.contains("is not the one of process"), "{why}");
+        // The queue's fd named under another live process (here pid 1):
+        // never taken for that process's queue.
+        own.rewrite_locator_for_test(|l| *l = Locator { owner: 1, start: 0, ..loc });
+        assert!(Region::open_in(&d, &a).is_err(), "a queue lent to another process");
+        own.rewrite_locator_for_test(|l| *l = loc);
+        Region::open_in(&d, &a).expect("the locator as it was");
+        // An fd the owner does not have open (closed: its endpoint
+        // closed). (Above any fd limit: other tests' threads open fds.)
+        let e = with_fd(1 << 30).err().expect("a closed fd");
+        assert_eq!(e.raw_os_error(), Some(libc::EPROTO), "{e}");
+    }
+
+    #[test]
+    fn a_queue_cannot_be_cut_short_or_grown_under_its_peers() {
+        let s = Scratch::new("sealed");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4013".parse().unwrap();
+        let mut own = Region::create_in(&d, &a).unwrap();
+        let peer = Region::open_in(&d, &a).unwrap();
+        peer.push(&[b"before"]).unwrap();
+        // What a process of this user can reach: the queue through the
+        // owner's /proc entry.
+        let (loc, _) = read_locator(&d, own.file_name()).unwrap();
+        let path = format!("/proc/{}/fd/{}", loc.owner, loc.fd);
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        for len in [0, 4096, REGION_SIZE as u64 - 1, REGION_SIZE as u64 + 4096] {
+            let e = f.set_len(len).expect_err("a sealed queue resized");
+            assert_eq!(e.raw_os_error(), Some(libc::EPERM), "set_len({len})");
+        }
+        let e = std::fs::OpenOptions::new().write(true).truncate(true).open(&path).expect_err("opened with O_TRUNC");
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+        // (A cut queue would fault here, SIGBUS, instead.)
+        peer.push(&[b"after"]).unwrap();
+        assert!(own.pop(|m, _| assert_eq!(m, b"before")));
+        assert!(own.pop(|m, _| assert_eq!(m, b"after")));
+        // The locator is a file of its own: cutting it touches no mapping.
+        std::fs::write(d.path().join(own.file_name()), b"").unwrap();
+        peer.push(&[b"still"]).unwrap();
+        assert!(own.pop(|m, _| assert_eq!(m, b"still")));
+    }
+
+    #[test]
+    fn the_owner_a_link_vouches_for_is_the_process_holding_the_queue_not_its_header() {
+        let s = Scratch::new("owner");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4014".parse().unwrap();
+        let own = Region::create_in(&d, &a).unwrap();
+        let peer = Region::open_in(&d, &a).unwrap();
+        // Any process of the user can write the header (it maps the
+        // queue); what the link says is what the kernel said.
+        // SAFETY: our own mapping's header; only this test reads it.
+        unsafe { (*(own.base as *mut Header)).owner = 1 };
+        assert_eq!(peer.owner(), std::process::id());
+        assert!(Region::open_in(&d, &a).is_err(), "a queue whose header names another owner than its holder");
     }
 
     #[test]
@@ -1079,12 +1403,12 @@ mod tests {
         let a: SocketAddr = "127.0.0.1:4004".parse().unwrap();
         let gone = dead_pid();
         let old = Region::create_in(&d, &a).unwrap();
-        old.set_owner_for_test(gone, 0);
+        old.rewrite_locator_for_test(|l| l.owner = gone);
         let old_epoch = old.epoch();
         old.abandon();
         let b: SocketAddr = "127.0.0.1:4005".parse().unwrap();
         let other = Region::create_in(&d, &b).unwrap();
-        other.set_owner_for_test(gone, 0);
+        other.rewrite_locator_for_test(|l| l.owner = gone);
         other.abandon();
         std::fs::write(d.path().join(format!("tmp-{gone}-0")), b"").unwrap();
         mkfifo(&d.path().join("q-127.0.0.1-4006"));
@@ -1109,18 +1433,18 @@ mod tests {
         let s = Scratch::new("netns");
         let d = s.dir();
         let a: SocketAddr = "127.0.0.1:4008".parse().unwrap();
-        // A live endpoint of another process in another network
-        // namespace at this address (there: pid 1, a namespace we are
-        // not in).
+        let names: Vec<String> = queue_names(&a).collect();
+        // Ours at the second name, and before it a live endpoint at this
+        // address in another network namespace (played by a queue of this
+        // process whose locator names another namespace).
+        let here = Region::create_in(&d, &a).unwrap();
+        std::fs::rename(d.path().join(&names[0]), d.path().join(&names[1])).unwrap();
         let there = Region::create_in(&d, &a).unwrap();
-        there.set_owner_for_test(1, 0);
-        // SAFETY: our own mapping's header; no peer reads it yet.
-        unsafe { (*(there.base as *mut Header)).netns = netns() + 1 };
-        let here = Region::create_in(&d, &a).expect("ours beside it");
-        assert_ne!(here.file_name(), there.file_name());
-        let peer = Region::open_in(&d, &a).unwrap();
-        assert_eq!(peer.epoch(), here.epoch());
+        assert_eq!(there.file_name(), names[0]);
+        there.rewrite_locator_for_test(|l| l.netns = netns() + 1);
+        assert_eq!(Region::open_in(&d, &a).unwrap().epoch(), here.epoch(), "our namespace's first");
         drop(here);
+        std::fs::remove_file(d.path().join(&names[1])).unwrap();
         assert_eq!(Region::open_in(&d, &a).unwrap().epoch(), there.epoch(), "the other namespace's, when alone");
     }
 
@@ -1131,19 +1455,18 @@ mod tests {
         assert!(owner_alive(me, start));
         assert!(owner_alive(me, 0), "start unknown: the pid decides");
         assert!(!owner_alive(me, start + 1), "another process that had our pid before us");
-        // A queue whose header names another start time for its owner
-        // (here: written into our own) is one a dead process left, even
-        // though a live process has that pid now.
-        let addr: SocketAddr = "127.0.0.1:4".parse().unwrap();
-        let own = Region::create(&addr).unwrap();
-        let peer = Region::open(&addr).unwrap();
-        assert!(peer.reachable());
-        // SAFETY: our own mapping's header; only this test reads it.
-        unsafe { (*(own.base as *mut Header)).owner_start = start + 1 };
-        assert!(!peer.reachable(), "the owner's pid is alive but belongs to another process");
-        // SAFETY: as above.
-        unsafe { (*(own.base as *mut Header)).owner_start = start };
-        assert!(peer.reachable());
+        // A locator that names another start time for its owner is one a
+        // dead process left, even though a live process has that pid now.
+        let s = Scratch::new("reused");
+        let d = s.dir();
+        let addr: SocketAddr = "127.0.0.1:4015".parse().unwrap();
+        let own = Region::create_in(&d, &addr).unwrap();
+        assert!(Region::open_in(&d, &addr).unwrap().reachable());
+        own.rewrite_locator_for_test(|l| l.start = start + 1);
+        let e = Region::open_in(&d, &addr).err().expect("a locator of a process that had our pid");
+        assert_eq!(OwnerGone::of(&e), Some(me), "{e}");
+        own.rewrite_locator_for_test(|l| l.start = start);
+        assert!(Region::open_in(&d, &addr).unwrap().reachable());
     }
 
     #[test]
@@ -1205,7 +1528,7 @@ mod tests {
         let left = Region::create_in(&d, &a).unwrap();
         let left_bell = bell_name(std::process::id(), left.epoch());
         std::fs::rename(d.path().join(&left_bell), d.path().join(bell_name(gone, left.epoch()))).unwrap();
-        left.set_owner_for_test(gone, 0);
+        left.rewrite_locator_for_test(|l| l.owner = gone);
         left.abandon();
         let orphan = UnixDatagram::bind(d.path().join(bell_name(gone, 7))).unwrap();
         let live = UnixDatagram::bind(d.path().join(bell_name(1, 7))).unwrap();
