@@ -196,6 +196,10 @@ extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
 extra_run "xfer[FI_OXMR_WIRE=tcp,FI_OXMR_TCP_IO_URING=0]" xfer FI_OXMR_WIRE=tcp FI_OXMR_TCP_IO_URING=0
 # Blocked waiters woken by arrivals on TCP sockets (not the shm doorbell).
 extra_run "wake[FI_OXMR_WIRE=tcp]" wake FI_OXMR_WIRE=tcp
+# Hostile names at the same-host wire's files (shm_squat.c) when the
+# endpoints reach each other over TCP: they still make their queues, and a
+# taken name or another user's directory must not fail them there either.
+extra_run "shm_squat[FI_OXMR_WIRE=tcp]" shm_squat FI_OXMR_WIRE=tcp
 # Tagged FI_PEEK/FI_CLAIM/FI_DISCARD over TCP too.
 extra_run "probe[FI_OXMR_WIRE=tcp]" probe FI_OXMR_WIRE=tcp
 # FI_EP_MSG connections with their data over TCP.

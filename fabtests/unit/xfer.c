@@ -2507,7 +2507,8 @@ static void t_dead(struct node *n, const char *self)
 		n->ctl = sv[0]; /* the parent, talking to the new child */
 		exchange(n, &dh);
 		dfa = av_insert(&n->e1, dh.name1);
-		snprintf(path, sizeof path, "/dev/shm/oxmr-%s-%u",
+		/* (docs/wire.md "Addressing": this user's directory) */
+		snprintf(path, sizeof path, "/dev/shm/oxmr-u%u/q-%s-%u", (unsigned)geteuid(),
 			 inet_ntoa(((const struct sockaddr_in *)dh.name1)->sin_addr), port_of(dh.name1));
 		EXPECT(shm_exists(path), "%s: the live peer's queue file is missing", path);
 

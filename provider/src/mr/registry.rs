@@ -160,7 +160,7 @@ pub enum AccessError {
 /// an oracle, a wrong address answering otherwise than a wrong key, that
 /// lets a peer search for a key, then an address, then rights, apart. The
 /// precise reason goes to the target's log.
-pub const REFUSED: u32 = ffi::FI_EACCES;
+pub(crate) const REFUSED: u32 = ffi::FI_EACCES;
 
 /// A granted access: the region and the byte offset into it.
 pub struct Granted {

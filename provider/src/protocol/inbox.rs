@@ -36,10 +36,11 @@ impl Inbox {
             .map_err(|e| fail!(ffi::FI_EIO, "{call}: cannot take TCP connections at the endpoint's listener: {e}"))
     }
 
-    /// The inbox of the endpoint named `name`; `call` names the libfabric
-    /// call for the log line when it cannot be made.
-    pub fn create(name: &SocketAddr, call: &str) -> Result<Inbox> {
-        crate::wire::Inbox::create(name)
+    /// The inbox of the endpoint named `name`, reaching its peers over
+    /// `wire`; `call` names the libfabric call for the log line when it
+    /// cannot be made.
+    pub fn create(name: &SocketAddr, wire: crate::config::Wire, call: &str) -> Result<Inbox> {
+        crate::wire::Inbox::create(name, wire)
             .map(Inbox)
             .map_err(|e| fail!(ffi::FI_EIO, "{call}: cannot create {}: {e}", crate::wire::Inbox::place(name)))
     }

@@ -77,6 +77,9 @@ pub enum OpenError {
     Dead { owner: u32 },
     /// The endpoint there speaks another version of the wire.
     Version { theirs: u32, ours: u32 },
+    /// What holds the peer's queue name is not a queue this process may
+    /// use (what is wrong, naming the file).
+    Refused(String),
 }
 
 /// Where a link stands.
@@ -131,6 +134,12 @@ impl Dial {
         let mut n = [0u8; 28];
         let e = crate::info::addr::encode(name);
         n[..e.len()].copy_from_slice(&e);
+        // (Where this process has no shared-memory wire, neither has any
+        // process of this user: their directory is the one refused.)
+        let wire = match wire {
+            Wire::Auto if shm::dir::Dir::user().is_err() => Wire::Tcp,
+            w => w,
+        };
         let local = match wire {
             Wire::Auto => crate::sys::ifaddrs().into_iter().map(|i| i.ip).collect(),
             _ => std::sync::Arc::from([]),
@@ -202,6 +211,12 @@ impl Link {
             return tcp::Link::open(to, &dial.hello, &dial.tcp, dial.pairs.as_ref()).map(Link::Tcp);
         }
         let region = shm::region::Region::open(to).map_err(|e| {
+            if let Some(r) = shm::dir::Refused::of(&e) {
+                return OpenError::Refused(r.to_string());
+            }
+            if let Some(owner) = shm::region::OwnerGone::of(&e) {
+                return OpenError::Dead { owner };
+            }
             match e.get_ref().and_then(|x| x.downcast_ref::<shm::region::VersionMismatch>()) {
                 Some(v) => OpenError::Version { theirs: v.theirs, ours: v.ours },
                 None => OpenError::Unreachable(e),
@@ -437,17 +452,36 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    /// Make the inbox of the endpoint named `name`.
-    pub fn create(name: &SocketAddr) -> io::Result<Inbox> {
-        let r = shm::region::Region::create(name)?;
-        let epoch = r.epoch();
+    /// Make the inbox of the endpoint named `name`, whose peers are
+    /// reached over `wire`: its shared-memory queue, or, where no queue can
+    /// be made and the wire is not `shm`, none (the endpoint takes TCP
+    /// alone, with a log line: an endpoint never fails for want of its
+    /// queue, whose name another process may have taken).
+    pub fn create(name: &SocketAddr, wire: Wire) -> io::Result<Inbox> {
+        let r = match shm::region::Region::create(name) {
+            Ok(r) => Some(r),
+            Err(e) if wire == Wire::Shm => return Err(e),
+            Err(e) => {
+                // (Without the directory the process said so once, and
+                // every peer here is reached over TCP: `Dial::new`.)
+                if shm::dir::Dir::user().is_ok() {
+                    tracing::warn!(
+                        "the endpoint {name} has no shared-memory queue ({e}): it takes TCP alone, and peers on this host reach it only under FI_OXMR_WIRE=tcp"
+                    );
+                }
+                None
+            }
+        };
+        let epoch = r.as_ref().map_or_else(|| crate::sys::random_u32().max(1), |r| r.epoch());
         let wake = crate::sys::Epoll::new().ok().map(std::sync::Arc::new);
-        let rings = match (&wake, r.bell_fd()) {
-            (Some(w), Some(fd)) => w.add(fd).is_ok(),
+        let rings = match (&wake, r.as_ref().map(|r| r.bell_fd())) {
+            (Some(w), Some(Some(fd))) => w.add(fd).is_ok(),
+            // (TCP alone: its sockets make the wake fd readable.)
+            (Some(_), None) => true,
             _ => false,
         };
         Ok(Inbox {
-            shm: Some(r),
+            shm: r,
             tcp: None,
             #[cfg(test)]
             lo: None,
@@ -507,7 +541,7 @@ impl Inbox {
 
     /// Where the inbox of `name` lives, for log lines.
     pub fn place(name: &SocketAddr) -> String {
-        format!("the shared-memory queue /dev/shm{}", shm::region::path_for(name))
+        format!("the shared-memory queue {}", shm::region::path_for(name))
     }
 
     /// The addresses of this host's endpoints on `port` (for the log line
@@ -679,6 +713,27 @@ mod tests {
         }
         assert_eq!(Dial::new(Wire::Tcp, &me, 1).route(&at("127.0.0.1:9")), Wire::Tcp, "tcp: even this host");
         assert_eq!(Dial::new(Wire::Shm, &me, 1).route(&at("198.51.100.7:9")), Wire::Shm, "shm: every peer");
+    }
+
+    #[test]
+    fn an_endpoint_whose_queue_names_are_all_taken_takes_tcp_alone_unless_the_wire_is_shm() {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap();
+        let name = port.local_addr().unwrap();
+        let dir = shm::dir::Dir::user().expect("this user's directory");
+        let names: Vec<String> = shm::region::queue_names(&name).collect();
+        for n in &names {
+            std::fs::create_dir(dir.path().join(n)).unwrap();
+        }
+        let auto = Inbox::create(&name, Wire::Auto);
+        let shm_only = Inbox::create(&name, Wire::Shm);
+        for n in &names {
+            std::fs::remove_dir(dir.path().join(n)).unwrap();
+        }
+        let mut i = auto.expect("a taken name never fails the endpoint");
+        assert!(i.shm.is_none() && i.copies().is_none(), "no queue");
+        i.take_tcp(port, None).expect("its listener");
+        assert!(i.wake_fd().is_some(), "its TCP sockets ring the wake fd");
+        assert!(shm_only.is_err(), "FI_OXMR_WIRE=shm: no queue, no endpoint");
     }
 
     #[test]

@@ -53,6 +53,10 @@ impl Engine {
                 ffi::FI_EHOSTUNREACH,
                 "the endpoint at {to} speaks {wire} wire version {theirs}, this oxmr speaks version {ours}: run one oxmr build on both sides"
             ),
+            OpenError::Refused(why) => fail!(
+                ffi::FI_EHOSTUNREACH,
+                "the endpoint at {to} cannot be reached over shared memory: {why} (not an endpoint's queue: remove it if no endpoint of this user is at {to})"
+            ),
             OpenError::Dead { owner } => fail!(
                 ffi::FI_EHOSTUNREACH,
                 "the endpoint at {to} is gone: its process {owner} exited without closing it"
@@ -272,7 +276,7 @@ mod tests {
         let elsewhere: SocketAddr = "127.0.0.2:40123".parse().unwrap();
         let why = unreachable_why(&elsewhere, &e, Wire::Shm);
         assert!(why.contains("is the peer running"), "{why}");
-        let _own = Inbox::create(&there).unwrap();
+        let _own = Inbox::create(&there, Wire::Shm).unwrap();
         let why = unreachable_why(&elsewhere, &e, Wire::Shm);
         assert!(why.contains("but 127.0.0.1:40123 listens on that port"), "{why}");
         assert!(why.contains("-s 127.0.0.2"), "{why}");

@@ -11,6 +11,7 @@
 //! both processes at once (`jobs`). See docs/wire.md.
 
 pub mod cma;
+pub mod dir;
 pub mod jobs;
 pub mod region;
 pub mod share;

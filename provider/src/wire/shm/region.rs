@@ -1,10 +1,11 @@
-//! The shared-memory region of one endpoint.
+//! The shared-memory region (queue) of one endpoint.
 //!
 //! Layout (all little-endian, fixed at creation):
 //!
 //! ```text
 //! Header   magic, version, owner pid, cell count/size, ready flag, tail
-//!          (producers' line), head (the consumer's line), idle and
+//!          (producers' line), owner start time, address, network
+//!          namespace, head (the consumer's line), idle and
 //!          sleeping (the owner's line: it has no copy of its own
 //!          waiting; how many of its threads sleep on its doorbell), claimers
 //!          (the pid of the producer that last claimed each cell)
@@ -22,8 +23,10 @@
 //! message costs one cache-line transfer each way instead of three. A full
 //! ring answers `EAGAIN` (flow control); nothing blocks.
 //!
-//! The doorbell: the owner binds a unix datagram socket in the abstract
-//! namespace (`bell_name`), which its wake fd holds. A thread of the owner
+//! The doorbell: the owner binds a unix datagram socket at a path in its
+//! queue's directory (`bell_name`: `bell-<pid>-<epoch>`, named after what
+//! the header records, so a producer finds it from the queue alone), which
+//! its wake fd holds. A thread of the owner
 //! about to sleep adds one to `sleeping` (SeqCst), then looks for work once
 //! more, then sleeps; a producer, after publishing a cell, fences (SeqCst)
 //! and reads `sleeping`, and if it is not 0 sends one byte to the doorbell
@@ -32,17 +35,34 @@
 //! producer sees `sleeping` (Dekker's pattern), so no message is left
 //! asleep; a busy owner costs producers one load.
 //!
-//! Files are `/dev/shm/oxmr-<ip>-<port>`: the port belongs to the
-//! endpoint's TCP listener, so two live endpoints can never share a name. A
-//! file whose owner pid is gone is stale and is replaced.
+//! Files: the queue itself is a memfd of its owner, sealed against
+//! shrinking and growing once sized, so no process can cut it short under
+//! a mapper (a SIGBUS in the peer). Peers find it through a locator, the
+//! file `q-<ip>-<port>` in this user's directory (`shm::dir`,
+//! `/dev/shm/oxmr-u<euid>`), which names the owner's pid, start time and
+//! the memfd's fd number; they open `/proc/<pid>/fd/<fd>` (the kernel
+//! lets a process of the same uid, as CMA does), check the seals, and take
+//! the owner from the kernel (the process whose fd table held the queue),
+//! not from anything written in shared memory. The port belongs to the
+//! endpoint's TCP listener, so two live endpoints of one network namespace
+//! never share a name. A locator is written under a temporary name and
+//! published by a rename that never replaces, so a file at a queue name is
+//! a whole locator or not one at all. One whose owner is gone is stale and
+//! is replaced (its memfd went with its process). Anything else at the
+//! name (a file that is no locator, a FIFO, a queue of a live process in
+//! another network namespace) is left alone, and the queue takes the next
+//! of `NAMES` names (`q-<ip>-<port>~1`, ...), which peers try in the same
+//! order: a taken name never fails an endpoint.
 
-use std::ffi::CString;
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
+use super::dir::{Dir, Refused};
 use super::jobs::{JobSlot, JobTable, JOBS};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
 
 /// Cells in an endpoint's queue.
 pub(crate) const CELLS: usize = 256;
@@ -58,8 +78,9 @@ const MAGIC: u64 = 0x6f78_6d72_7368_6d31; // "oxmrshm1"
 const READY: u32 = 1;
 const CLOSED: u32 = 2;
 // (12: `sleeping` and the doorbell; a version-11 producer would never
-// ring, so it is refused.)
-const VERSION: u32 = 12;
+// ring, so it is refused. 13: the per-user directory, `addr`, `netns`.
+// 14: the queue a sealed memfd, the file at its name a `Locator`.)
+const VERSION: u32 = 14;
 
 #[repr(C)]
 struct Header {
@@ -78,7 +99,15 @@ struct Header {
     /// since boot): with `owner`, names the process even after its pid is
     /// reused (`owner_alive`).
     owner_start: u64,
-    _pad2: [u64; 10],
+    /// The address of the endpoint the queue serves (`info::addr::encode`,
+    /// zero-padded): a queue found under another name is not taken for it.
+    addr: [u8; 32],
+    /// The owner's network namespace (the inode of /proc/self/ns/net): of
+    /// two live queues for one address (endpoints at the same address in
+    /// two namespaces, which share /dev/shm), a peer takes the one of its
+    /// own namespace.
+    netns: u64,
+    _pad2: [u64; 5],
     /// The consumer's position: every cell before it is free.
     head: AtomicU64,
     _pad3: [u64; 15],
@@ -132,36 +161,56 @@ impl std::fmt::Display for VersionMismatch {
 
 impl std::error::Error for VersionMismatch {}
 
-/// The file name of an endpoint's region.
+/// How many names an endpoint's queue may take (`queue_names`).
+const NAMES: usize = 4;
+
+/// The names the queue of the endpoint `addr` may have, in the order its
+/// owner takes them and its peers look: `q-<ip>-<port>`, then `~1`, `~2`,
+/// `~3` after it (when something else holds the name before).
+pub(crate) fn queue_names(addr: &SocketAddr) -> impl Iterator<Item = String> {
+    let base = format!("q-{}-{}", addr.ip().to_string().replace(':', "_"), addr.port());
+    (0..NAMES).map(move |i| if i == 0 { base.clone() } else { format!("{base}~{i}") })
+}
+
+/// The path of an endpoint's queue (its first name), for log lines.
 pub fn path_for(addr: &SocketAddr) -> String {
-    format!("/oxmr-{}-{}", addr.ip().to_string().replace(':', "_"), addr.port())
+    let name = queue_names(addr).next().unwrap_or_default();
+    match Dir::user() {
+        Ok(d) => d.file(&name),
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        Err(_) => format!("/dev/shm/{}/{name}", super::dir::user_dir_name(unsafe { libc::geteuid() })),
+    }
 }
 
 /// The addresses of the endpoints on this host listening on `port` (from
-/// the names of their regions; live or not), for error messages.
+/// the names of their queues; live or not), for error messages.
 pub fn endpoints_on_port(port: u16) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    let Ok(dir) = Dir::user() else { return Vec::new() };
     let tail = format!("-{port}");
     let mut found: Vec<String> = dir
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let ip = name.strip_prefix("oxmr-")?.strip_suffix(&tail)?.replace('_', ":");
+        .names()
+        .into_iter()
+        .filter_map(|name| {
+            let name = name.split_once('~').map_or(name.as_str(), |(n, _)| n);
+            let ip = name.strip_prefix("q-")?.strip_suffix(&tail)?.replace('_', ":");
             let ip: std::net::IpAddr = ip.parse().ok()?;
             Some(SocketAddr::new(ip, port).to_string())
         })
         .collect();
     found.sort();
+    found.dedup();
     found
 }
 
-/// The abstract unix socket name of the doorbell of the region `name`
-/// (`path_for`'s).
+/// The file name of the doorbell of the queue whose owner is `pid` and
+/// epoch `epoch`. (A path in the per-user directory, not an abstract
+/// name: any user of the network namespace could take an abstract name
+/// first, or send to it; and a path reaches an owner in another network
+/// namespace too.)
 /// (Abstract names belong to the network namespace: an owner in another
 /// namespace, reached over shm under FI_OXMR_WIRE=shm, is not rung.)
-fn bell_name(name: &str) -> io::Result<std::os::unix::net::SocketAddr> {
-    use std::os::linux::net::SocketAddrExt;
-    std::os::unix::net::SocketAddr::from_abstract_name(format!("oxmr-bell{name}").as_bytes())
+fn bell_name(pid: u32, epoch: u32) -> String {
+    format!("bell-{pid}-{epoch:08x}")
 }
 
 /// A region's mapping, unmapped when its last holder (the region, job
@@ -193,7 +242,19 @@ pub struct Region {
     /// `map`'s address, kept at hand.
     base: *mut u8,
     map: std::sync::Arc<Mapping>,
+    /// The directory of the queue's file, and its name there.
+    dir: Arc<Dir>,
     name: String,
+    /// Owner: the status of its locator file (it removes the name at the
+    /// end only if the name is still that file).
+    file: Option<libc::stat>,
+    /// Owner: the queue's memfd, held open for the endpoint's life: peers
+    /// open it through /proc/<pid>/fd.
+    _memfd: Option<std::os::fd::OwnedFd>,
+    /// The process that owns the queue and when it started: ourselves, or
+    /// (a peer's) the process whose fd table the queue was taken from.
+    owner: u32,
+    owner_start: u64,
     owned: bool,
     /// Consumer position (owner only).
     head: u64,
@@ -208,6 +269,8 @@ pub struct Region {
     /// endpoint then cannot be rung, and its waiters tick). Producer: the
     /// unbound socket it rings with, made at the first ring.
     bell: Option<UnixDatagram>,
+    /// Owner: the doorbell's file (removed at the end if still that one).
+    bell_file: Option<(String, libc::stat)>,
     ringer: std::cell::OnceCell<Option<(UnixDatagram, std::os::unix::net::SocketAddr)>>,
 }
 
@@ -260,7 +323,8 @@ pub fn owner_alive(pid: u32, start: u64) -> bool {
 }
 
 fn map(fd: i32) -> io::Result<*mut u8> {
-    // SAFETY: maps REGION_SIZE bytes of a file we sized to at least that.
+    // SAFETY: maps REGION_SIZE bytes of a file that we sized, or checked
+    // through this fd, to hold at least that many.
     let p = unsafe {
         libc::mmap(std::ptr::null_mut(), REGION_SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
     };
@@ -270,55 +334,515 @@ fn map(fd: i32) -> io::Result<*mut u8> {
     Ok(p as *mut u8)
 }
 
-/// Remove region files left by processes that died without closing their
-/// endpoints (SIGKILL, crash). Runs once per process, before the first
-/// region is created; a file is removed only when its owner pid is gone.
-pub fn reclaim_stale() {
-    // Once per process: a forked child (which inherits a "done" flag) runs
-    // it again, keyed on the pid.
-    static DONE_BY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// This process's network namespace (`Header::netns`; 0 if unknown).
+fn netns() -> u64 {
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino())
+    })
+}
+
+/// A queue's locator: the file at the queue's name. The queue itself is
+/// a memfd of its owner, sealed so that nothing can shrink it under its
+/// mappers, which peers open as /proc/<owner>/fd/<fd>: the kernel then
+/// says which process holds it (the owner a link vouches for is the one
+/// whose fd table the queue was taken from, not what its header says).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Locator {
+    version: u32,
+    owner: u32,
+    /// The queue's fd in the owner.
+    fd: u32,
+    epoch: u32,
+    /// The owner's start time (`start_time`).
+    start: u64,
+    /// The endpoint's address (`addr_bytes`).
+    addr: [u8; 32],
+    /// The owner's network namespace (`netns`).
+    netns: u64,
+}
+
+const LOC_MAGIC: u64 = 0x6f78_6d72_6c6f_6331; // "oxmrloc1"
+/// Bytes of a locator file.
+const LOC_SIZE: usize = 72;
+
+impl Locator {
+    fn encode(&self) -> [u8; LOC_SIZE] {
+        let mut b = [0u8; LOC_SIZE];
+        b[0..8].copy_from_slice(&LOC_MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
+        b[12..16].copy_from_slice(&self.owner.to_le_bytes());
+        b[16..20].copy_from_slice(&self.fd.to_le_bytes());
+        b[20..24].copy_from_slice(&self.epoch.to_le_bytes());
+        b[24..32].copy_from_slice(&self.start.to_le_bytes());
+        b[32..64].copy_from_slice(&self.addr);
+        b[64..72].copy_from_slice(&self.netns.to_le_bytes());
+        b
+    }
+
+    /// None: not a locator (no magic).
+    fn decode(b: &[u8; LOC_SIZE]) -> Option<Locator> {
+        let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
+        (u64_at(0) == LOC_MAGIC).then(|| Locator {
+            version: u32_at(8),
+            owner: u32_at(12),
+            fd: u32_at(16),
+            epoch: u32_at(20),
+            start: u64_at(24),
+            addr: b[32..64].try_into().unwrap_or_default(),
+            netns: u64_at(64),
+        })
+    }
+}
+
+/// An address as a locator and a header record it (`info::addr::encode`,
+/// zero-padded).
+fn addr_bytes(addr: &SocketAddr) -> [u8; 32] {
+    let mut a = [0u8; 32];
+    let e = crate::info::addr::encode(addr);
+    a[..e.len()].copy_from_slice(&e);
+    a
+}
+
+/// The owner of a queue is gone (the link reports it as dead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnerGone {
+    pub owner: u32,
+}
+
+impl std::fmt::Display for OwnerGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "its process {} is gone", self.owner)
+    }
+}
+
+impl std::error::Error for OwnerGone {}
+
+impl OwnerGone {
+    /// The pid an error says is gone, if it says so.
+    pub fn of(e: &io::Error) -> Option<u32> {
+        e.get_ref().and_then(|x| x.downcast_ref::<OwnerGone>()).map(|g| g.owner)
+    }
+}
+
+/// The locator `name` in `dir`, and the file's status: ENOENT when
+/// nothing has the name; a `Refused` error for anything that is not a
+/// locator, a `VersionMismatch` for one of another wire version. Only a
+/// regular file of ours is opened, and it is read, never mapped.
+fn read_locator(dir: &Dir, name: &str) -> io::Result<(Locator, libc::stat)> {
+    let (fd, st) = dir.open_checked(name, LOC_SIZE as u64, false)?;
+    let mut b = [0u8; LOC_SIZE];
+    // SAFETY: reading into our buffer from our fd.
+    let n = unsafe { libc::pread(fd.as_raw_fd(), b.as_mut_ptr() as *mut libc::c_void, LOC_SIZE, 0) };
+    if n != LOC_SIZE as isize {
+        return Err(Refused::error(dir.file(name), "it cannot be read whole"));
+    }
+    let loc = Locator::decode(&b).ok_or_else(|| Refused::error(dir.file(name), "not an oxmr queue's locator"))?;
+    if loc.version != VERSION {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, VersionMismatch { theirs: loc.version, ours: VERSION }));
+    }
+    Ok((loc, st))
+}
+
+/// What holds a queue name.
+enum Holder {
+    /// A queue of this version whose owner lives (a process in another
+    /// network namespace at the same address: ours cannot be).
+    Live(u32),
+    /// A queue of this process (an earlier one at this address), or one
+    /// whose owner is gone (`stale`): the locator's status, to remove it
+    /// only if it is still that file.
+    Replaceable { owner: u32, epoch: u32, stale: bool, st: libc::stat },
+    /// Anything else: what it is, in words.
+    Other(String),
+}
+
+/// What holds the queue name `name` in `dir` (ENOENT: nothing).
+fn holder(dir: &Dir, name: &str) -> io::Result<Holder> {
+    let (loc, st) = match read_locator(dir, name) {
+        Ok(x) => x,
+        Err(e) => {
+            if let Some(r) = Refused::of(&e) {
+                return Ok(Holder::Other(r.what.clone()));
+            }
+            // (One of another version is not ours to judge.)
+            if let Some(v) = e.get_ref().and_then(|x| x.downcast_ref::<VersionMismatch>()) {
+                return Ok(Holder::Other(format!("a queue of shm wire version {}", v.theirs)));
+            }
+            return Err(e);
+        }
+    };
+    let (owner, epoch) = (loc.owner, loc.epoch);
+    if owner == std::process::id() {
+        return Ok(Holder::Replaceable { owner, epoch, stale: false, st });
+    }
+    if owner_alive(owner, loc.start) {
+        return Ok(Holder::Live(owner));
+    }
+    Ok(Holder::Replaceable { owner, epoch, stale: true, st })
+}
+
+/// The queue a locator names, opened through the owner's /proc entry
+/// (one fd for the whole check: the process it names cannot be swapped
+/// for a later one with its pid between the check and the open); `file`
+/// names the locator in errors. OwnerGone when its process is gone (or is
+/// another one now), EPROTO when it has closed the queue.
+fn open_queue(loc: &Locator, uid: u32, file: &str) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let gone = || io::Error::other(OwnerGone { owner: loc.owner });
+    let at = |what: String| Refused::error(file.to_string(), what);
+    let dir = std::ffi::CString::new(format!("/proc/{}", loc.owner)).map_err(|_| gone())?;
+    // SAFETY: a valid C string; the fd is owned just below.
+    let proc = unsafe { libc::open(dir.as_ptr(), libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC) };
+    if proc < 0 {
+        return Err(gone());
+    }
+    // SAFETY: the fd was just opened and is owned by nothing else.
+    let proc = unsafe { std::os::fd::OwnedFd::from_raw_fd(proc) };
+    // The process behind this fd: alive, not a zombie, and started when
+    // the locator says.
+    let mut stat = String::new();
+    // SAFETY: our directory fd and a valid C string; the fd is owned below.
+    let sfd = unsafe { libc::openat(proc.as_raw_fd(), c"stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if sfd < 0 {
+        return Err(gone());
+    }
+    // SAFETY: the fd was just opened and is owned by nothing else.
+    let mut sf = unsafe { std::fs::File::from_raw_fd(sfd) };
+    std::io::Read::read_to_string(&mut sf, &mut stat).map_err(|_| gone())?;
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or_default();
+    let mut fields = rest.split_whitespace();
+    let state = fields.next().unwrap_or("X");
+    let start: u64 = fields.nth(18).and_then(|s| s.parse().ok()).unwrap_or(0);
+    if matches!(state, "Z" | "X") || (loc.start != 0 && start != loc.start) {
+        return Err(gone());
+    }
+    let link = std::ffi::CString::new(format!("fd/{}", loc.fd)).map_err(|_| gone())?;
+    // What the fd is, before anything opens it (a FIFO or a device of the
+    // owner's is never opened).
+    // SAFETY: an all-zero `struct stat` is a valid value to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: our directory fd, a valid C string, a stat to fill.
+    if unsafe { libc::fstatat(proc.as_raw_fd(), link.as_ptr(), &mut st, 0) } < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            // (The owner closed the queue's fd: its endpoint closed.)
+            Some(libc::ENOENT) => io::Error::from_raw_os_error(libc::EPROTO),
+            Some(libc::EACCES | libc::EPERM) => at(format!(
+                "process {} does not let this process read its fds (it must be of this uid and dumpable, as CMA needs)",
+                loc.owner
+            )),
+            _ => e,
+        });
+    }
+    let what = |st: &libc::stat| {
+        super::dir::what_is_wrong(st, uid, REGION_SIZE as u64)
+            .map(|w| at(format!("the queue it names (fd {} of process {}) is wrong: {w}", loc.fd, loc.owner)))
+    };
+    if let Some(e) = what(&st) {
+        return Err(e);
+    }
+    // SAFETY: our directory fd and a valid C string; the fd is owned below.
+    let fd =
+        unsafe { libc::openat(proc.as_raw_fd(), link.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd was just opened and is owned by nothing else.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    if let Some(e) = what(&super::dir::fstat(fd.as_raw_fd())?) {
+        return Err(e);
+    }
+    // Sealed: no one (the owner included) can shrink it while we map it.
+    // SAFETY: fcntl on our fd.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    let needed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+    if seals < 0 || seals & needed != needed {
+        return Err(at(format!(
+            "the queue it names (fd {} of process {}) is not a memfd sealed against shrinking",
+            loc.fd, loc.owner
+        )));
+    }
+    Ok(fd)
+}
+
+/// Remove what processes that died without closing their endpoints left
+/// in `dir` (SIGKILL, crash): queues whose owner is gone, and queues
+/// being built by a process that is gone. Runs once per process, before
+/// its first queue there is made. Nothing but such files is removed, and
+/// nothing but a regular file of ours is ever opened.
+pub fn reclaim_stale(dir: &Dir) {
+    // Once per process: a forked child (which inherits the "done" mark)
+    // runs it again, keyed on the pid.
     let me = std::process::id();
-    if DONE_BY.swap(me, std::sync::atomic::Ordering::AcqRel) == me {
+    if dir.swept_by.swap(me, Ordering::AcqRel) == me {
         return;
     }
-    {
-        let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !name.starts_with("oxmr-") {
-                continue;
+    for name in dir.names() {
+        if let Some(rest) = name.strip_prefix("tmp-") {
+            // tmp-<pid>-<random>: a queue being built.
+            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            let regular = dir.lstat(&name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
+            if pid.is_some_and(|p| !pid_alive(p)) && regular {
+                let _ = dir.unlink(&name);
             }
-            let Ok(mut f) = std::fs::File::open(e.path()) else { continue };
-            let mut h = [0u8; 48];
-            if std::io::Read::read_exact(&mut f, &mut h).is_err() {
-                continue;
+            continue;
+        }
+        if let Some(rest) = name.strip_prefix("bell-") {
+            // bell-<pid>-<epoch>: a doorbell, whose owner unlinks it at
+            // close (its pid reused since: its queue's sweep below).
+            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            let socket = dir.lstat(&name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK);
+            if pid.is_some_and(|p| !pid_alive(p)) && socket {
+                let _ = dir.unlink(&name);
             }
-            let word = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().unwrap_or_default());
-            let magic = u64::from_le_bytes(h[0..8].try_into().unwrap_or_default());
-            let (version, owner, ready) = (word(8), word(12), word(24));
-            let start = u64::from_le_bytes(h[40..48].try_into().unwrap_or_default());
-            // (A file another process is creating now has no owner or is
-            // not ready yet: never removed. One of another version is not
-            // ours to judge.)
-            if magic != MAGIC || version != VERSION || owner == 0 || ready == 0 || owner_alive(owner, start) {
-                continue;
-            }
-            // Still the file read above (another process may have replaced
-            // it by now: removing that one would cut a live endpoint off).
-            use std::os::unix::fs::MetadataExt;
-            let same = match (f.metadata(), std::fs::metadata(e.path())) {
-                (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
-                _ => false,
-            };
-            if same {
-                tracing::info!("removing /dev/shm/{name}, left by process {owner} which is gone");
-                let _ = std::fs::remove_file(e.path());
+            continue;
+        }
+        if !name.starts_with("q-") {
+            continue;
+        }
+        if let Ok(Holder::Replaceable { owner, epoch, stale: true, st }) = holder(dir, &name) {
+            if dir.unlink_if_same(&name, &st) {
+                tracing::info!("removed {}, left by process {owner} which is gone", dir.file(&name));
+                let bell = bell_name(owner, epoch);
+                if dir.lstat(&bell).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK) {
+                    let _ = dir.unlink(&bell);
+                }
             }
         }
     }
 }
 
 impl Region {
+    /// Create the queue of the endpoint `addr` in this user's directory.
+    pub fn create(addr: &SocketAddr) -> io::Result<Region> {
+        let dir = Dir::user().map_err(|why| io::Error::other(format!("the per-user directory {why}")))?;
+        Region::create_in(&dir, addr)
+    }
+
+    /// Open the queue of the peer `addr` in this user's directory; ENOENT
+    /// when no endpoint has this name here.
+    pub fn open(addr: &SocketAddr) -> io::Result<Region> {
+        let dir = Dir::user().map_err(|why| io::Error::other(format!("the per-user directory {why}")))?;
+        Region::open_in(&dir, addr)
+    }
+
+    /// Create the queue of the endpoint `addr` in `dir`, under the first of
+    /// its names (`queue_names`) that is free or holds a stale queue.
+    pub(crate) fn create_in(dir: &Arc<Dir>, addr: &SocketAddr) -> io::Result<Region> {
+        use std::os::fd::FromRawFd;
+        reclaim_stale(dir);
+        let me = std::process::id();
+        // SAFETY: a valid C string; the fd is owned just below.
+        let fd =
+            cvt(unsafe { libc::memfd_create(c"oxmr-queue".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) })?;
+        // SAFETY: the fd was just made and is owned by nothing else.
+        let memfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // (Mode 0600 as every file of the wire: a memfd is made 0777.)
+        // SAFETY: our new fd, throughout.
+        cvt(unsafe { libc::fchmod(fd, 0o600) })?;
+        // SAFETY: as above.
+        cvt(unsafe { libc::ftruncate(fd, REGION_SIZE as libc::off_t) })?;
+        // SAFETY: as above.
+        cvt(unsafe {
+            libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL)
+        })?;
+        let base = map(fd)?;
+        let start = start_time(me).unwrap_or(0);
+        let mut r = Region {
+            base,
+            map: Mapping(base).into(),
+            dir: dir.clone(),
+            name: String::new(),
+            file: None,
+            _memfd: Some(memfd),
+            owner: me,
+            owner_start: start,
+            owned: true,
+            head: 0,
+            head_seen: 0.into(),
+            pid: me,
+            stuck: None,
+            bell: None,
+            bell_file: None,
+            ringer: Default::default(),
+        };
+        let epoch = crate::sys::random_u32().max(1);
+        // SAFETY: a fresh zeroed mapping of our own memfd, which no one
+        // else can find yet (no locator names it); initialised before
+        // `ready`.
+        unsafe {
+            let h = &mut *(base as *mut Header);
+            h.magic = MAGIC;
+            h.version = VERSION;
+            h.owner = me;
+            h.owner_start = start;
+            h.cells = CELLS as u32;
+            h.cell_size = size_of::<Cell>() as u32;
+            h.epoch = epoch;
+            h.addr = addr_bytes(addr);
+            h.netns = netns();
+        }
+        r.bind_bell();
+        r.header().ready.store(READY, Ordering::Release);
+        // The locator, written under a name no peer looks for, then
+        // published whole.
+        let loc = Locator {
+            version: VERSION,
+            owner: me,
+            fd: fd as u32,
+            epoch,
+            start,
+            addr: addr_bytes(addr),
+            netns: netns(),
+        };
+        r.name = format!("tmp-{me}-{epoch:08x}");
+        let lf = dir.create(&r.name)?;
+        r.file = super::dir::fstat(lf.as_raw_fd()).ok();
+        let b = loc.encode();
+        // SAFETY: writing our buffer to our new fd.
+        let n = unsafe { libc::pwrite(lf.as_raw_fd(), b.as_ptr() as *const libc::c_void, LOC_SIZE, 0) };
+        if n != LOC_SIZE as isize {
+            return Err(io::Error::last_os_error());
+        }
+        drop(lf);
+        let mut taken = Vec::new();
+        for (i, name) in queue_names(addr).enumerate() {
+            for _ in 0..2 {
+                match dir.rename_new(&r.name, &name) {
+                    Ok(()) => {
+                        r.name = name;
+                        if i > 0 {
+                            tracing::warn!(
+                                "the queue of {addr} is {}, where peers find it: the names before it are taken ({})",
+                                r.dir.file(&r.name),
+                                taken.join("; ")
+                            );
+                        }
+                        return Ok(r);
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) => return Err(e),
+                }
+                match holder(dir, &name) {
+                    Ok(Holder::Replaceable { owner, stale, st, .. }) => {
+                        let why = if stale { "stale" } else { "this process's own" };
+                        tracing::info!("replacing {} ({why} queue of process {owner})", dir.file(&name));
+                        dir.unlink_if_same(&name, &st);
+                    }
+                    Ok(Holder::Live(owner)) => {
+                        taken.push(format!("the live queue of process {owner} (another network namespace at {addr}?)"));
+                        break;
+                    }
+                    Ok(Holder::Other(what)) => {
+                        taken.push(format!("{}: {what}", dir.file(&name)));
+                        break;
+                    }
+                    // (Gone since the rename: try again.)
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(e) => {
+                        taken.push(format!("{}: {e}", dir.file(&name)));
+                        break;
+                    }
+                }
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("every name for the queue of {addr} is taken: {}", taken.join("; ")),
+        ))
+    }
+
+    /// Open the queue of the peer `addr` in `dir`: the first of its names
+    /// holding a queue whose owner lives (one of our network namespace
+    /// first), else the first holding a closed queue; else the first
+    /// whose owner is gone (OwnerGone), else what was wrong with the first
+    /// name that held something else, else ENOENT.
+    pub(crate) fn open_in(dir: &Arc<Dir>, addr: &SocketAddr) -> io::Result<Region> {
+        let (mut live, mut found, mut gone, mut err) = (None, None, None, None);
+        for name in queue_names(addr) {
+            match Region::open_one(dir, &name, addr) {
+                Ok((r, ns)) if r.reachable() && ns == netns() => return Ok(r),
+                Ok((r, _)) if r.reachable() => {
+                    live.get_or_insert(r);
+                }
+                Ok((r, _)) => {
+                    found.get_or_insert(r);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) if OwnerGone::of(&e).is_some() => {
+                    gone.get_or_insert(e);
+                }
+                Err(e) => {
+                    err.get_or_insert(e);
+                }
+            }
+        }
+        live.or(found).ok_or_else(|| gone.or(err).unwrap_or_else(|| io::Error::from_raw_os_error(libc::ENOENT)))
+    }
+
+    /// Open the queue whose locator is `name` in `dir` as the queue of
+    /// `addr`; and its owner's network namespace.
+    fn open_one(dir: &Arc<Dir>, name: &str, addr: &SocketAddr) -> io::Result<(Region, u64)> {
+        let (loc, _) = read_locator(dir, name)?;
+        if loc.addr != addr_bytes(addr) {
+            let theirs = crate::info::addr::parse(&loc.addr).map_or("no address".to_string(), |x| x.to_string());
+            return Err(Refused::error(dir.file(name), format!("it is the queue of {theirs}, not of {addr}")));
+        }
+        let fd = open_queue(&loc, dir.uid(), &dir.file(name))?;
+        let base = map(fd.as_raw_fd())?;
+        drop(fd);
+        let r = Region {
+            base,
+            map: Mapping(base).into(),
+            dir: dir.clone(),
+            name: name.to_string(),
+            file: None,
+            _memfd: None,
+            owner: loc.owner,
+            owner_start: loc.start,
+            owned: false,
+            head: 0,
+            head_seen: 0.into(),
+            pid: std::process::id(),
+            stuck: None,
+            bell: None,
+            bell_file: None,
+            ringer: Default::default(),
+        };
+        let h = r.header();
+        let wrong = |what: String| Err(Refused::error(dir.file(name), format!("the queue it names {what}")));
+        if h.magic != MAGIC {
+            return wrong("has no oxmr magic in its header".into());
+        }
+        if h.version != VERSION {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                VersionMismatch { theirs: h.version, ours: VERSION },
+            ));
+        }
+        if (h.cells, h.cell_size) != (CELLS as u32, size_of::<Cell>() as u32) {
+            return wrong(format!(
+                "says {} cells of {} bytes, not {CELLS} of {}",
+                h.cells,
+                h.cell_size,
+                size_of::<Cell>()
+            ));
+        }
+        if h.addr != loc.addr || h.owner != loc.owner || h.epoch != loc.epoch {
+            return wrong(format!(
+                "is not the one of process {} (its header names process {}, epoch {:08x})",
+                loc.owner, h.owner, h.epoch
+            ));
+        }
+        if h.ready.load(Ordering::Acquire) != READY {
+            return Err(io::Error::from_raw_os_error(libc::EPROTO));
+        }
+        Ok((r, loc.netns))
+    }
+
     fn header(&self) -> &Header {
         // SAFETY: the mapping starts with a Header and lives as long as self.
         unsafe { &*(self.base as *const Header) }
@@ -335,121 +859,30 @@ impl Region {
         unsafe { std::ptr::addr_of_mut!((*(self.base as *mut Header)).version).write_volatile(v) };
     }
 
+    /// Rewrite our queue's locator file in place (tests: a locator a dead
+    /// or another process left, or a lying one).
+    #[cfg(test)]
+    fn rewrite_locator_for_test(&self, f: impl FnOnce(&mut Locator)) {
+        let (mut loc, _) = read_locator(&self.dir, &self.name).expect("our own locator");
+        f(&mut loc);
+        std::fs::write(self.dir.path().join(&self.name), loc.encode()).expect("our own locator");
+    }
+
+    /// Leave our queue's file behind, as a process killed before closing
+    /// its endpoint does (tests).
+    #[cfg(test)]
+    pub(crate) fn abandon(mut self) {
+        self.file = None;
+    }
+
+    /// The queue file's name in its directory.
+    pub fn file_name(&self) -> &str {
+        &self.name
+    }
+
     fn cell(&self, i: usize) -> *mut Cell {
         // SAFETY: i < CELLS, inside the mapping.
         unsafe { self.base.add(CELLS_AT + (i % CELLS) * size_of::<Cell>()) as *mut Cell }
-    }
-
-    /// Create the region of an endpoint (replacing a stale one).
-    pub fn create(addr: &SocketAddr) -> io::Result<Region> {
-        reclaim_stale();
-        let name = path_for(addr);
-        let c = CString::new(name.clone()).expect("no NUL in a formatted address");
-        // SAFETY: shm_open with a valid C string; the fd is closed below.
-        let mut fd =
-            unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600) };
-        if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
-            // Stale (its owner is gone) or a live endpoint of another
-            // process: the listener port says it cannot be live, but check.
-            if let Ok(old) = Region::open(addr) {
-                let (owner, start) = (old.header().owner, old.header().owner_start);
-                if owner_alive(owner, start) && owner != std::process::id() {
-                    return Err(io::Error::from_raw_os_error(libc::EADDRINUSE));
-                }
-            }
-            tracing::info!("replacing stale shared-memory file /dev/shm{name}");
-            // SAFETY: valid C string.
-            unsafe { libc::shm_unlink(c.as_ptr()) };
-            // SAFETY: as above.
-            fd = unsafe {
-                libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600)
-            };
-        }
-        cvt(fd)?;
-        // SAFETY: our new fd.
-        let sized = cvt(unsafe { libc::ftruncate(fd, REGION_SIZE as libc::off_t) });
-        let base = sized.and_then(|_| map(fd));
-        // SAFETY: closing our fd; the mapping stays.
-        unsafe { libc::close(fd) };
-        let base = base.inspect_err(|_| {
-            // SAFETY: valid C string.
-            unsafe { libc::shm_unlink(c.as_ptr()) };
-        })?;
-        let bell = bell_name(&name)
-            .and_then(|a| UnixDatagram::bind_addr(&a))
-            .and_then(|b| b.set_nonblocking(true).map(|_| b))
-            .inspect_err(|e| tracing::info!("no doorbell for /dev/shm{name} ({e}): its waiters poll every millisecond"))
-            .ok();
-        let r = Region {
-            base,
-            map: Mapping(base).into(),
-            name,
-            owned: true,
-            head: 0,
-            head_seen: 0.into(),
-            pid: std::process::id(),
-            stuck: None,
-            bell,
-            ringer: Default::default(),
-        };
-        // SAFETY: freshly zeroed mapping we own; initialise before `ready`.
-        unsafe {
-            let h = &mut *(base as *mut Header);
-            h.magic = MAGIC;
-            h.version = VERSION;
-            h.owner = std::process::id();
-            h.owner_start = start_time(std::process::id()).unwrap_or(0);
-            h.cells = CELLS as u32;
-            h.cell_size = size_of::<Cell>() as u32;
-            h.epoch = crate::sys::random_u32().max(1);
-        }
-        r.header().ready.store(READY, Ordering::Release);
-        Ok(r)
-    }
-
-    /// Open a peer's region; ENOENT when no endpoint has this name here.
-    pub fn open(addr: &SocketAddr) -> io::Result<Region> {
-        let name = path_for(addr);
-        let c = CString::new(name.clone()).expect("no NUL in a formatted address");
-        // SAFETY: shm_open with a valid C string.
-        let fd = cvt(unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) })?;
-        // SAFETY: an all-zero `struct stat` is a valid value to fill.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat into a zeroed stat.
-        let ok = cvt(unsafe { libc::fstat(fd, &mut st) });
-        let base = ok.and_then(|_| {
-            if (st.st_size as usize) < REGION_SIZE {
-                Err(io::Error::from_raw_os_error(libc::EPROTO))
-            } else {
-                map(fd)
-            }
-        });
-        // SAFETY: our fd.
-        unsafe { libc::close(fd) };
-        let base = base?;
-        let r = Region {
-            base,
-            map: Mapping(base).into(),
-            name,
-            owned: false,
-            head: 0,
-            head_seen: 0.into(),
-            pid: std::process::id(),
-            stuck: None,
-            bell: None,
-            ringer: Default::default(),
-        };
-        let h = r.header();
-        if h.magic != MAGIC || h.version != VERSION {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                VersionMismatch { theirs: if h.magic == MAGIC { h.version } else { 0 }, ours: VERSION },
-            ));
-        }
-        if h.ready.load(Ordering::Acquire) != READY {
-            return Err(io::Error::from_raw_os_error(libc::EPROTO));
-        }
-        Ok(r)
     }
 
     /// The region's job table (shared copies, see `shm::jobs`); valid
@@ -460,7 +893,7 @@ impl Region {
 
     /// Pid of the region's owner.
     pub fn owner(&self) -> u32 {
-        self.header().owner
+        self.owner
     }
 
     /// The endpoint's epoch (see `Header::epoch`).
@@ -477,7 +910,7 @@ impl Region {
     /// Whether the endpoint is still there: not closed, and its owner
     /// process alive.
     pub fn reachable(&self) -> bool {
-        !self.closed() && owner_alive(self.owner(), self.header().owner_start)
+        !self.closed() && owner_alive(self.owner, self.owner_start)
     }
 
     /// Push one message (`parts` concatenated). EAGAIN when full.
@@ -556,10 +989,38 @@ impl Region {
     fn ring(&self) {
         let sock = self.ringer.get_or_init(|| {
             let s = UnixDatagram::unbound().and_then(|s| s.set_nonblocking(true).map(|_| s));
-            s.and_then(|s| bell_name(&self.name).map(|a| (s, a))).ok()
+            let h = self.header();
+            let at = self.dir.path().join(bell_name(self.owner, h.epoch));
+            s.and_then(|s| std::os::unix::net::SocketAddr::from_pathname(at).map(|a| (s, a))).ok()
         });
         if let Some((s, at)) = sock {
             let _ = s.send_to_addr(&[1], at);
+        }
+    }
+
+    /// Bind the doorbell (owner, before the queue is published; without
+    /// one, its waiters poll every millisecond).
+    fn bind_bell(&mut self) {
+        let h = self.header();
+        let name = bell_name(self.owner, h.epoch);
+        let path = self.dir.path().join(&name);
+        // (A file at the name is a leftover of an earlier process with our
+        // pid that drew the same epoch: ours to replace.)
+        let bound = UnixDatagram::bind(&path).or_else(|e| match e.raw_os_error() {
+            Some(libc::EADDRINUSE) => {
+                let _ = self.dir.unlink(&name);
+                UnixDatagram::bind(&path)
+            }
+            _ => Err(e),
+        });
+        match bound.and_then(|b| b.set_nonblocking(true).map(|_| b)) {
+            Ok(b) => {
+                self.bell_file = self.dir.lstat(&name).ok().map(|st| (name, st));
+                self.bell = Some(b);
+            }
+            Err(e) => {
+                tracing::info!("no doorbell at {} ({e}): its waiters poll every millisecond", path.display())
+            }
         }
     }
 
@@ -730,9 +1191,11 @@ impl Drop for Region {
             // Peers that still map it see the endpoint closed (their
             // pushes fail with ECONNRESET) even though our process lives on.
             self.header().ready.store(CLOSED, Ordering::Release);
-            if let Ok(c) = CString::new(self.name.clone()) {
-                // SAFETY: valid C string.
-                unsafe { libc::shm_unlink(c.as_ptr()) };
+            if let Some(st) = &self.file {
+                self.dir.unlink_if_same(&self.name, st);
+            }
+            if let Some((name, st)) = &self.bell_file {
+                self.dir.unlink_if_same(name, st);
             }
         }
     }
@@ -742,6 +1205,249 @@ impl Drop for Region {
 mod tests {
     use super::*;
 
+    use crate::wire::shm::dir::tests::{mkfifo, Scratch};
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A process that is gone: it exited and was reaped.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        dead
+    }
+
+    fn refusal(e: io::Error) -> String {
+        Refused::of(&e).unwrap_or_else(|| panic!("not a refusal: {e}")).to_string()
+    }
+
+    #[test]
+    fn a_peer_queue_whose_locator_is_not_a_private_file_of_ours_is_refused() {
+        let s = Scratch::new("refused");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4001".parse().unwrap();
+        let name = queue_names(&a).next().unwrap();
+        let at = d.path().join(&name);
+        // (Each check alone: a real queue of ours, then one thing wrong.)
+        let own = Region::create_in(&d, &a).unwrap();
+        assert_eq!(own.file_name(), name);
+        Region::open_in(&d, &a).expect("our own queue, as a peer opens it");
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let why = refusal(Region::open_in(&d, &a).err().expect("a world-writable locator"));
+        assert!(why.contains(&*at.to_string_lossy()) && why.contains("0666"), "{why}");
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::lchown(&at, Some(65534), Some(65534)).unwrap();
+            let why = refusal(Region::open_in(&d, &a).err().expect("another user's locator"));
+            assert!(why.contains("uid 65534"), "{why}");
+            std::os::unix::fs::lchown(&at, Some(0), Some(0)).unwrap();
+        }
+        std::fs::rename(&at, d.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("real"), &at).unwrap();
+        let why = refusal(Region::open_in(&d, &a).err().expect("a link to a real locator"));
+        assert!(why.contains("symbolic link"), "{why}");
+        std::fs::remove_file(&at).unwrap();
+        mkfifo(&at);
+        let why = refusal(Region::open_in(&d, &a).err().expect("a FIFO"));
+        assert!(why.contains("FIFO"), "{why}");
+        std::fs::remove_file(&at).unwrap();
+        let real = std::fs::read(d.path().join("real")).unwrap();
+        std::fs::write(&at, &real[..LOC_SIZE - 1]).unwrap();
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let why = refusal(Region::open_in(&d, &a).err().expect("a short locator"));
+        assert!(why.contains("fewer than"), "{why}");
+        std::fs::write(&at, [0u8; LOC_SIZE]).unwrap();
+        let why = refusal(Region::open_in(&d, &a).err().expect("a file of zeros"));
+        assert!(why.contains("not an oxmr queue"), "{why}");
+        // Another endpoint's locator put at this name.
+        std::fs::remove_file(&at).unwrap();
+        let b: SocketAddr = "127.0.0.1:4002".parse().unwrap();
+        let other = Region::create_in(&d, &b).unwrap();
+        std::fs::hard_link(d.path().join(other.file_name()), &at).unwrap();
+        let why = refusal(Region::open_in(&d, &a).err().expect("the locator of another address"));
+        assert!(why.contains("queue of 127.0.0.1:4002"), "{why}");
+        drop(own);
+    }
+
+    #[test]
+    fn a_locator_naming_anything_but_its_owners_sealed_queue_is_refused() {
+        use std::os::fd::AsRawFd;
+        let s = Scratch::new("named");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4011".parse().unwrap();
+        let own = Region::create_in(&d, &a).unwrap();
+        let (loc, _) = read_locator(&d, own.file_name()).unwrap();
+        let with_fd = |fd: i32| {
+            own.rewrite_locator_for_test(|l| l.fd = fd as u32);
+            Region::open_in(&d, &a)
+        };
+        // A file of ours that is not sealed: it could be cut short.
+        let plain = d.path().join("plain");
+        std::fs::write(&plain, vec![0u8; REGION_SIZE]).unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&plain).unwrap();
+        let why = refusal(with_fd(f.as_raw_fd()).err().expect("an unsealed file"));
+        assert!(why.contains("not a memfd sealed against shrinking"), "{why}");
+        // A pipe is never opened.
+        let (r, w) = std::io::pipe().unwrap();
+        let why = refusal(with_fd(r.as_raw_fd()).err().expect("a pipe"));
+        assert!(why.contains("FIFO"), "{why}");
+        drop((r, w));
+        // A memfd as made (mode 0777).
+        // SAFETY: a valid C string.
+        let m = unsafe { libc::memfd_create(c"oxmr-test".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: our new fd.
+        unsafe { libc::ftruncate(m, REGION_SIZE as libc::off_t) };
+        let why = refusal(with_fd(m).err().expect("an open memfd"));
+        assert!(why.contains("0777"), "{why}");
+        // SAFETY: our fd.
+        unsafe { libc::close(m) };
+        // Another queue of ours, sealed and whole, but another endpoint's.
+        let b: SocketAddr = "127.0.0.1:4012".parse().unwrap();
+        let other = Region::create_in(&d, &b).unwrap();
+        let (theirs, _) = read_locator(&d, other.file_name()).unwrap();
+        let why = refusal(with_fd(theirs.fd as i32).err().expect("another endpoint's queue"));
+        assert!(why.contains("is not the one of process"), "{why}");
+        // The queue's fd named under another live process (here pid 1):
+        // never taken for that process's queue.
+        own.rewrite_locator_for_test(|l| *l = Locator { owner: 1, start: 0, ..loc });
+        assert!(Region::open_in(&d, &a).is_err(), "a queue lent to another process");
+        own.rewrite_locator_for_test(|l| *l = loc);
+        Region::open_in(&d, &a).expect("the locator as it was");
+        // An fd the owner does not have open (closed: its endpoint
+        // closed). (Above any fd limit: other tests' threads open fds.)
+        let e = with_fd(1 << 30).err().expect("a closed fd");
+        assert_eq!(e.raw_os_error(), Some(libc::EPROTO), "{e}");
+    }
+
+    #[test]
+    fn a_queue_cannot_be_cut_short_or_grown_under_its_peers() {
+        let s = Scratch::new("sealed");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4013".parse().unwrap();
+        let mut own = Region::create_in(&d, &a).unwrap();
+        let peer = Region::open_in(&d, &a).unwrap();
+        peer.push(&[b"before"]).unwrap();
+        // What a process of this user can reach: the queue through the
+        // owner's /proc entry.
+        let (loc, _) = read_locator(&d, own.file_name()).unwrap();
+        let path = format!("/proc/{}/fd/{}", loc.owner, loc.fd);
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        for len in [0, 4096, REGION_SIZE as u64 - 1, REGION_SIZE as u64 + 4096] {
+            let e = f.set_len(len).expect_err("a sealed queue resized");
+            assert_eq!(e.raw_os_error(), Some(libc::EPERM), "set_len({len})");
+        }
+        let e = std::fs::OpenOptions::new().write(true).truncate(true).open(&path).expect_err("opened with O_TRUNC");
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+        // (A cut queue would fault here, SIGBUS, instead.)
+        peer.push(&[b"after"]).unwrap();
+        assert!(own.pop(|m, _| assert_eq!(m, b"before")));
+        assert!(own.pop(|m, _| assert_eq!(m, b"after")));
+        // The locator is a file of its own: cutting it touches no mapping.
+        std::fs::write(d.path().join(own.file_name()), b"").unwrap();
+        peer.push(&[b"still"]).unwrap();
+        assert!(own.pop(|m, _| assert_eq!(m, b"still")));
+    }
+
+    #[test]
+    fn the_owner_a_link_vouches_for_is_the_process_holding_the_queue_not_its_header() {
+        let s = Scratch::new("owner");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4014".parse().unwrap();
+        let own = Region::create_in(&d, &a).unwrap();
+        let peer = Region::open_in(&d, &a).unwrap();
+        // Any process of the user can write the header (it maps the
+        // queue); what the link says is what the kernel said.
+        // SAFETY: our own mapping's header; only this test reads it.
+        unsafe { (*(own.base as *mut Header)).owner = 1 };
+        assert_eq!(peer.owner(), std::process::id());
+        assert!(Region::open_in(&d, &a).is_err(), "a queue whose header names another owner than its holder");
+    }
+
+    #[test]
+    fn a_taken_name_moves_the_queue_to_the_next_one_where_peers_find_it() {
+        let s = Scratch::new("taken");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4003".parse().unwrap();
+        let names: Vec<String> = queue_names(&a).collect();
+        // A FIFO and a file that is no queue hold the first two names.
+        mkfifo(&d.path().join(&names[0]));
+        let bogus = d.path().join(&names[1]);
+        std::fs::write(&bogus, vec![0x5au8; REGION_SIZE]).unwrap();
+        std::fs::set_permissions(&bogus, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut own = Region::create_in(&d, &a).expect("a taken name is no failure");
+        assert_eq!(own.file_name(), names[2]);
+        let peer = Region::open_in(&d, &a).expect("the peer looks under the next names too");
+        peer.push(&[b"found"]).unwrap();
+        assert!(own.pop(|m, _| assert_eq!(m, b"found")));
+        // Neither squatter was touched.
+        let fifo = std::fs::symlink_metadata(d.path().join(&names[0])).unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fifo.file_type()));
+        assert!(std::fs::read(&bogus).unwrap().iter().all(|&b| b == 0x5a));
+        drop(own);
+        // Every name taken: an error that lists them, nothing left behind.
+        for n in &names[2..] {
+            std::fs::create_dir(d.path().join(n)).unwrap();
+        }
+        let e = Region::create_in(&d, &a).err().expect("every name held by something else");
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        let e = e.to_string();
+        assert!(e.contains("FIFO") && e.contains("not an oxmr queue") && e.contains(&names[3]), "{e}");
+        assert!(!d.names().iter().any(|n| n.starts_with("tmp-")), "the queue built for it is removed");
+    }
+
+    #[test]
+    fn a_stale_queue_is_replaced_and_stale_leftovers_removed_but_nothing_else() {
+        let s = Scratch::new("stale");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4004".parse().unwrap();
+        let gone = dead_pid();
+        let old = Region::create_in(&d, &a).unwrap();
+        old.rewrite_locator_for_test(|l| l.owner = gone);
+        let old_epoch = old.epoch();
+        old.abandon();
+        let b: SocketAddr = "127.0.0.1:4005".parse().unwrap();
+        let other = Region::create_in(&d, &b).unwrap();
+        other.rewrite_locator_for_test(|l| l.owner = gone);
+        other.abandon();
+        std::fs::write(d.path().join(format!("tmp-{gone}-0")), b"").unwrap();
+        mkfifo(&d.path().join("q-127.0.0.1-4006"));
+        std::os::unix::fs::symlink("/dev/null", d.path().join("q-127.0.0.1-4007")).unwrap();
+        // (A new sweep, as in a new process.)
+        d.swept_by.store(0, Ordering::Relaxed);
+        let new = Region::create_in(&d, &a).expect("the stale queue's name");
+        assert_eq!(new.file_name(), queue_names(&a).next().unwrap());
+        assert_ne!(new.epoch(), old_epoch);
+        let mut left = d.names();
+        left.sort();
+        let bell = bell_name(std::process::id(), new.epoch());
+        assert_eq!(
+            left,
+            [&bell, "q-127.0.0.1-4004", "q-127.0.0.1-4006", "q-127.0.0.1-4007"],
+            "only stale files are swept"
+        );
+    }
+
+    #[test]
+    fn of_two_live_queues_for_one_address_a_peer_takes_its_own_namespaces() {
+        let s = Scratch::new("netns");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4008".parse().unwrap();
+        let names: Vec<String> = queue_names(&a).collect();
+        // Ours at the second name, and before it a live endpoint at this
+        // address in another network namespace (played by a queue of this
+        // process whose locator names another namespace).
+        let here = Region::create_in(&d, &a).unwrap();
+        std::fs::rename(d.path().join(&names[0]), d.path().join(&names[1])).unwrap();
+        let there = Region::create_in(&d, &a).unwrap();
+        assert_eq!(there.file_name(), names[0]);
+        there.rewrite_locator_for_test(|l| l.netns = netns() + 1);
+        assert_eq!(Region::open_in(&d, &a).unwrap().epoch(), here.epoch(), "our namespace's first");
+        drop(here);
+        std::fs::remove_file(d.path().join(&names[1])).unwrap();
+        assert_eq!(Region::open_in(&d, &a).unwrap().epoch(), there.epoch(), "the other namespace's, when alone");
+    }
+
     #[test]
     fn a_reused_pid_is_not_the_owner() {
         let me = std::process::id();
@@ -749,19 +1455,18 @@ mod tests {
         assert!(owner_alive(me, start));
         assert!(owner_alive(me, 0), "start unknown: the pid decides");
         assert!(!owner_alive(me, start + 1), "another process that had our pid before us");
-        // A queue whose header names another start time for its owner
-        // (here: written into our own) is one a dead process left, even
-        // though a live process has that pid now.
-        let addr: SocketAddr = "127.0.0.1:4".parse().unwrap();
-        let own = Region::create(&addr).unwrap();
-        let peer = Region::open(&addr).unwrap();
-        assert!(peer.reachable());
-        // SAFETY: our own mapping's header; only this test reads it.
-        unsafe { (*(own.base as *mut Header)).owner_start = start + 1 };
-        assert!(!peer.reachable(), "the owner's pid is alive but belongs to another process");
-        // SAFETY: as above.
-        unsafe { (*(own.base as *mut Header)).owner_start = start };
-        assert!(peer.reachable());
+        // A locator that names another start time for its owner is one a
+        // dead process left, even though a live process has that pid now.
+        let s = Scratch::new("reused");
+        let d = s.dir();
+        let addr: SocketAddr = "127.0.0.1:4015".parse().unwrap();
+        let own = Region::create_in(&d, &addr).unwrap();
+        assert!(Region::open_in(&d, &addr).unwrap().reachable());
+        own.rewrite_locator_for_test(|l| l.start = start + 1);
+        let e = Region::open_in(&d, &addr).err().expect("a locator of a process that had our pid");
+        assert_eq!(OwnerGone::of(&e), Some(me), "{e}");
+        own.rewrite_locator_for_test(|l| l.start = start);
+        assert!(Region::open_in(&d, &addr).unwrap().reachable());
     }
 
     #[test]
@@ -793,6 +1498,48 @@ mod tests {
         for _ in 0..4 {
             assert!(own.pop(|_, _| ()));
         }
+    }
+
+    #[test]
+    fn the_doorbell_is_a_socket_in_the_directory_removed_at_close_and_swept_when_stale() {
+        use std::os::unix::fs::FileTypeExt;
+        let s = Scratch::new("bell");
+        let d = s.dir();
+        let a: SocketAddr = "127.0.0.1:4009".parse().unwrap();
+        let own = Region::create_in(&d, &a).unwrap();
+        let bell = d.path().join(bell_name(std::process::id(), own.epoch()));
+        assert!(std::fs::symlink_metadata(&bell).unwrap().file_type().is_socket());
+        // No abstract name any user could have taken first or send to
+        // (other processes' may be there: none for this address).
+        let unix = std::fs::read_to_string("/proc/net/unix").unwrap();
+        let abstract_here = unix.lines().filter_map(|l| l.split_once(" @").map(|x| x.1)).find(|n| n.ends_with("-4009"));
+        assert_eq!(abstract_here, None, "an abstract doorbell is bound");
+        let peer = Region::open_in(&d, &a).unwrap();
+        own.set_sleeping(true);
+        peer.push(&[b"ring"]).unwrap();
+        let mut b = [0u8; 8];
+        assert!(own.bell.as_ref().unwrap().recv(&mut b).is_ok(), "rung through its path");
+        own.set_sleeping(false);
+        drop(own);
+        assert!(!bell.exists(), "removed at close");
+        // A doorbell (and a queue) a dead process left: swept; a live
+        // process's doorbell: kept.
+        let gone = dead_pid();
+        let left = Region::create_in(&d, &a).unwrap();
+        let left_bell = bell_name(std::process::id(), left.epoch());
+        std::fs::rename(d.path().join(&left_bell), d.path().join(bell_name(gone, left.epoch()))).unwrap();
+        left.rewrite_locator_for_test(|l| l.owner = gone);
+        left.abandon();
+        let orphan = UnixDatagram::bind(d.path().join(bell_name(gone, 7))).unwrap();
+        let live = UnixDatagram::bind(d.path().join(bell_name(1, 7))).unwrap();
+        d.swept_by.store(0, Ordering::Relaxed);
+        let b: SocketAddr = "127.0.0.1:4010".parse().unwrap();
+        let fresh = Region::create_in(&d, &b).unwrap();
+        let mut names = d.names();
+        names.sort();
+        let mine = bell_name(std::process::id(), fresh.epoch());
+        assert_eq!(names, [bell_name(1, 7), mine, "q-127.0.0.1-4010".to_string()]);
+        drop((orphan, live));
     }
 
     #[test]
