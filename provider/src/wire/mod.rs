@@ -731,7 +731,7 @@ mod tests {
         }
         let mut i = auto.expect("a taken name never fails the endpoint");
         assert!(i.shm.is_none() && i.copies().is_none(), "no queue");
-        i.take_tcp(port, None).expect("its listener");
+        i.take_tcp(port, None, tcp::Bounds::default()).expect("its listener");
         assert!(i.wake_fd().is_some(), "its TCP sockets ring the wake fd");
         assert!(shm_only.is_err(), "FI_OXMR_WIRE=shm: no queue, no endpoint");
     }
