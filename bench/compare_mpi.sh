@@ -11,6 +11,7 @@
 # Each configuration runs REPS times (default 3), alternating; the table
 # shows medians and oxmr's ratio (latency: oxmr / theirs, lower is better;
 # bandwidth: oxmr / theirs, higher is better). Needs root (namespaces).
+# With FI_OXMR_AUTH_KEY set, oxmr's ranks run with that job key.
 #
 # usage: bench/compare_mpi.sh <dir-containing-liboxmr-fi.so>
 set -euo pipefail
@@ -55,6 +56,10 @@ printf '198.18.0.1 slots=1\n198.18.0.2 slots=1\n' >"$tmp/hosts"
 
 export FI_PROVIDER_PATH="$provdir"
 base=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x FI_PROVIDER_PATH)
+# (A job key, when one is set: every rank gets it, as a user would give it.)
+if [ -n "${FI_OXMR_AUTH_KEY:-}" ]; then
+	base+=(-x FI_OXMR_AUTH_KEY)
+fi
 oxmr=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include oxmr)
 ns=(--hostfile "$tmp/hosts" --mca plm_rsh_agent "$tmp/agent" --mca oob_tcp_if_include 198.18.0.0/24)
 
