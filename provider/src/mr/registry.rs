@@ -16,7 +16,7 @@
 //! PRF; Luby and Rackoff) leaves all 64 bits of every other key
 //! unpredictable to a peer that has seen any number of keys (no visible
 //! counter: no bit range of consecutive keys moves by a constant). Making
-//! a key is four SipHash calls and no system call (a getrandom per key
+//! a key is two SipHash calls and no system call (a getrandom per key
 //! was the largest cost of a cached registration).
 //! Application-requested keys (no FI_MR_PROV_KEY) are used as given; one
 //! in use is -FI_ENOKEY.
@@ -206,12 +206,16 @@ pub struct Registry {
     counter: AtomicU64,
     /// The key permutation's secret, drawn once.
     secret: (u64, u64),
+    /// Round 0 of the permutation for counters under 2^32 (their high half
+    /// is 0): `permute_with`.
+    round0: u32,
 }
 
 /// Rounds of the key permutation: Luby and Rackoff's construction is a
-/// pseudorandom permutation from 3 rounds, a strong one (still so to a
-/// peer that could also invert it) from 4.
-const ROUNDS: u64 = 4;
+/// pseudorandom permutation from 3 rounds (a strong one, which stays so to
+/// a peer that could also invert it, from 4; a peer sees keys, it never
+/// gets a key turned back into a counter, so 3 do).
+const ROUNDS: u64 = 3;
 
 /// Round `round` of the key permutation: SipHash of the round number and
 /// one 32-bit half, so that every round is an independent PRF.
@@ -219,16 +223,25 @@ fn round_fn(secret: (u64, u64), round: u64, half: u32) -> u32 {
     siphash24(secret.0, secret.1, round << 32 | half as u64) as u32
 }
 
-/// The key of counter `n`: a balanced Feistel network on its halves. A
-/// Feistel network is a bijection whatever its round function (each round
-/// can be undone: `tests::unpermute`), so distinct counters give distinct
-/// keys.
-fn permute(secret: (u64, u64), n: u64) -> u64 {
-    let (mut l, mut r) = ((n >> 32) as u32, n as u32);
-    for round in 0..ROUNDS {
+/// The key of counter `n`: a balanced Feistel network on its halves, the
+/// low half on the left, so round 0 reads the high half, which changes once
+/// in 2^32 keys: `f0` is that round's value for it (`Registry::round0`
+/// keeps it, so a key costs two SipHash calls, not three). A Feistel
+/// network is a bijection whatever its round function (each round can be
+/// undone: `tests::unpermute`), so distinct counters give distinct keys.
+fn permute_with(secret: (u64, u64), n: u64, f0: u32) -> u64 {
+    let (lo, hi) = (n as u32, (n >> 32) as u32);
+    let (mut l, mut r) = (hi, lo ^ f0);
+    for round in 1..ROUNDS {
         (l, r) = (r, l ^ round_fn(secret, round, r));
     }
     (l as u64) << 32 | r as u64
+}
+
+/// `permute_with` computing round 0 itself.
+#[cfg(test)]
+fn permute(secret: (u64, u64), n: u64) -> u64 {
+    permute_with(secret, n, round_fn(secret, 0, (n >> 32) as u32))
 }
 
 /// SipHash-2-4 of one 8-byte message under the key (k0, k1) (Aumasson and
@@ -276,7 +289,7 @@ impl Registry {
     pub fn new() -> Self {
         let shards = (0..SHARDS).map(|_| Shard::default()).collect();
         let secret = (crate::sys::random_u64(), crate::sys::random_u64());
-        Registry { shards, counter: AtomicU64::new(0), secret }
+        Registry { shards, counter: AtomicU64::new(0), secret, round0: round_fn(secret, 0, 0) }
     }
 
     fn shard(&self, key: u64) -> &RwLock<Map> {
@@ -289,7 +302,9 @@ impl Registry {
     /// A fresh provider key (never FI_KEY_NOTAVAIL).
     pub fn new_key(&self) -> u64 {
         loop {
-            let k = permute(self.secret, self.counter.fetch_add(1, Ordering::Relaxed));
+            let n = self.counter.fetch_add(1, Ordering::Relaxed);
+            let f0 = if n >> 32 == 0 { self.round0 } else { round_fn(self.secret, 0, (n >> 32) as u32) };
+            let k = permute_with(self.secret, n, f0);
             if k != ffi::FI_KEY_NOTAVAIL {
                 return k;
             }
@@ -453,7 +468,8 @@ pub(crate) mod tests {
         for round in (0..ROUNDS).rev() {
             (l, r) = (r ^ round_fn(secret, round, l), l);
         }
-        (l as u64) << 32 | r as u64
+        // (Back to the counter's halves: low on the left.)
+        (r as u64) << 32 | l as u64
     }
 
     /// A bit range [lo, hi) of `keys` whose difference (wrapping
