@@ -307,13 +307,7 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             e.tx_ctx_cnt as isize,
             e.rx_ctx_cnt as isize
         );
-        refuse_if!(
-            e.auth_key_size > 0 && !key_fits(e.auth_key.as_deref(), e.auth_key_size),
-            "ep_attr auth_key of {} bytes: a job key has {} to {} bytes and auth_key must point to them (docs/security.md)",
-            e.auth_key_size,
-            crate::auth::KEY_MIN,
-            crate::auth::KEY_MAX
-        );
+        refuse_if!(key_unfit(e.auth_key.as_deref(), e.auth_key_size), "ep_attr {}", key_rule(e.auth_key_size));
         if e.auth_key.is_some() {
             info.ep.auth_key_size = e.auth_key_size;
             info.ep.auth_key = e.auth_key.clone();
@@ -434,13 +428,7 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             "domain caps {:#x} not offered",
             d.caps & !info.domain.caps & !offered
         );
-        refuse_if!(
-            d.auth_key_size > 0 && !key_fits(d.auth_key.as_deref(), d.auth_key_size),
-            "domain_attr auth_key of {} bytes: a job key has {} to {} bytes and auth_key must point to them (docs/security.md)",
-            d.auth_key_size,
-            crate::auth::KEY_MIN,
-            crate::auth::KEY_MAX
-        );
+        refuse_if!(key_unfit(d.auth_key.as_deref(), d.auth_key_size), "domain_attr {}", key_rule(d.auth_key_size));
         if d.auth_key.is_some() {
             info.domain.auth_key_size = d.auth_key_size;
             info.domain.auth_key = d.auth_key.clone();
@@ -462,10 +450,19 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
     Ok(info)
 }
 
-/// Whether an `auth_key` hint is one oxmr takes as a job key: present, and
-/// of a length `JobKey::new` accepts.
-fn key_fits(key: Option<&[u8]>, size: usize) -> bool {
-    key.is_some() && (crate::auth::KEY_MIN..=crate::auth::KEY_MAX).contains(&size)
+/// Whether an `auth_key` hint of `size` bytes is one oxmr cannot take as a
+/// job key: not present, or of a length `JobKey::new` refuses.
+fn key_unfit(key: Option<&[u8]>, size: usize) -> bool {
+    size > 0 && !(key.is_some() && (crate::auth::KEY_MIN..=crate::auth::KEY_MAX).contains(&size))
+}
+
+/// What the refusal of an unfit `auth_key` of `size` bytes says.
+fn key_rule(size: usize) -> String {
+    format!(
+        "auth_key of {size} bytes: a job key has {} to {} bytes and auth_key must point to them (docs/security.md)",
+        crate::auth::KEY_MIN,
+        crate::auth::KEY_MAX
+    )
 }
 
 #[cfg(test)]

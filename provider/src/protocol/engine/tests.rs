@@ -1241,23 +1241,27 @@ fn unexpected_messages_past_their_bound_hold_the_sender_back_and_none_is_lost() 
     const N: usize = 64;
     const LEN: usize = 16 << 10;
     let msgs: Vec<Vec<u8>> = (0..N).map(|i| vec![i as u8; LEN]).collect();
-    let mut posted = 0;
-    let mut most = 0;
-    for _ in 0..5000 {
-        while posted < N {
+    // (Message i tagged i, as many as a takes now.)
+    let post_more = |a: &mut Side, posted: &mut usize| {
+        while *posted < N {
             let o = TxOp {
-                ctx: 1000 + posted,
-                iovs: iov(&msgs[posted]),
+                ctx: 1000 + *posted,
+                iovs: iov(&msgs[*posted]),
                 dest: 0,
-                tag: Some(posted as u64),
+                tag: Some(*posted as u64),
                 data: None,
                 flags: None,
             };
             if a.eng.send(o).is_err() {
                 break;
             }
-            posted += 1;
+            *posted += 1;
         }
+    };
+    let mut posted = 0;
+    let mut most = 0;
+    for _ in 0..5000 {
+        post_more(&mut a, &mut posted);
         a.eng.progress();
         b.eng.progress();
         most = most.max(b.eng.unexp_bytes);
@@ -1274,20 +1278,7 @@ fn unexpected_messages_past_their_bound_hold_the_sender_back_and_none_is_lost() 
     }
     let mut got = 0;
     for _ in 0..20_000 {
-        while posted < N {
-            let o = TxOp {
-                ctx: 1000 + posted,
-                iovs: iov(&msgs[posted]),
-                dest: 0,
-                tag: Some(posted as u64),
-                data: None,
-                flags: None,
-            };
-            if a.eng.send(o).is_err() {
-                break;
-            }
-            posted += 1;
-        }
+        post_more(&mut a, &mut posted);
         a.eng.progress();
         b.eng.progress();
         while read(&b).is_some() {
