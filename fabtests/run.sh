@@ -206,6 +206,9 @@ extra_run "probe[FI_OXMR_WIRE=tcp]" probe FI_OXMR_WIRE=tcp
 extra_run "msg[FI_OXMR_WIRE=tcp]" msg FI_OXMR_WIRE=tcp
 # Both sides with a job key: the handshake connection and the data's prove it.
 extra_run "msg[FI_OXMR_WIRE=tcp,FI_OXMR_AUTH_KEY]" msg FI_OXMR_WIRE=tcp FI_OXMR_AUTH_KEY="fabtests/run.sh: msg's job key"
+# The job key over the shared-memory wire: every queue proves it, every
+# link checks the proof, under the whole operation set.
+extra_run "xfer[FI_OXMR_AUTH_KEY]" xfer FI_OXMR_AUTH_KEY="fabtests/run.sh: xfer's job key"
 # Without the TCP wire (FI_OXMR_WIRE=shm): no FI_REMOTE_COMM, no
 # destination on another host.
 extra_run "getinfo[FI_OXMR_WIRE=shm]" getinfo FI_OXMR_WIRE=shm

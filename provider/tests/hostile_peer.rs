@@ -215,11 +215,11 @@ impl Peer {
     fn new(target: &SocketAddr) -> Peer {
         let port = TcpListener::bind("127.0.0.1:0").expect("a free port");
         let me = port.local_addr().unwrap();
-        let rx = Region::create(&me).expect("the peer's queue");
+        let rx = Region::create(&me, None).expect("the peer's queue");
         let mut name = [0u8; 28];
         let e = addr::encode(&me);
         name[..e.len()].copy_from_slice(&e);
-        Peer { _port: port, name, rx, to: Region::open(target).expect("the target's queue") }
+        Peer { _port: port, name, rx, to: Region::open(target, None).expect("the target's queue") }
     }
 
     /// Operation id `n` of this peer: its queue's epoch in the high half,
@@ -1321,7 +1321,7 @@ fn a_late_cts_of_a_closed_endpoint_is_not_served_against_a_new_one() {
     let mut name = [0u8; 28];
     let e = addr::encode(&x);
     name[..e.len()].copy_from_slice(&e);
-    let to_target = Region::open(&t.name).expect("the target's queue");
+    let to_target = Region::open(&t.name, None).expect("the target's queue");
     let push = |mut h: Hdr| {
         h.pid = std::process::id();
         h.name = name;
@@ -1333,7 +1333,7 @@ fn a_late_cts_of_a_closed_endpoint_is_not_served_against_a_new_one() {
     let src: Vec<u8> = (0..N).map(|i| (i * 5 + 9) as u8).collect();
 
     // O gets S's RTS.
-    let mut o = Region::create(&x).expect("O's queue");
+    let mut o = Region::create(&x, None).expect("O's queue");
     t.send(&src, fi_addr, 0x91);
     let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
     let mut rts = None;
@@ -1349,7 +1349,7 @@ fn a_late_cts_of_a_closed_endpoint_is_not_served_against_a_new_one() {
     drop(o);
     // N opens at X, and publishes a job in its slot 0, generation 1 (as it
     // would for a send S2), its own first half copied.
-    let n = Region::create(&x).expect("N's queue");
+    let n = Region::create(&x, None).expect("N's queue");
     let mut dst = vec![0u8; N];
     let jobs = n.jobs();
     assert!(jobs.open(0, 1, N, HALF, true, &[(dst.as_mut_ptr() as usize, N)]));

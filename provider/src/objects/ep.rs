@@ -189,7 +189,7 @@ impl Ep {
         let (l, name) = listen(src)?;
         state.listener = Some(l);
         state.name = Some(name);
-        let region = Some(Inbox::create(&name, domain.fabric.config.wire, "fi_endpoint")?);
+        let region = Some(Inbox::create(&name, domain.fabric.config.wire, auth_key.as_ref(), "fi_endpoint")?);
         Ok(Ep {
             hdr,
             domain,
@@ -507,7 +507,8 @@ impl Ep {
         let name = l.local_addr().map_err(|e| fail!(ffi::FI_EIO, "getsockname: {e}"))?;
         // Peers find our queue by our name: a new name, a new queue
         // (the old one, unused so far, goes with its file).
-        let region = Inbox::create(&name, self.domain.fabric.config.wire, "fi_setname/fi_endpoint")?;
+        let region =
+            Inbox::create(&name, self.domain.fabric.config.wire, self.auth_key.as_ref(), "fi_setname/fi_endpoint")?;
         *self.rx_region.lock().unwrap_or_else(|p| p.into_inner()) = Some(region);
         s.listener = Some(l);
         s.name = Some(name);

@@ -37,10 +37,16 @@ impl Inbox {
     }
 
     /// The inbox of the endpoint named `name`, reaching its peers over
-    /// `wire`; `call` names the libfabric call for the log line when it
-    /// cannot be made.
-    pub fn create(name: &SocketAddr, wire: crate::config::Wire, call: &str) -> Result<Inbox> {
-        crate::wire::Inbox::create(name, wire)
+    /// `wire`, its shared-memory queue proving `key` where there is one;
+    /// `call` names the libfabric call for the log line when it cannot be
+    /// made.
+    pub fn create(
+        name: &SocketAddr,
+        wire: crate::config::Wire,
+        key: Option<&crate::auth::JobKey>,
+        call: &str,
+    ) -> Result<Inbox> {
+        crate::wire::Inbox::create(name, wire, key)
             .map(Inbox)
             .map_err(|e| fail!(ffi::FI_EIO, "{call}: cannot create {}: {e}", crate::wire::Inbox::place(name)))
     }

@@ -34,6 +34,7 @@ pub use crate::config::Wire;
 pub use land::{Head as LandHead, Landings};
 pub use tcp::TcpSend;
 
+pub use shm::region::KeyMismatch;
 pub use shm::share::{Copies, SharedCopy, Span};
 /// A TCP hello's bytes, for tests that speak the wire by hand.
 #[cfg(test)]
@@ -80,6 +81,10 @@ pub enum OpenError {
     /// What holds the peer's queue name is not a queue this process may
     /// use (what is wrong, naming the file).
     Refused(String),
+    /// The peer's queue does not prove the job key this endpoint holds,
+    /// or proves one where this endpoint holds none (docs/security.md,
+    /// "The shared-memory wire").
+    Key(shm::region::KeyMismatch),
 }
 
 /// Where a link stands.
@@ -164,6 +169,12 @@ impl Dial {
         Dial { tcp, ..self }
     }
 
+    /// The job key every link proves and demands, whichever wire carries
+    /// it (one key per endpoint: the TCP side's).
+    pub fn key(&self) -> Option<&crate::auth::JobKey> {
+        self.tcp.key.as_ref()
+    }
+
     /// The wire that carries frames to and from the endpoint named `to`:
     /// shared memory or TCP (never `Auto`). A frame that arrives on the
     /// other wire is not taken as that endpoint's (`Engine::sent_by`).
@@ -210,7 +221,10 @@ impl Link {
         if dial.route(to) == Wire::Tcp {
             return tcp::Link::open(to, &dial.hello, &dial.tcp, dial.pairs.as_ref()).map(Link::Tcp);
         }
-        let region = shm::region::Region::open(to).map_err(|e| {
+        let region = shm::region::Region::open(to, dial.key()).map_err(|e| {
+            if let Some(m) = shm::region::KeyMismatch::of(&e) {
+                return OpenError::Key(m);
+            }
             if let Some(r) = shm::dir::Refused::of(&e) {
                 return OpenError::Refused(r.to_string());
             }
@@ -456,9 +470,10 @@ impl Inbox {
     /// reached over `wire`: its shared-memory queue, or, where no queue can
     /// be made and the wire is not `shm`, none (the endpoint takes TCP
     /// alone, with a log line: an endpoint never fails for want of its
-    /// queue, whose name another process may have taken).
-    pub fn create(name: &SocketAddr, wire: Wire) -> io::Result<Inbox> {
-        let r = match shm::region::Region::create(name) {
+    /// queue, whose name another process may have taken). With `key`, the
+    /// queue proves it to its peers.
+    pub fn create(name: &SocketAddr, wire: Wire, key: Option<&crate::auth::JobKey>) -> io::Result<Inbox> {
+        let r = match shm::region::Region::create(name, key) {
             Ok(r) => Some(r),
             Err(e) if wire == Wire::Shm => return Err(e),
             Err(e) => {
@@ -724,8 +739,8 @@ mod tests {
         for n in &names {
             std::fs::create_dir(dir.path().join(n)).unwrap();
         }
-        let auto = Inbox::create(&name, Wire::Auto);
-        let shm_only = Inbox::create(&name, Wire::Shm);
+        let auto = Inbox::create(&name, Wire::Auto, None);
+        let shm_only = Inbox::create(&name, Wire::Shm, None);
         for n in &names {
             std::fs::remove_dir(dir.path().join(n)).unwrap();
         }
@@ -737,9 +752,31 @@ mod tests {
     }
 
     #[test]
+    fn a_same_host_link_opens_only_where_both_sides_hold_the_same_key() {
+        let k = crate::auth::JobKey::new(b"the job's key, 32 bytes of it...").unwrap();
+        let (keyed_at, plain_at): (SocketAddr, SocketAddr) =
+            ("127.0.0.1:17".parse().unwrap(), "127.0.0.1:18".parse().unwrap());
+        let keyed = shm::region::Region::create(&keyed_at, Some(&k)).unwrap();
+        let plain = shm::region::Region::create(&plain_at, None).unwrap();
+        let me: SocketAddr = "127.0.0.1:19".parse().unwrap();
+        let with_key = Dial::new(Wire::Shm, &me, 1).with_tcp(TcpSend { key: Some(k.clone()), ..TcpSend::default() });
+        let without = Dial::new(Wire::Shm, &me, 1);
+        assert!(Link::open(&keyed_at, &with_key).is_ok(), "the same key");
+        assert!(Link::open(&plain_at, &without).is_ok(), "no key on either side");
+        let refused = |to, dial| match Link::open(to, dial) {
+            Err(OpenError::Key(m)) => m,
+            Err(e) => panic!("refused, but not for the key: {e:?}"),
+            Ok(_) => panic!("opened"),
+        };
+        assert_eq!(refused(&plain_at, &with_key), KeyMismatch::NoProof);
+        assert_eq!(refused(&keyed_at, &without), KeyMismatch::Keyed);
+        drop((keyed, plain));
+    }
+
+    #[test]
     fn a_peer_of_another_wire_version_is_refused_naming_both() {
         let addr: SocketAddr = "127.0.0.1:7".parse().unwrap();
-        let own = shm::region::Region::create(&addr).unwrap();
+        let own = shm::region::Region::create(&addr, None).unwrap();
         let dial = Dial::new(Wire::Shm, &"127.0.0.1:8".parse().unwrap(), 1);
         let ours = match Link::open(&addr, &dial) {
             Ok(l) => {

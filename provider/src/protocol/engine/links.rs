@@ -57,6 +57,16 @@ impl Engine {
                 ffi::FI_EHOSTUNREACH,
                 "the endpoint at {to} cannot be reached over shared memory: {why} (not an endpoint's queue: remove it if no endpoint of this user is at {to})"
             ),
+            OpenError::Key(m) => match m {
+                KeyMismatch::Keyed => fail!(
+                    ffi::FI_EHOSTUNREACH,
+                    "the endpoint at {to} on this host holds a job key and this endpoint has none (set the same FI_OXMR_AUTH_KEY on every process)"
+                ),
+                _ => fail!(
+                    ffi::FI_EHOSTUNREACH,
+                    "the endpoint at {to} on this host does not hold the job's key (set the same FI_OXMR_AUTH_KEY on every process; {m})"
+                ),
+            },
             OpenError::Dead { owner } => fail!(
                 ffi::FI_EHOSTUNREACH,
                 "the endpoint at {to} is gone: its process {owner} exited without closing it"
@@ -276,7 +286,7 @@ mod tests {
         let elsewhere: SocketAddr = "127.0.0.2:40123".parse().unwrap();
         let why = unreachable_why(&elsewhere, &e, Wire::Shm);
         assert!(why.contains("is the peer running"), "{why}");
-        let _own = Inbox::create(&there, Wire::Shm).unwrap();
+        let _own = Inbox::create(&there, Wire::Shm, None).unwrap();
         let why = unreachable_why(&elsewhere, &e, Wire::Shm);
         assert!(why.contains("but 127.0.0.1:40123 listens on that port"), "{why}");
         assert!(why.contains("-s 127.0.0.2"), "{why}");

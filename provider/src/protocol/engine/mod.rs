@@ -39,7 +39,7 @@ use crate::mr::MrDomain;
 use crate::queues::cntr::Counter;
 use crate::queues::cq::{CqCore, CqEntry, CqError, Credit};
 use crate::wire::{
-    Copied, Copies, Dial, Inbox, Link, LinkState, OpenError, SharedCopy, Span, Wire, WireError, MAX_FRAME,
+    Copied, Copies, Dial, Inbox, KeyMismatch, Link, LinkState, OpenError, SharedCopy, Span, Wire, WireError, MAX_FRAME,
 };
 
 mod addressing;

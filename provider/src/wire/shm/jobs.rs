@@ -325,7 +325,7 @@ mod tests {
     use super::*;
 
     fn table() -> (super::super::region::Region, JobTable) {
-        let r = super::super::region::Region::create(&"127.0.0.1:3".parse().unwrap()).unwrap();
+        let r = super::super::region::Region::create(&"127.0.0.1:3".parse().unwrap(), None).unwrap();
         let t = r.jobs();
         (r, t)
     }

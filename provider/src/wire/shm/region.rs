@@ -5,7 +5,7 @@
 //! ```text
 //! Header   magic, version, owner pid, cell count/size, ready flag, tail
 //!          (producers' line), owner start time, address, network
-//!          namespace, head (the consumer's line), idle and
+//!          namespace, the job-key proof (`Proof`), head (the consumer's line), idle and
 //!          sleeping (the owner's line: it has no copy of its own
 //!          waiting; how many of its threads sleep on its doorbell), claimers
 //!          (the pid of the producer that last claimed each cell)
@@ -79,8 +79,10 @@ const READY: u32 = 1;
 const CLOSED: u32 = 2;
 // (12: `sleeping` and the doorbell; a version-11 producer would never
 // ring, so it is refused. 13: the per-user directory, `addr`, `netns`.
-// 14: the queue a sealed memfd, the file at its name a `Locator`.)
-const VERSION: u32 = 14;
+// 14: the queue a sealed memfd, the file at its name a `Locator`.
+// 15: `keyed` and `proof`; a version-14 peer would take a keyed queue
+// without checking it.)
+const VERSION: u32 = 15;
 
 #[repr(C)]
 struct Header {
@@ -107,7 +109,11 @@ struct Header {
     /// two namespaces, which share /dev/shm), a peer takes the one of its
     /// own namespace.
     netns: u64,
-    _pad2: [u64; 5],
+    /// 1 when the owner holds a job key, and then `proof` is its tag over
+    /// this queue's identity (`Proof`); 0 without a key.
+    keyed: u32,
+    _pad2: u32,
+    proof: [u8; crate::auth::TAG_LEN],
     /// The consumer's position: every cell before it is free.
     head: AtomicU64,
     _pad3: [u64; 15],
@@ -406,6 +412,80 @@ fn addr_bytes(addr: &SocketAddr) -> [u8; 32] {
     a
 }
 
+/// What a queue's proof binds it to (`proof`).
+const PROOF_LABEL: &[u8] = b"oxmr shm queue";
+
+/// The job key's proof for the queue `loc` locates: the tag over
+/// everything that tells this queue from any other (the owner's pid and
+/// start time, the memfd's fd in it, the epoch, the address, the network
+/// namespace, the wire version). A peer checks it against the locator it
+/// opened the queue through, whose pid and fd the kernel confirmed
+/// (`open_queue`): a tag copied into a queue of another process, or of
+/// another endpoint, is a tag of other values, and only a holder of the
+/// key makes one for its own (docs/security.md, "The shared-memory
+/// wire").
+fn proof(key: &crate::auth::JobKey, loc: &Locator) -> [u8; crate::auth::TAG_LEN] {
+    key.tag(PROOF_LABEL, &proof_parts(loc).each_ref().map(|p| p.as_slice()))
+}
+
+fn proof_parts(loc: &Locator) -> [Vec<u8>; 7] {
+    [
+        loc.owner.to_le_bytes().to_vec(),
+        loc.start.to_le_bytes().to_vec(),
+        loc.fd.to_le_bytes().to_vec(),
+        loc.epoch.to_le_bytes().to_vec(),
+        loc.addr.to_vec(),
+        loc.netns.to_le_bytes().to_vec(),
+        loc.version.to_le_bytes().to_vec(),
+    ]
+}
+
+/// A queue refused for its job key: its proof does not fit the key this
+/// endpoint holds (or holds none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyMismatch {
+    /// We hold a key; the queue carries no proof (its owner has none).
+    NoProof,
+    /// We hold a key; the queue's proof is not of it (another key, or a
+    /// proof made for another queue).
+    NotOurs,
+    /// We hold none; the queue's owner does.
+    Keyed,
+}
+
+impl std::fmt::Display for KeyMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KeyMismatch::NoProof => "its queue carries no proof of a job key",
+            KeyMismatch::NotOurs => "its queue's proof is not of this job's key",
+            KeyMismatch::Keyed => "its queue proves a job key, and this endpoint has none",
+        })
+    }
+}
+
+impl std::error::Error for KeyMismatch {}
+
+impl KeyMismatch {
+    /// The mismatch an error reports, if it reports one.
+    pub fn of(e: &io::Error) -> Option<KeyMismatch> {
+        e.get_ref().and_then(|x| x.downcast_ref::<KeyMismatch>()).copied()
+    }
+
+    /// Whether the queue of `h`, opened through `loc`, proves `key` (or,
+    /// without one, proves none).
+    fn check(h: &Header, loc: &Locator, key: Option<&crate::auth::JobKey>) -> Result<(), KeyMismatch> {
+        match (key, h.keyed) {
+            (None, 0) => Ok(()),
+            (None, _) => Err(KeyMismatch::Keyed),
+            (Some(_), 0) => Err(KeyMismatch::NoProof),
+            (Some(k), _) if k.verify(PROOF_LABEL, &proof_parts(loc).each_ref().map(|p| p.as_slice()), &h.proof) => {
+                Ok(())
+            }
+            (Some(_), _) => Err(KeyMismatch::NotOurs),
+        }
+    }
+}
+
 /// The owner of a queue is gone (the link reports it as dead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OwnerGone {
@@ -616,22 +696,29 @@ pub fn reclaim_stale(dir: &Dir) {
 }
 
 impl Region {
-    /// Create the queue of the endpoint `addr` in this user's directory.
-    pub fn create(addr: &SocketAddr) -> io::Result<Region> {
+    /// Create the queue of the endpoint `addr` in this user's directory,
+    /// proving `key` where the endpoint holds one.
+    pub fn create(addr: &SocketAddr, key: Option<&crate::auth::JobKey>) -> io::Result<Region> {
         let dir = Dir::user().map_err(|why| io::Error::other(format!("the per-user directory {why}")))?;
-        Region::create_in(&dir, addr)
+        Region::create_in(&dir, addr, key)
     }
 
     /// Open the queue of the peer `addr` in this user's directory; ENOENT
-    /// when no endpoint has this name here.
-    pub fn open(addr: &SocketAddr) -> io::Result<Region> {
+    /// when no endpoint has this name here; a `KeyMismatch` when its proof
+    /// does not fit `key`.
+    pub fn open(addr: &SocketAddr, key: Option<&crate::auth::JobKey>) -> io::Result<Region> {
         let dir = Dir::user().map_err(|why| io::Error::other(format!("the per-user directory {why}")))?;
-        Region::open_in(&dir, addr)
+        Region::open_in(&dir, addr, key)
     }
 
     /// Create the queue of the endpoint `addr` in `dir`, under the first of
-    /// its names (`queue_names`) that is free or holds a stale queue.
-    pub(crate) fn create_in(dir: &Arc<Dir>, addr: &SocketAddr) -> io::Result<Region> {
+    /// its names (`queue_names`) that is free or holds a stale queue; with
+    /// `key`, its header carries the key's proof (`proof`).
+    pub(crate) fn create_in(
+        dir: &Arc<Dir>,
+        addr: &SocketAddr,
+        key: Option<&crate::auth::JobKey>,
+    ) -> io::Result<Region> {
         use std::os::fd::FromRawFd;
         reclaim_stale(dir);
         let me = std::process::id();
@@ -670,6 +757,15 @@ impl Region {
             ringer: Default::default(),
         };
         let epoch = crate::sys::random_u32().max(1);
+        let loc = Locator {
+            version: VERSION,
+            owner: me,
+            fd: fd as u32,
+            epoch,
+            start,
+            addr: addr_bytes(addr),
+            netns: netns(),
+        };
         // SAFETY: a fresh zeroed mapping of our own memfd, which no one
         // else can find yet (no locator names it); initialised before
         // `ready`.
@@ -684,20 +780,15 @@ impl Region {
             h.epoch = epoch;
             h.addr = addr_bytes(addr);
             h.netns = netns();
+            if let Some(k) = key {
+                h.keyed = 1;
+                h.proof = proof(k, &loc);
+            }
         }
         r.bind_bell();
         r.header().ready.store(READY, Ordering::Release);
         // The locator, written under a name no peer looks for, then
         // published whole.
-        let loc = Locator {
-            version: VERSION,
-            owner: me,
-            fd: fd as u32,
-            epoch,
-            start,
-            addr: addr_bytes(addr),
-            netns: netns(),
-        };
         r.name = format!("tmp-{me}-{epoch:08x}");
         let lf = dir.create(&r.name)?;
         r.file = super::dir::fstat(lf.as_raw_fd()).ok();
@@ -759,11 +850,12 @@ impl Region {
     /// holding a queue whose owner lives (one of our network namespace
     /// first), else the first holding a closed queue; else the first
     /// whose owner is gone (OwnerGone), else what was wrong with the first
-    /// name that held something else, else ENOENT.
-    pub(crate) fn open_in(dir: &Arc<Dir>, addr: &SocketAddr) -> io::Result<Region> {
+    /// name that held something else, else ENOENT. With `key`, only a
+    /// queue that proves it is opened; without, only one that proves none.
+    pub(crate) fn open_in(dir: &Arc<Dir>, addr: &SocketAddr, key: Option<&crate::auth::JobKey>) -> io::Result<Region> {
         let (mut live, mut found, mut gone, mut err) = (None, None, None, None);
         for name in queue_names(addr) {
-            match Region::open_one(dir, &name, addr) {
+            match Region::open_one(dir, &name, addr, key) {
                 Ok((r, ns)) if r.reachable() && ns == netns() => return Ok(r),
                 Ok((r, _)) if r.reachable() => {
                     live.get_or_insert(r);
@@ -784,8 +876,14 @@ impl Region {
     }
 
     /// Open the queue whose locator is `name` in `dir` as the queue of
-    /// `addr`; and its owner's network namespace.
-    fn open_one(dir: &Arc<Dir>, name: &str, addr: &SocketAddr) -> io::Result<(Region, u64)> {
+    /// `addr`, if it proves `key` (or none without one); and its owner's
+    /// network namespace.
+    fn open_one(
+        dir: &Arc<Dir>,
+        name: &str,
+        addr: &SocketAddr,
+        key: Option<&crate::auth::JobKey>,
+    ) -> io::Result<(Region, u64)> {
         let (loc, _) = read_locator(dir, name)?;
         if loc.addr != addr_bytes(addr) {
             let theirs = crate::info::addr::parse(&loc.addr).map_or("no address".to_string(), |x| x.to_string());
@@ -837,6 +935,10 @@ impl Region {
                 loc.owner, h.owner, h.epoch
             ));
         }
+        // (Checked against the locator, whose pid and fd the kernel
+        // confirmed, not against the header, which any process of the user
+        // may write.)
+        KeyMismatch::check(h, &loc, key).map_err(|m| io::Error::new(io::ErrorKind::PermissionDenied, m))?;
         if h.ready.load(Ordering::Acquire) != READY {
             return Err(io::Error::from_raw_os_error(libc::EPROTO));
         }
@@ -1228,43 +1330,43 @@ mod tests {
         let name = queue_names(&a).next().unwrap();
         let at = d.path().join(&name);
         // (Each check alone: a real queue of ours, then one thing wrong.)
-        let own = Region::create_in(&d, &a).unwrap();
+        let own = Region::create_in(&d, &a, None).unwrap();
         assert_eq!(own.file_name(), name);
-        Region::open_in(&d, &a).expect("our own queue, as a peer opens it");
+        Region::open_in(&d, &a, None).expect("our own queue, as a peer opens it");
         std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let why = refusal(Region::open_in(&d, &a).err().expect("a world-writable locator"));
+        let why = refusal(Region::open_in(&d, &a, None).err().expect("a world-writable locator"));
         assert!(why.contains(&*at.to_string_lossy()) && why.contains("0666"), "{why}");
         std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             std::os::unix::fs::lchown(&at, Some(65534), Some(65534)).unwrap();
-            let why = refusal(Region::open_in(&d, &a).err().expect("another user's locator"));
+            let why = refusal(Region::open_in(&d, &a, None).err().expect("another user's locator"));
             assert!(why.contains("uid 65534"), "{why}");
             std::os::unix::fs::lchown(&at, Some(0), Some(0)).unwrap();
         }
         std::fs::rename(&at, d.path().join("real")).unwrap();
         std::os::unix::fs::symlink(d.path().join("real"), &at).unwrap();
-        let why = refusal(Region::open_in(&d, &a).err().expect("a link to a real locator"));
+        let why = refusal(Region::open_in(&d, &a, None).err().expect("a link to a real locator"));
         assert!(why.contains("symbolic link"), "{why}");
         std::fs::remove_file(&at).unwrap();
         mkfifo(&at);
-        let why = refusal(Region::open_in(&d, &a).err().expect("a FIFO"));
+        let why = refusal(Region::open_in(&d, &a, None).err().expect("a FIFO"));
         assert!(why.contains("FIFO"), "{why}");
         std::fs::remove_file(&at).unwrap();
         let real = std::fs::read(d.path().join("real")).unwrap();
         std::fs::write(&at, &real[..LOC_SIZE - 1]).unwrap();
         std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let why = refusal(Region::open_in(&d, &a).err().expect("a short locator"));
+        let why = refusal(Region::open_in(&d, &a, None).err().expect("a short locator"));
         assert!(why.contains("fewer than"), "{why}");
         std::fs::write(&at, [0u8; LOC_SIZE]).unwrap();
-        let why = refusal(Region::open_in(&d, &a).err().expect("a file of zeros"));
+        let why = refusal(Region::open_in(&d, &a, None).err().expect("a file of zeros"));
         assert!(why.contains("not an oxmr queue"), "{why}");
         // Another endpoint's locator put at this name.
         std::fs::remove_file(&at).unwrap();
         let b: SocketAddr = "127.0.0.1:4002".parse().unwrap();
-        let other = Region::create_in(&d, &b).unwrap();
+        let other = Region::create_in(&d, &b, None).unwrap();
         std::fs::hard_link(d.path().join(other.file_name()), &at).unwrap();
-        let why = refusal(Region::open_in(&d, &a).err().expect("the locator of another address"));
+        let why = refusal(Region::open_in(&d, &a, None).err().expect("the locator of another address"));
         assert!(why.contains("queue of 127.0.0.1:4002"), "{why}");
         drop(own);
     }
@@ -1275,11 +1377,11 @@ mod tests {
         let s = Scratch::new("named");
         let d = s.dir();
         let a: SocketAddr = "127.0.0.1:4011".parse().unwrap();
-        let own = Region::create_in(&d, &a).unwrap();
+        let own = Region::create_in(&d, &a, None).unwrap();
         let (loc, _) = read_locator(&d, own.file_name()).unwrap();
         let with_fd = |fd: i32| {
             own.rewrite_locator_for_test(|l| l.fd = fd as u32);
-            Region::open_in(&d, &a)
+            Region::open_in(&d, &a, None)
         };
         // A file of ours that is not sealed: it could be cut short.
         let plain = d.path().join("plain");
@@ -1304,16 +1406,16 @@ mod tests {
         unsafe { libc::close(m) };
         // Another queue of ours, sealed and whole, but another endpoint's.
         let b: SocketAddr = "127.0.0.1:4012".parse().unwrap();
-        let other = Region::create_in(&d, &b).unwrap();
+        let other = Region::create_in(&d, &b, None).unwrap();
         let (theirs, _) = read_locator(&d, other.file_name()).unwrap();
         let why = refusal(with_fd(theirs.fd as i32).err().expect("another endpoint's queue"));
         assert!(why.contains("is not the one of process"), "{why}");
         // The queue's fd named under another live process (here pid 1):
         // never taken for that process's queue.
         own.rewrite_locator_for_test(|l| *l = Locator { owner: 1, start: 0, ..loc });
-        assert!(Region::open_in(&d, &a).is_err(), "a queue lent to another process");
+        assert!(Region::open_in(&d, &a, None).is_err(), "a queue lent to another process");
         own.rewrite_locator_for_test(|l| *l = loc);
-        Region::open_in(&d, &a).expect("the locator as it was");
+        Region::open_in(&d, &a, None).expect("the locator as it was");
         // An fd the owner does not have open (closed: its endpoint
         // closed). (Above any fd limit: other tests' threads open fds.)
         let e = with_fd(1 << 30).err().expect("a closed fd");
@@ -1325,8 +1427,8 @@ mod tests {
         let s = Scratch::new("sealed");
         let d = s.dir();
         let a: SocketAddr = "127.0.0.1:4013".parse().unwrap();
-        let mut own = Region::create_in(&d, &a).unwrap();
-        let peer = Region::open_in(&d, &a).unwrap();
+        let mut own = Region::create_in(&d, &a, None).unwrap();
+        let peer = Region::open_in(&d, &a, None).unwrap();
         peer.push(&[b"before"]).unwrap();
         // What a process of this user can reach: the queue through the
         // owner's /proc entry.
@@ -1354,14 +1456,72 @@ mod tests {
         let s = Scratch::new("owner");
         let d = s.dir();
         let a: SocketAddr = "127.0.0.1:4014".parse().unwrap();
-        let own = Region::create_in(&d, &a).unwrap();
-        let peer = Region::open_in(&d, &a).unwrap();
+        let own = Region::create_in(&d, &a, None).unwrap();
+        let peer = Region::open_in(&d, &a, None).unwrap();
         // Any process of the user can write the header (it maps the
         // queue); what the link says is what the kernel said.
         // SAFETY: our own mapping's header; only this test reads it.
         unsafe { (*(own.base as *mut Header)).owner = 1 };
         assert_eq!(peer.owner(), std::process::id());
-        assert!(Region::open_in(&d, &a).is_err(), "a queue whose header names another owner than its holder");
+        assert!(Region::open_in(&d, &a, None).is_err(), "a queue whose header names another owner than its holder");
+    }
+
+    fn key(b: &[u8]) -> crate::auth::JobKey {
+        crate::auth::JobKey::new(b).unwrap()
+    }
+
+    fn mismatch(r: io::Result<Region>) -> KeyMismatch {
+        match r {
+            Ok(_) => panic!("opened"),
+            Err(e) => KeyMismatch::of(&e).unwrap_or_else(|| panic!("refused, but not for its key: {e}")),
+        }
+    }
+
+    #[test]
+    fn a_keyed_queue_opens_under_its_key_alone_and_an_unkeyed_one_without_a_key_alone() {
+        let s = Scratch::new("keyed");
+        let d = s.dir();
+        let (k, other) = (key(b"the job's key, 32 bytes of it..."), key(b"another job's key, as long......"));
+        let a: SocketAddr = "127.0.0.1:4021".parse().unwrap();
+        let keyed = Region::create_in(&d, &a, Some(&k)).unwrap();
+        let peer = Region::open_in(&d, &a, Some(&k)).expect("the same key");
+        assert_eq!(peer.owner(), std::process::id());
+        assert_eq!(mismatch(Region::open_in(&d, &a, Some(&other))), KeyMismatch::NotOurs);
+        assert_eq!(mismatch(Region::open_in(&d, &a, None)), KeyMismatch::Keyed);
+        let b: SocketAddr = "127.0.0.1:4022".parse().unwrap();
+        let plain = Region::create_in(&d, &b, None).unwrap();
+        assert_eq!(mismatch(Region::open_in(&d, &b, Some(&k))), KeyMismatch::NoProof);
+        Region::open_in(&d, &b, None).expect("no key on either side, as before keys");
+        drop((keyed, plain));
+    }
+
+    #[test]
+    fn a_proof_made_for_another_queue_or_process_does_not_verify() {
+        let s = Scratch::new("copied");
+        let d = s.dir();
+        let k = key(b"the job's key, 32 bytes of it...");
+        let (a, b): (SocketAddr, SocketAddr) = ("127.0.0.1:4023".parse().unwrap(), "127.0.0.1:4024".parse().unwrap());
+        let first = Region::create_in(&d, &a, Some(&k)).unwrap();
+        let second = Region::create_in(&d, &b, Some(&k)).unwrap();
+        let set_proof = |r: &Region, p: [u8; crate::auth::TAG_LEN]| {
+            // SAFETY: our own mapping's header; only this test reads it.
+            unsafe { (*(r.base as *mut Header)).proof = p };
+        };
+        // Any process of the user can write a queue's header: a valid
+        // proof copied from another queue there is a proof of that queue.
+        let (loc, _) = read_locator(&d, second.file_name()).unwrap();
+        set_proof(&second, first.header().proof);
+        assert_eq!(mismatch(Region::open_in(&d, &b, Some(&k))), KeyMismatch::NotOurs, "another queue's proof");
+        // A queue of another process (here pid 1) that looks like this one
+        // in every other respect: the kernel says which process holds this
+        // one, and the proof names another.
+        set_proof(&second, proof(&k, &Locator { owner: 1, ..loc }));
+        assert_eq!(mismatch(Region::open_in(&d, &b, Some(&k))), KeyMismatch::NotOurs, "a proof for pid 1");
+        set_proof(&second, proof(&k, &Locator { epoch: loc.epoch ^ 1, ..loc }));
+        assert_eq!(mismatch(Region::open_in(&d, &b, Some(&k))), KeyMismatch::NotOurs, "a proof for another epoch");
+        set_proof(&second, proof(&k, &loc));
+        Region::open_in(&d, &b, Some(&k)).expect("the proof of this queue, as its owner made it");
+        drop(first);
     }
 
     #[test]
@@ -1375,9 +1535,9 @@ mod tests {
         let bogus = d.path().join(&names[1]);
         std::fs::write(&bogus, vec![0x5au8; REGION_SIZE]).unwrap();
         std::fs::set_permissions(&bogus, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let mut own = Region::create_in(&d, &a).expect("a taken name is no failure");
+        let mut own = Region::create_in(&d, &a, None).expect("a taken name is no failure");
         assert_eq!(own.file_name(), names[2]);
-        let peer = Region::open_in(&d, &a).expect("the peer looks under the next names too");
+        let peer = Region::open_in(&d, &a, None).expect("the peer looks under the next names too");
         peer.push(&[b"found"]).unwrap();
         assert!(own.pop(|m, _| assert_eq!(m, b"found")));
         // Neither squatter was touched.
@@ -1389,7 +1549,7 @@ mod tests {
         for n in &names[2..] {
             std::fs::create_dir(d.path().join(n)).unwrap();
         }
-        let e = Region::create_in(&d, &a).err().expect("every name held by something else");
+        let e = Region::create_in(&d, &a, None).err().expect("every name held by something else");
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
         let e = e.to_string();
         assert!(e.contains("FIFO") && e.contains("not an oxmr queue") && e.contains(&names[3]), "{e}");
@@ -1402,12 +1562,12 @@ mod tests {
         let d = s.dir();
         let a: SocketAddr = "127.0.0.1:4004".parse().unwrap();
         let gone = dead_pid();
-        let old = Region::create_in(&d, &a).unwrap();
+        let old = Region::create_in(&d, &a, None).unwrap();
         old.rewrite_locator_for_test(|l| l.owner = gone);
         let old_epoch = old.epoch();
         old.abandon();
         let b: SocketAddr = "127.0.0.1:4005".parse().unwrap();
-        let other = Region::create_in(&d, &b).unwrap();
+        let other = Region::create_in(&d, &b, None).unwrap();
         other.rewrite_locator_for_test(|l| l.owner = gone);
         other.abandon();
         std::fs::write(d.path().join(format!("tmp-{gone}-0")), b"").unwrap();
@@ -1415,7 +1575,7 @@ mod tests {
         std::os::unix::fs::symlink("/dev/null", d.path().join("q-127.0.0.1-4007")).unwrap();
         // (A new sweep, as in a new process.)
         d.swept_by.store(0, Ordering::Relaxed);
-        let new = Region::create_in(&d, &a).expect("the stale queue's name");
+        let new = Region::create_in(&d, &a, None).expect("the stale queue's name");
         assert_eq!(new.file_name(), queue_names(&a).next().unwrap());
         assert_ne!(new.epoch(), old_epoch);
         let mut left = d.names();
@@ -1437,15 +1597,15 @@ mod tests {
         // Ours at the second name, and before it a live endpoint at this
         // address in another network namespace (played by a queue of this
         // process whose locator names another namespace).
-        let here = Region::create_in(&d, &a).unwrap();
+        let here = Region::create_in(&d, &a, None).unwrap();
         std::fs::rename(d.path().join(&names[0]), d.path().join(&names[1])).unwrap();
-        let there = Region::create_in(&d, &a).unwrap();
+        let there = Region::create_in(&d, &a, None).unwrap();
         assert_eq!(there.file_name(), names[0]);
         there.rewrite_locator_for_test(|l| l.netns = netns() + 1);
-        assert_eq!(Region::open_in(&d, &a).unwrap().epoch(), here.epoch(), "our namespace's first");
+        assert_eq!(Region::open_in(&d, &a, None).unwrap().epoch(), here.epoch(), "our namespace's first");
         drop(here);
         std::fs::remove_file(d.path().join(&names[1])).unwrap();
-        assert_eq!(Region::open_in(&d, &a).unwrap().epoch(), there.epoch(), "the other namespace's, when alone");
+        assert_eq!(Region::open_in(&d, &a, None).unwrap().epoch(), there.epoch(), "the other namespace's, when alone");
     }
 
     #[test]
@@ -1460,20 +1620,20 @@ mod tests {
         let s = Scratch::new("reused");
         let d = s.dir();
         let addr: SocketAddr = "127.0.0.1:4015".parse().unwrap();
-        let own = Region::create_in(&d, &addr).unwrap();
-        assert!(Region::open_in(&d, &addr).unwrap().reachable());
+        let own = Region::create_in(&d, &addr, None).unwrap();
+        assert!(Region::open_in(&d, &addr, None).unwrap().reachable());
         own.rewrite_locator_for_test(|l| l.start = start + 1);
-        let e = Region::open_in(&d, &addr).err().expect("a locator of a process that had our pid");
+        let e = Region::open_in(&d, &addr, None).err().expect("a locator of a process that had our pid");
         assert_eq!(OwnerGone::of(&e), Some(me), "{e}");
         own.rewrite_locator_for_test(|l| l.start = start);
-        assert!(Region::open_in(&d, &addr).unwrap().reachable());
+        assert!(Region::open_in(&d, &addr, None).unwrap().reachable());
     }
 
     #[test]
     fn the_doorbell_rings_only_while_the_owner_sleeps() {
         let addr: SocketAddr = "127.0.0.1:5".parse().unwrap();
-        let mut own = Region::create(&addr).unwrap();
-        let peer = Region::open(&addr).unwrap();
+        let mut own = Region::create(&addr, None).unwrap();
+        let peer = Region::open(&addr, None).unwrap();
         let bell = own.bell.as_ref().expect("the owner binds its doorbell");
         let mut b = [0u8; 8];
         let rung = |bell: &UnixDatagram, b: &mut [u8]| bell.recv(b).is_ok();
@@ -1506,7 +1666,7 @@ mod tests {
         let s = Scratch::new("bell");
         let d = s.dir();
         let a: SocketAddr = "127.0.0.1:4009".parse().unwrap();
-        let own = Region::create_in(&d, &a).unwrap();
+        let own = Region::create_in(&d, &a, None).unwrap();
         let bell = d.path().join(bell_name(std::process::id(), own.epoch()));
         assert!(std::fs::symlink_metadata(&bell).unwrap().file_type().is_socket());
         // No abstract name any user could have taken first or send to
@@ -1514,7 +1674,7 @@ mod tests {
         let unix = std::fs::read_to_string("/proc/net/unix").unwrap();
         let abstract_here = unix.lines().filter_map(|l| l.split_once(" @").map(|x| x.1)).find(|n| n.ends_with("-4009"));
         assert_eq!(abstract_here, None, "an abstract doorbell is bound");
-        let peer = Region::open_in(&d, &a).unwrap();
+        let peer = Region::open_in(&d, &a, None).unwrap();
         own.set_sleeping(true);
         peer.push(&[b"ring"]).unwrap();
         let mut b = [0u8; 8];
@@ -1525,7 +1685,7 @@ mod tests {
         // A doorbell (and a queue) a dead process left: swept; a live
         // process's doorbell: kept.
         let gone = dead_pid();
-        let left = Region::create_in(&d, &a).unwrap();
+        let left = Region::create_in(&d, &a, None).unwrap();
         let left_bell = bell_name(std::process::id(), left.epoch());
         std::fs::rename(d.path().join(&left_bell), d.path().join(bell_name(gone, left.epoch()))).unwrap();
         left.rewrite_locator_for_test(|l| l.owner = gone);
@@ -1534,7 +1694,7 @@ mod tests {
         let live = UnixDatagram::bind(d.path().join(bell_name(1, 7))).unwrap();
         d.swept_by.store(0, Ordering::Relaxed);
         let b: SocketAddr = "127.0.0.1:4010".parse().unwrap();
-        let fresh = Region::create_in(&d, &b).unwrap();
+        let fresh = Region::create_in(&d, &b, None).unwrap();
         let mut names = d.names();
         names.sort();
         let mine = bell_name(std::process::id(), fresh.epoch());
@@ -1545,8 +1705,8 @@ mod tests {
     #[test]
     fn queue_round_trip_and_full() {
         let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let mut own = Region::create(&addr).unwrap();
-        let peer = Region::open(&addr).unwrap();
+        let mut own = Region::create(&addr, None).unwrap();
+        let peer = Region::open(&addr, None).unwrap();
         assert_eq!(peer.owner(), std::process::id());
         for i in 0..CELLS {
             peer.push(&[&(i as u32).to_le_bytes(), b"xyz"]).unwrap();
@@ -1573,14 +1733,14 @@ mod tests {
         }
         drop(peer);
         drop(own);
-        assert!(Region::open(&addr).is_err(), "the owner unlinks its file");
+        assert!(Region::open(&addr, None).is_err(), "the owner unlinks its file");
     }
 
     #[test]
     fn a_cell_whose_producer_died_unpublished_is_skipped() {
         let addr: SocketAddr = "127.0.0.1:2".parse().unwrap();
-        let mut own = Region::create(&addr).unwrap();
-        let peer = Region::open(&addr).unwrap();
+        let mut own = Region::create(&addr, None).unwrap();
+        let peer = Region::open(&addr, None).unwrap();
         let pop = |own: &mut Region| {
             let mut got = None;
             own.pop(|b, _| got = Some(b.to_vec()));
@@ -1612,8 +1772,8 @@ mod tests {
     #[test]
     fn a_record_of_an_earlier_lap_is_not_the_claimer() {
         let addr: SocketAddr = "127.0.0.1:3".parse().unwrap();
-        let mut own = Region::create(&addr).unwrap();
-        let peer = Region::open(&addr).unwrap();
+        let mut own = Region::create(&addr, None).unwrap();
+        let peer = Region::open(&addr, None).unwrap();
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id();
         child.wait().unwrap();
