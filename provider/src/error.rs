@@ -112,12 +112,3 @@ macro_rules! fail {
     }};
 }
 
-/// `return Err(fail!(...))` when a condition does not hold.
-#[macro_export]
-macro_rules! ensure {
-    ($cond:expr, $code:expr, $($arg:tt)+) => {
-        if !$cond {
-            return Err($crate::fail!($code, $($arg)+));
-        }
-    };
-}
