@@ -111,4 +111,3 @@ macro_rules! fail {
         $crate::error::Error::quiet($code)
     }};
 }
-

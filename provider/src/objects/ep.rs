@@ -329,7 +329,6 @@ impl Ep {
         self.engine.lock().is_some()
     }
 
-    /// Run `f` on the engine; -FI_EOPBADSTATE before fi_enable.
     /// Post a send (msg or tagged) on the endpoint's engine.
     pub fn send(&self, mut o: TxOp) -> Result<()> {
         o.dest = self.peer_addr(o.dest, "send")?;
@@ -380,6 +379,7 @@ impl Ep {
         self.with_engine(|e| e.cancel(ctx))
     }
 
+    /// Run `f` on the engine; -FI_EOPBADSTATE before fi_enable.
     fn with_engine<T>(&self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
         let mut g = self.engine.lock();
         match g.as_mut() {

@@ -438,9 +438,6 @@ pub struct Engine {
     unserved: u32,
 }
 
-/// Bytes an iov list names (saturating: a peer's lengths may add up past
-/// usize::MAX; such a list names more than any buffer and is refused where
-/// it matters).
 /// A frame's landing head (`wire::land`): a DATA frame's transfer (our
 /// pull's id, with the connection's sender), offset and header length.
 fn land_head(b: &[u8]) -> Option<crate::wire::LandHead> {
@@ -448,6 +445,9 @@ fn land_head(b: &[u8]) -> Option<crate::wire::LandHead> {
     (h.op == op::DATA).then_some(crate::wire::LandHead { key: h.msg_id, off: h.rma_addr as usize, len })
 }
 
+/// Bytes an iov list names (saturating: a peer's lengths may add up past
+/// usize::MAX; such a list names more than any buffer and is refused where
+/// it matters).
 fn total(iovs: &[(usize, usize)]) -> usize {
     iovs.iter().fold(0usize, |s, x| s.saturating_add(x.1))
 }
