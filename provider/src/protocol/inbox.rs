@@ -24,7 +24,7 @@ impl Inbox {
         cfg: &crate::config::Config,
         call: &str,
     ) -> Result<()> {
-        let bounds = crate::wire::tcp::Bounds {
+        let bounds = crate::wire::Bounds {
             conn_max: cfg.tcp_conn_max,
             hello_wait: cfg.tcp_hello_wait,
             partial_max: cfg.tcp_partial_max,

@@ -39,8 +39,12 @@ pub use shm::share::{Copies, SharedCopy, Span};
 /// A TCP hello's bytes, for tests that speak the wire by hand.
 #[cfg(test)]
 pub(crate) use tcp::hello_bytes;
+/// What an endpoint's TCP connections may make it hold (`tcp::Bounds`).
+pub use tcp::Bounds;
 /// How long a TCP connect may stay in progress (the engine says so when one fails).
 pub(crate) use tcp::CONNECT_WAIT;
+#[cfg(test)]
+pub(crate) use tcp::HELLO_LEN;
 
 /// The largest frame any wire carries (the shm queue's cell): the
 /// protocol sizes its inline payloads and batched answers by it.

@@ -893,7 +893,7 @@ fn a_target_that_answers_a_streamed_write_early_stops_its_stream_before_it_compl
     answer[44] = 1; // (ACCEPT)
     s.write_all(&answer).unwrap();
     // Its hello, then the WRITE request (a length, the frame).
-    let mut theirs = [0u8; crate::wire::tcp::HELLO_LEN];
+    let mut theirs = [0u8; crate::wire::HELLO_LEN];
     let mut len = [0u8; 4];
     let mut req = Vec::new();
     for _ in 0..20_000 {

@@ -339,14 +339,14 @@ impl Greeter<'_> {
             // (A hello of another version: said as soon as its version is
             // in, whatever its length; every version shares the first 48
             // bytes.)
-            if c.buf.len() >= 4 && c.buf[..4] != MAGIC.to_le_bytes() {
-                tracing::warn!("refusing a TCP connection that does not speak oxmr's TCP wire");
-                c.closed = true;
-                return 0;
-            }
-            if c.buf.len() >= 8 {
-                let version = u32::from_le_bytes([c.buf[4], c.buf[5], c.buf[6], c.buf[7]]);
-                if version != VERSION {
+            match preamble(&c.buf) {
+                Preamble::Fine => {}
+                Preamble::Foreign => {
+                    tracing::warn!("refusing a TCP connection that does not speak oxmr's TCP wire");
+                    c.closed = true;
+                    return 0;
+                }
+                Preamble::Version(version) => {
                     tracing::warn!(
                         "refusing a TCP connection of wire version {version}; this oxmr speaks version {VERSION}: run one oxmr build on both sides"
                     );

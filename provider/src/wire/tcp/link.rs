@@ -624,13 +624,13 @@ impl Core {
             }
             // (A peer of another version may answer with a shorter hello
             // and close: its version is said as soon as it is in.)
-            if o.got.len() >= 4 && o.got[..4] != MAGIC.to_le_bytes() {
-                tracing::warn!("the endpoint at {} does not speak oxmr's TCP wire", self.to);
-                return o.close();
-            }
-            if o.got.len() >= 8 {
-                let version = u32::from_le_bytes([o.got[4], o.got[5], o.got[6], o.got[7]]);
-                if version != VERSION {
+            match preamble(&o.got) {
+                Preamble::Fine => {}
+                Preamble::Foreign => {
+                    tracing::warn!("the endpoint at {} does not speak oxmr's TCP wire", self.to);
+                    return o.close();
+                }
+                Preamble::Version(version) => {
                     if !self.lane {
                         tracing::warn!(
                             "the endpoint at {} speaks TCP wire version {version}, this oxmr speaks version {VERSION}: run one oxmr build on both sides",

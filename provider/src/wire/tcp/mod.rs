@@ -132,6 +132,32 @@ fn transcript(open: &[u8; HELLO_LEN], challenge: &[u8; HELLO_LEN]) -> Transcript
     t
 }
 
+/// What the first bytes of a hello already tell (a peer of another
+/// version may send a shorter hello and close: its version is said as soon
+/// as it is in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Preamble {
+    /// Not 4 bytes yet, or a hello of our version so far.
+    Fine,
+    /// Another magic: not oxmr's TCP wire.
+    Foreign,
+    /// Oxmr's magic, another wire version.
+    Version(u32),
+}
+
+fn preamble(b: &[u8]) -> Preamble {
+    if b.len() >= 4 && b[..4] != MAGIC.to_le_bytes() {
+        return Preamble::Foreign;
+    }
+    match b.get(4..8) {
+        Some(v) => match u32::from_le_bytes([v[0], v[1], v[2], v[3]]) {
+            VERSION => Preamble::Fine,
+            other => Preamble::Version(other),
+        },
+        None => Preamble::Fine,
+    }
+}
+
 impl Hello {
     /// The IP its name gives (None: no valid name).
     fn ip(&self) -> Option<IpAddr> {
