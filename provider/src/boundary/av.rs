@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, borrow, fid_header, FidHeader};
+use super::fid::{fid_header, from_fid, FidHeader};
 use super::{common, guard, guard_int, info::opt_str, write_out};
 use crate::fail;
 use crate::info::addr;
@@ -54,14 +54,12 @@ pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_av> {
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(av)", || unsafe { fid::close::<Av>(f, |_| Ok(())) }.map(|_| 0))
+    guard_int("fi_close(av)", || from_fid!(close Av, f, |_| Ok(())).map(|_| 0))
 }
 
 unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
     guard_int("fi_av_bind", || {
-        // SAFETY: our fid and an application fid.
-        let (av, eq) = unsafe { (borrow::<Av>(f)?, fid::retain::<Eq>(bfid)?) };
+        let (av, eq) = (from_fid!(Av, f)?, from_fid!(retain Eq, bfid)?);
         if flags != 0 {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_av_bind: flags {flags:#x}; pass 0"));
         }
@@ -84,7 +82,8 @@ unsafe fn report(
 ) -> crate::error::Result<i32> {
     let done = av.insert(addrs, flags)?;
     for (i, r) in done.results.iter().enumerate() {
-        // SAFETY: caller's contract on array sizes.
+        // SAFETY: `i` < addrs.len(), and `fi_addr` (when non-NULL) and, with
+        // FI_SYNC_ERR, `context` hold one slot per address (this fn's contract).
         unsafe {
             if !fi_addr.is_null() {
                 fi_addr.add(i).write(*r.as_ref().unwrap_or(&ffi::FI_ADDR_NOTAVAIL));
@@ -110,8 +109,7 @@ unsafe extern "C" fn insert(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_av_insert", || {
-        // SAFETY: our fid.
-        let av = unsafe { borrow::<Av>(av.cast()) }?;
+        let av = from_fid!(Av, av)?;
         if count > 0 && addr_.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "fi_av_insert: NULL address array with count {count}"));
         }
@@ -124,7 +122,8 @@ unsafe extern "C" fn insert(
             // read the 2-byte family before deciding the length.
             let fam = unsafe { std::ptr::read_unaligned((addr_ as *const u8).add(off) as *const u16) };
             let len = if fam == libc::AF_INET6 as u16 { addr::SOCKADDR_IN6_LEN } else { addr::SOCKADDR_IN_LEN };
-            // SAFETY: as above; the entry has `len` bytes.
+            // SAFETY: the entry at `off` is a packed sockaddr of this family,
+            // so it has `len` bytes (fi_av_insert(3)'s `addr` array).
             let bytes = unsafe { std::slice::from_raw_parts((addr_ as *const u8).add(off), len) };
             addrs.push(addr::parse(bytes));
             off += len;
@@ -150,8 +149,9 @@ unsafe extern "C" fn insertsvc(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_av_insertsvc", || {
-        // SAFETY: our fid; C strings from the application.
-        let (av, node, service) = unsafe { (borrow::<Av>(av.cast())?, opt_str(node), opt_str(service)) };
+        let av = from_fid!(Av, av)?;
+        // SAFETY: fi_av_insertsvc(3)'s node and service are NULL or C strings.
+        let (node, service) = unsafe { (opt_str(node), opt_str(service)) };
         let (Some(node), Some(service)) = (node, service) else {
             return Err(fail!(ffi::FI_EINVAL, "fi_av_insertsvc needs a node and a service"));
         };
@@ -178,8 +178,9 @@ unsafe extern "C" fn insertsym(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_av_insertsym", || {
-        // SAFETY: our fid; C strings from the application.
-        let (av, node, service) = unsafe { (borrow::<Av>(av.cast())?, opt_str(node), opt_str(service)) };
+        let av = from_fid!(Av, av)?;
+        // SAFETY: fi_av_insertsym(3)'s node and service are NULL or C strings.
+        let (node, service) = unsafe { (opt_str(node), opt_str(service)) };
         let (Some(node), Some(service)) = (node, service) else {
             return Err(fail!(ffi::FI_EINVAL, "fi_av_insertsym needs a node and a service"));
         };
@@ -217,8 +218,7 @@ unsafe extern "C" fn insertsym(
 
 unsafe extern "C" fn remove(av: *mut ffi::fid_av, fi_addr: *mut ffi::fi_addr_t, count: usize, flags: u64) -> i32 {
     guard_int("fi_av_remove", || {
-        // SAFETY: our fid.
-        let av = unsafe { borrow::<Av>(av.cast()) }?;
+        let av = from_fid!(Av, av)?;
         if count > 0 && fi_addr.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "fi_av_remove: NULL fi_addr array with count {count}"));
         }
@@ -240,8 +240,7 @@ unsafe extern "C" fn lookup(
     addrlen: *mut usize,
 ) -> i32 {
     guard_int("fi_av_lookup", || {
-        // SAFETY: our fid.
-        let av = unsafe { borrow::<Av>(av.cast()) }?;
+        let av = from_fid!(Av, av)?;
         if addrlen.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "fi_av_lookup: NULL addrlen"));
         }
@@ -276,7 +275,8 @@ unsafe extern "C" fn straddr(
             // first, then its full length.
             let fam = unsafe { std::ptr::read_unaligned(addr_ as *const u16) };
             let n = if fam == libc::AF_INET6 as u16 { addr::SOCKADDR_IN6_LEN } else { addr::SOCKADDR_IN_LEN };
-            // SAFETY: as above.
+            // SAFETY: a sockaddr of family `fam` has `n` bytes (the address
+            // is in the AV's format, fi_av_straddr(3)).
             let bytes = unsafe { std::slice::from_raw_parts(addr_ as *const u8, n) };
             addr::parse(bytes).map_or_else(|| format!("fi_addr_unknown://family{fam}"), |a| addr::to_string(&a))
         };

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use oxmr_ffi as ffi;
 
 use super::cq::wait_control;
-use super::fid::{self, borrow, fid_header, FidHeader};
+use super::fid::{fid_header, from_fid, FidHeader};
 use super::{common, guard, guard_int};
 use crate::objects::cntr::Cntr;
 
@@ -38,69 +38,62 @@ pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_cntr> {
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(cntr)", || unsafe { fid::close::<Cntr>(f, |_| Ok(())) }.map(|_| 0))
+    guard_int("fi_close(cntr)", || from_fid!(close Cntr, f, |_| Ok(())).map(|_| 0))
 }
 
 unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -> i32 {
     guard_int("fi_control(cntr)", || {
-        // SAFETY: our fid; `arg` per the command.
-        unsafe {
-            let c = borrow::<Cntr>(f)?;
-            wait_control(command, arg, c.wait_fd(), "counter")
-        }
+        let c = from_fid!(Cntr, f)?;
+        // SAFETY: fi_control(3): `arg` is what `command` names (an `int *`
+        // for FI_GETWAIT, an `enum fi_wait_obj *` for FI_GETWAITOBJ), which
+        // is wait_control's contract.
+        unsafe { wait_control(command, arg, c.wait_fd(), "counter") }
     })
 }
 
-/// Run `f` on the counter behind `c`; a bad fid reads as 0 (the slot's
-/// only neutral value) after logging.
-unsafe fn value(name: &'static str, c: *mut ffi::fid_cntr, f: impl FnOnce(&Cntr) -> u64) -> u64 {
-    // SAFETY: our fid per the API.
-    guard(name, || unsafe { borrow::<Cntr>(c.cast()) }.map(f).unwrap_or(0))
+/// Run `f` on the counter behind `c`, the slot's own fid argument
+/// (`from_fid!`'s contract); a bad fid reads as 0 (the slot's only neutral
+/// value) after logging.
+fn value(name: &'static str, c: *mut ffi::fid_cntr, f: impl FnOnce(&Cntr) -> u64) -> u64 {
+    guard(name, || from_fid!(Cntr, c).map(f).unwrap_or(0))
 }
 
 unsafe extern "C" fn read(c: *mut ffi::fid_cntr) -> u64 {
-    // SAFETY: C contract.
-    unsafe { value("fi_cntr_read", c, Cntr::read) }
+    value("fi_cntr_read", c, Cntr::read)
 }
 
 unsafe extern "C" fn readerr(c: *mut ffi::fid_cntr) -> u64 {
-    // SAFETY: C contract.
-    unsafe { value("fi_cntr_readerr", c, Cntr::readerr) }
+    value("fi_cntr_readerr", c, Cntr::readerr)
 }
 
-unsafe fn update(name: &'static str, c: *mut ffi::fid_cntr, f: impl FnOnce(&Cntr)) -> i32 {
+/// Run `f` on the counter behind `c`, the slot's own fid argument
+/// (`from_fid!`'s contract).
+fn update(name: &'static str, c: *mut ffi::fid_cntr, f: impl FnOnce(&Cntr)) -> i32 {
     guard_int(name, || {
-        // SAFETY: our fid per the API.
-        f(unsafe { borrow::<Cntr>(c.cast()) }?);
+        f(from_fid!(Cntr, c)?);
         Ok(0)
     })
 }
 
 unsafe extern "C" fn add(c: *mut ffi::fid_cntr, v: u64) -> i32 {
-    // SAFETY: C contract.
-    unsafe { update("fi_cntr_add", c, |c| c.add(v)) }
+    update("fi_cntr_add", c, |c| c.add(v))
 }
 
 unsafe extern "C" fn set(c: *mut ffi::fid_cntr, v: u64) -> i32 {
-    // SAFETY: C contract.
-    unsafe { update("fi_cntr_set", c, |c| c.set(v)) }
+    update("fi_cntr_set", c, |c| c.set(v))
 }
 
 unsafe extern "C" fn adderr(c: *mut ffi::fid_cntr, v: u64) -> i32 {
-    // SAFETY: C contract.
-    unsafe { update("fi_cntr_adderr", c, |c| c.adderr(v)) }
+    update("fi_cntr_adderr", c, |c| c.adderr(v))
 }
 
 unsafe extern "C" fn seterr(c: *mut ffi::fid_cntr, v: u64) -> i32 {
-    // SAFETY: C contract.
-    unsafe { update("fi_cntr_seterr", c, |c| c.seterr(v)) }
+    update("fi_cntr_seterr", c, |c| c.seterr(v))
 }
 
 unsafe extern "C" fn wait(c: *mut ffi::fid_cntr, threshold: u64, timeout: i32) -> i32 {
     guard_int("fi_cntr_wait", || {
-        // SAFETY: our fid per the API.
-        unsafe { borrow::<Cntr>(c.cast()) }?.wait(threshold, timeout)?;
+        from_fid!(Cntr, c)?.wait(threshold, timeout)?;
         Ok(0)
     })
 }

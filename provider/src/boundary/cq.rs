@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_void};
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, borrow, fid_header, FidHeader};
+use super::fid::{fid_header, from_fid, FidHeader};
 use super::{common, guard, guard_int, guard_ssize, write_out};
 use crate::fail;
 use crate::objects::cq::{Cq, CqEntry, CqFormat};
@@ -38,8 +38,7 @@ pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_cq> {
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(cq)", || unsafe { fid::close::<Cq>(f, |_| Ok(())) }.map(|_| 0))
+    guard_int("fi_close(cq)", || from_fid!(close Cq, f, |_| Ok(())).map(|_| 0))
 }
 
 /// Shared FI_GETWAIT / FI_GETWAITOBJ handling for CQs, EQs and counters.
@@ -71,11 +70,11 @@ pub unsafe fn wait_control(command: i32, arg: *mut c_void, fd: Option<i32>, what
 
 unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -> i32 {
     guard_int("fi_control(cq)", || {
-        // SAFETY: our fid; `arg` per the command.
-        unsafe {
-            let cq = borrow::<Cq>(f)?;
-            wait_control(command, arg, cq.wait_fd(), "CQ")
-        }
+        let cq = from_fid!(Cq, f)?;
+        // SAFETY: fi_control(3): `arg` is what `command` names (an `int *`
+        // for FI_GETWAIT, an `enum fi_wait_obj *` for FI_GETWAITOBJ), which
+        // is wait_control's contract.
+        unsafe { wait_control(command, arg, cq.wait_fd(), "CQ") }
     })
 }
 
@@ -85,7 +84,8 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
 /// `buf` holds at least `i + 1` entries of `fmt`'s size.
 unsafe fn put(buf: *mut c_void, i: usize, fmt: CqFormat, e: &CqEntry) {
     let ctx = e.op_context as *mut c_void;
-    // SAFETY: caller's contract; each arm writes one entry of its format.
+    // SAFETY: `buf` holds `i + 1` entries of `fmt`'s size (this fn's
+    // contract); each arm writes entry `i` as that format's struct.
     unsafe {
         match fmt {
             CqFormat::Context => (buf as *mut ffi::fi_cq_entry).add(i).write(ffi::fi_cq_entry { op_context: ctx }),
@@ -125,8 +125,7 @@ unsafe fn read_common(
     src: *mut ffi::fi_addr_t,
     blocking: Option<(*const c_void, i32)>,
 ) -> crate::error::Result<isize> {
-    // SAFETY: our fid.
-    let cq = unsafe { borrow::<Cq>(cq.cast()) }?;
+    let cq = from_fid!(Cq, cq)?;
     if count == 0 {
         // "A count value of 0 may be used to drive progress" (fi_cq(3)):
         // then 0 when entries wait, -FI_EAVAIL for an error at the head,
@@ -165,12 +164,14 @@ unsafe fn read_common(
 }
 
 unsafe extern "C" fn read(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize) -> isize {
-    // SAFETY: C contract of fi_cq_read.
+    // SAFETY: fi_cq_read(3): `buf` is NULL or holds `count` entries of the
+    // CQ's format (read_common's contract; no `src`, no `cond`).
     guard_ssize("fi_cq_read", || unsafe { read_common(cq, buf, count, std::ptr::null_mut(), None) })
 }
 
 unsafe extern "C" fn readfrom(cq: *mut ffi::fid_cq, buf: *mut c_void, count: usize, src: *mut ffi::fi_addr_t) -> isize {
-    // SAFETY: C contract of fi_cq_readfrom.
+    // SAFETY: fi_cq_readfrom(3): `buf` is NULL or holds `count` entries of
+    // the CQ's format, `src` NULL or `count` fi_addr_t (read_common's contract).
     guard_ssize("fi_cq_readfrom", || unsafe { read_common(cq, buf, count, src, None) })
 }
 
@@ -181,7 +182,8 @@ unsafe extern "C" fn sread(
     cond: *const c_void,
     timeout: i32,
 ) -> isize {
-    // SAFETY: C contract of fi_cq_sread.
+    // SAFETY: fi_cq_sread(3): `buf` is NULL or holds `count` entries of the
+    // CQ's format, `cond` NULL or a size_t (read_common's contract).
     guard_ssize("fi_cq_sread", || unsafe { read_common(cq, buf, count, std::ptr::null_mut(), Some((cond, timeout))) })
 }
 
@@ -193,14 +195,14 @@ unsafe extern "C" fn sreadfrom(
     cond: *const c_void,
     timeout: i32,
 ) -> isize {
-    // SAFETY: C contract of fi_cq_sreadfrom.
+    // SAFETY: fi_cq_sreadfrom(3): `buf` is NULL or holds `count` entries,
+    // `src` NULL or `count` fi_addr_t, `cond` NULL or a size_t (read_common's contract).
     guard_ssize("fi_cq_sreadfrom", || unsafe { read_common(cq, buf, count, src, Some((cond, timeout))) })
 }
 
 unsafe extern "C" fn readerr(cq: *mut ffi::fid_cq, buf: *mut ffi::fi_cq_err_entry, flags: u64) -> isize {
     guard_ssize("fi_cq_readerr", || {
-        // SAFETY: our fid.
-        let cq = unsafe { borrow::<Cq>(cq.cast()) }?;
+        let cq = from_fid!(Cq, cq)?;
         if buf.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "fi_cq_readerr: NULL buffer"));
         }
@@ -242,8 +244,7 @@ unsafe extern "C" fn readerr(cq: *mut ffi::fid_cq, buf: *mut ffi::fi_cq_err_entr
 
 unsafe extern "C" fn signal(cq: *mut ffi::fid_cq) -> i32 {
     guard_int("fi_cq_signal", || {
-        // SAFETY: our fid.
-        unsafe { borrow::<Cq>(cq.cast()) }?.signal();
+        from_fid!(Cq, cq)?.signal();
         Ok(0)
     })
 }
@@ -274,6 +275,6 @@ unsafe extern "C" fn strerror(
     len: usize,
 ) -> *const c_char {
     let _ = cq;
-    // SAFETY: C contract of fi_cq_strerror.
+    // SAFETY: fi_cq_strerror(3): `buf` is NULL or `len` writable bytes.
     guard("fi_cq_strerror", || unsafe { strerror_common(prov_errno, buf, len) })
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, fid_header, FidHeader};
+use super::fid::{fid_header, from_fid, FidHeader};
 use super::{attr, common, guard_int, hand_out, info};
 use crate::fail;
 use crate::objects::pep::{ConnReq, Pep};
@@ -56,8 +56,7 @@ pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_domain> {
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(domain)", || unsafe { fid::close::<Domain>(f, |_| Ok(())) }.map(|_| 0))
+    guard_int("fi_close(domain)", || from_fid!(close Domain, f, |_| Ok(())).map(|_| 0))
 }
 
 unsafe extern "C" fn av_open(
@@ -67,12 +66,13 @@ unsafe extern "C" fn av_open(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_av_open", || {
-        // SAFETY: application-provided fid and attr.
-        let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
-        // SAFETY: as above.
+        let d = from_fid!(retain Domain, domain)?;
+        // SAFETY: fi_av_open(3)'s `attr` is NULL (refused by `attr`) or the
+        // application's fi_av_attr.
         let a = unsafe { attr(attr_, "fi_av_attr") }?;
         let mut chosen = 0;
-        // SAFETY: out pointer from the application.
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
         let r = unsafe {
             hand_out(out, "av", || {
                 let av = Av::new(super::av::header(context), d, a)?;
@@ -94,11 +94,12 @@ unsafe extern "C" fn cq_open(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_cq_open", || {
-        // SAFETY: application-provided fid and attr.
-        let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
-        // SAFETY: as above.
+        let d = from_fid!(retain Domain, domain)?;
+        // SAFETY: fi_cq_open(3)'s `attr` is NULL (refused by `attr`) or the
+        // application's fi_cq_attr.
         let a = unsafe { attr(attr_, "fi_cq_attr") }?;
-        // SAFETY: out pointer from the application.
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
         unsafe { hand_out(out, "cq", || Ok(Arc::new(Cq::new(super::cq::header(context), d, a)?))) }
     })
 }
@@ -110,11 +111,12 @@ unsafe extern "C" fn cntr_open(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_cntr_open", || {
-        // SAFETY: application-provided fid and attr.
-        let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
-        // SAFETY: as above.
+        let d = from_fid!(retain Domain, domain)?;
+        // SAFETY: fi_cntr_open(3)'s `attr` is NULL (refused by `attr`) or the
+        // application's fi_cntr_attr.
         let a = unsafe { attr(attr_, "fi_cntr_attr") }?;
-        // SAFETY: out pointer from the application.
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
         unsafe { hand_out(out, "cntr", || Ok(Arc::new(Cntr::new(super::cntr::header(context), d, a)?))) }
     })
 }
@@ -126,21 +128,19 @@ unsafe extern "C" fn endpoint(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_endpoint", || {
-        // SAFETY: application-provided fid and info.
-        let d = unsafe { fid::retain::<Domain>(domain.cast()) }?;
-        // SAFETY: as above.
+        let d = from_fid!(retain Domain, domain)?;
+        // SAFETY: fi_endpoint(3)'s `info` is NULL (refused) or an fi_info
+        // the application got from fi_getinfo or fi_dupinfo (info_from's contract).
         let i = unsafe { info::info_from(info_) }.ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_endpoint: NULL info"))?;
         let handle = i.handle as *const ffi::fid;
         let build = || {
             let ep = Arc::new(Ep::new(super::ep::header(context), d, i)?);
-            // SAFETY: the info's handle is NULL or a fid (fi_getinfo(3)),
-            // each kind checked by type before use.
-            match unsafe { fid::class_of(handle) } {
+            // (The info's handle is NULL or a fid, fi_getinfo(3); each kind
+            // is checked by type before use.)
+            match from_fid!(class handle) {
                 None => {}
-                // SAFETY: as above.
-                Some(ffi::FI_CLASS_CONNREQ) => ep.take_request(unsafe { fid::retain::<ConnReq>(handle) }?)?,
-                // SAFETY: as above.
-                Some(ffi::FI_CLASS_PEP) => ep.adopt_listener(unsafe { fid::borrow::<Pep>(handle) }?.take_listener()?)?,
+                Some(ffi::FI_CLASS_CONNREQ) => ep.take_request(from_fid!(retain ConnReq, handle)?)?,
+                Some(ffi::FI_CLASS_PEP) => ep.adopt_listener(from_fid!(Pep, handle)?.take_listener()?)?,
                 Some(c) => {
                     return Err(fail!(
                         ffi::FI_EINVAL,
@@ -150,15 +150,14 @@ unsafe extern "C" fn endpoint(
             }
             Ok(ep)
         };
-        // SAFETY: out pointer from the application.
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
         let r = unsafe { hand_out(out, "ep", build) }?;
-        // SAFETY: as above.
-        if unsafe { fid::class_of(handle) } == Some(ffi::FI_CLASS_CONNREQ) {
+        if from_fid!(class handle) == Some(ffi::FI_CLASS_CONNREQ) {
             // The endpoint took the request: the handle is consumed
             // (fi_cm(3)); the endpoint keeps the (now empty) object alive,
             // so a late fi_reject of it is refused, not a use after free.
-            // SAFETY: checked by type inside hand_out, which succeeded.
-            unsafe { fid::release::<ConnReq>(handle) }?;
+            from_fid!(release ConnReq, handle)?;
         }
         Ok(r)
     })
@@ -176,7 +175,8 @@ unsafe extern "C" fn endpoint2(
             Err(fail!(ffi::FI_ENOSYS, "fi_endpoint2 flags {flags:#x} (peer endpoints) are not supported"))
         });
     }
-    // SAFETY: same contract as fi_endpoint.
+    // SAFETY: fi_endpoint2's `info` and `ep` (`out`) are fi_endpoint's,
+    // which is what `endpoint` requires of them.
     unsafe { endpoint(domain, info_, out, context) }
 }
 

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use oxmr_ffi as ffi;
 
 use super::ep_data::{ATOMIC_OPS, COLL_OPS, MSG_OPS, RMA_OPS, TAGGED_OPS};
-use super::fid::{self, borrow, class_of, fid_header, FidHeader};
+use super::fid::{fid_header, from_fid, FidHeader};
 use super::{common, guard_int, guard_ssize};
 use crate::fail;
 use crate::info::{addr, attrs};
@@ -62,29 +62,24 @@ pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_ep> {
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(ep)", || unsafe { fid::close::<Ep>(f, |_| Ok(())) }.map(|_| 0))
+    guard_int("fi_close(ep)", || from_fid!(close Ep, f, |_| Ok(())).map(|_| 0))
 }
 
 unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
     guard_int("fi_ep_bind", || {
-        // SAFETY: our fid; `bfid` is an application fid whose header we
-        // read only after checking it is non-NULL.
-        unsafe {
-            let ep = borrow::<Ep>(f)?;
-            match class_of(bfid) {
-                Some(ffi::FI_CLASS_CQ) => ep.bind_cq(fid::retain::<Cq>(bfid)?, flags)?,
-                Some(ffi::FI_CLASS_AV) => ep.bind_av(fid::retain::<Av>(bfid)?, flags)?,
-                Some(ffi::FI_CLASS_EQ) => ep.bind_eq(fid::retain::<Eq>(bfid)?, flags)?,
-                Some(ffi::FI_CLASS_CNTR) => ep.bind_cntr(fid::retain::<Cntr>(bfid)?, flags)?,
-                Some(ffi::FI_CLASS_STX_CTX | ffi::FI_CLASS_SRX_CTX) => {
-                    return Err(fail!(ffi::FI_ENOSYS, "shared contexts are not supported by oxmr"))
-                }
-                Some(c) => {
-                    return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: cannot bind an object of class {c} to an endpoint"))
-                }
-                None => return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: NULL fid")),
+        let ep = from_fid!(Ep, f)?;
+        match from_fid!(class bfid) {
+            Some(ffi::FI_CLASS_CQ) => ep.bind_cq(from_fid!(retain Cq, bfid)?, flags)?,
+            Some(ffi::FI_CLASS_AV) => ep.bind_av(from_fid!(retain Av, bfid)?, flags)?,
+            Some(ffi::FI_CLASS_EQ) => ep.bind_eq(from_fid!(retain Eq, bfid)?, flags)?,
+            Some(ffi::FI_CLASS_CNTR) => ep.bind_cntr(from_fid!(retain Cntr, bfid)?, flags)?,
+            Some(ffi::FI_CLASS_STX_CTX | ffi::FI_CLASS_SRX_CTX) => {
+                return Err(fail!(ffi::FI_ENOSYS, "shared contexts are not supported by oxmr"))
             }
+            Some(c) => {
+                return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: cannot bind an object of class {c} to an endpoint"))
+            }
+            None => return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: NULL fid")),
         }
         Ok(0)
     })
@@ -92,11 +87,10 @@ unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> 
 
 unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -> i32 {
     guard_int("fi_control(ep)", || {
-        // SAFETY: our fid.
-        let ep = unsafe { borrow::<Ep>(f) }?;
+        let ep = from_fid!(Ep, f)?;
         match command as u32 {
-            // SAFETY: our fid (checked above); the engine keeps weak refs.
-            ffi::FI_ENABLE => unsafe { fid::retain::<Ep>(f) }?.enable_and_start().map(|_| 0),
+            // (Retained: the engine keeps weak references to its endpoint.)
+            ffi::FI_ENABLE => from_fid!(retain Ep, f)?.enable_and_start().map(|_| 0),
             c @ (ffi::FI_GETOPSFLAG | ffi::FI_SETOPSFLAG) => {
                 if arg.is_null() {
                     return Err(fail!(ffi::FI_EINVAL, "FI_GETOPSFLAG/FI_SETOPSFLAG need a uint64_t *"));
@@ -107,7 +101,7 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
                 let set = (c == ffi::FI_SETOPSFLAG).then_some(flags);
                 let v = ep.ops_flags(flags, set)?;
                 if c == ffi::FI_GETOPSFLAG {
-                    // SAFETY: as above.
+                    // SAFETY: `p` is the same non-NULL `uint64_t *`, read above.
                     unsafe { *p = v | (flags & (ffi::FI_TRANSMIT as u64 | ffi::FI_RECV as u64)) };
                 }
                 Ok(0)
@@ -119,8 +113,7 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
 
 unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
     guard_ssize("fi_cancel", || {
-        // SAFETY: our fid.
-        let ep = unsafe { borrow::<Ep>(f) }?;
+        let ep = from_fid!(Ep, f)?;
         if !ep.is_started() {
             // Nothing can be posted before fi_enable.
             return Err(crate::error::Error::quiet(ffi::FI_ENOENT));
@@ -137,7 +130,8 @@ unsafe fn opt_usize(optval: *const c_void, optlen: usize) -> crate::error::Resul
     if optval.is_null() || optlen != size_of::<usize>() {
         return Err(fail!(ffi::FI_EINVAL, "option value must be a size_t (optlen {optlen})"));
     }
-    // SAFETY: checked size, caller's contract.
+    // SAFETY: non-NULL and `optlen` is a size_t's size, so `optval` has
+    // that many readable bytes (this fn's contract); read unaligned.
     Ok(unsafe { std::ptr::read_unaligned(optval as *const usize) })
 }
 
@@ -149,7 +143,8 @@ pub unsafe fn put_usize(optval: *mut c_void, optlen: *mut usize, v: usize) -> cr
     if optlen.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "fi_getopt: NULL optlen"));
     }
-    // SAFETY: caller's contract.
+    // SAFETY: `optlen` is non-NULL and valid (this fn's contract); `optval`
+    // is written only when non-NULL with room for a size_t, unaligned.
     unsafe {
         if optval.is_null() || *optlen < size_of::<usize>() {
             *optlen = size_of::<usize>();
@@ -163,8 +158,7 @@ pub unsafe fn put_usize(optval: *mut c_void, optlen: *mut usize, v: usize) -> cr
 
 unsafe extern "C" fn getopt(f: *mut ffi::fid, level: i32, name: i32, optval: *mut c_void, optlen: *mut usize) -> i32 {
     guard_int("fi_getopt", || {
-        // SAFETY: our fid.
-        let ep = unsafe { borrow::<Ep>(f) }?;
+        let ep = from_fid!(Ep, f)?;
         if level as u32 != ffi::FI_OPT_ENDPOINT {
             return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_getopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"));
         }
@@ -175,21 +169,22 @@ unsafe extern "C" fn getopt(f: *mut ffi::fid, level: i32, name: i32, optval: *mu
             ffi::FI_OPT_RX_SIZE => ep.info.rx.size,
             n => return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_getopt: option {n} is not supported by oxmr")),
         };
-        // SAFETY: C contract of fi_getopt.
+        // SAFETY: fi_getopt(3): `optlen` is NULL (refused) or valid, `optval`
+        // NULL or `*optlen` writable bytes (put_usize's contract).
         unsafe { put_usize(optval, optlen, v) }
     })
 }
 
 unsafe extern "C" fn setopt(f: *mut ffi::fid, level: i32, name: i32, optval: *const c_void, optlen: usize) -> i32 {
     guard_int("fi_setopt", || {
-        // SAFETY: our fid.
-        let ep = unsafe { borrow::<Ep>(f) }?;
+        let ep = from_fid!(Ep, f)?;
         if level as u32 != ffi::FI_OPT_ENDPOINT {
             return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_setopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"));
         }
         match name as u32 {
             ffi::FI_OPT_MIN_MULTI_RECV => {
-                // SAFETY: C contract of fi_setopt.
+                // SAFETY: fi_setopt(3): `optval` is NULL (refused) or `optlen`
+                // readable bytes (opt_usize's contract).
                 let v = unsafe { opt_usize(optval, optlen) }?;
                 ep.set_min_multi_recv(v)?;
                 Ok(0)
@@ -214,7 +209,8 @@ pub unsafe fn put_name(a: &std::net::SocketAddr, out: *mut c_void, addrlen: *mut
         return Err(fail!(ffi::FI_EINVAL, "fi_getname: NULL addrlen"));
     }
     let bytes = addr::encode(a);
-    // SAFETY: caller's contract. fi_cm(3): a name that does not fit is
+    // SAFETY: `addrlen` is non-NULL and valid, `out` NULL or `*addrlen`
+    // bytes (this fn's contract); at most `room` bytes are copied. fi_cm(3): a name that does not fit is
     // truncated into the buffer and -FI_ETOOSMALL returned.
     unsafe {
         let room = *addrlen;
@@ -240,15 +236,17 @@ pub unsafe fn get_name(p: *const c_void, len: usize) -> crate::error::Result<std
     if len > size_of::<libc::sockaddr_storage>() {
         return Err(fail!(ffi::FI_EINVAL, "address length {len}: oxmr names are sockaddr_in/sockaddr_in6"));
     }
-    // SAFETY: caller's contract.
+    // SAFETY: non-NULL, so `len` readable bytes (this fn's contract); `len`
+    // is at most a sockaddr_storage.
     let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
     addr::parse(bytes).ok_or_else(|| fail!(ffi::FI_EINVAL, "address is not a sockaddr_in/sockaddr_in6 of {len} bytes"))
 }
 
 unsafe extern "C" fn setname(f: *mut ffi::fid, a: *mut c_void, len: usize) -> i32 {
     guard_int("fi_setname", || {
-        // SAFETY: our fid; address buffer per the API.
-        let (ep, a) = unsafe { (borrow::<Ep>(f)?, get_name(a, len)?) };
+        let ep = from_fid!(Ep, f)?;
+        // SAFETY: fi_setname(3)'s `addr` is NULL (refused) or `addrlen` bytes.
+        let a = unsafe { get_name(a, len) }?;
         ep.set_name(a)?;
         Ok(0)
     })
@@ -256,21 +254,21 @@ unsafe extern "C" fn setname(f: *mut ffi::fid, a: *mut c_void, len: usize) -> i3
 
 unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut usize) -> i32 {
     guard_int("fi_getname", || {
-        // SAFETY: our fid.
-        let ep = unsafe { borrow::<Ep>(f) }?;
+        let ep = from_fid!(Ep, f)?;
         let name =
             ep.shown_name().ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "fi_getname: endpoint has no address yet"))?;
-        // SAFETY: C contract of fi_getname.
+        // SAFETY: fi_getname(3): `addrlen` is NULL (refused) or valid, `addr`
+        // NULL or `*addrlen` writable bytes (put_name's contract).
         unsafe { put_name(&name, out, addrlen) }
     })
 }
 
 unsafe extern "C" fn getpeer(ep: *mut ffi::fid_ep, a: *mut c_void, addrlen: *mut usize) -> i32 {
     guard_int("fi_getpeer", || {
-        // SAFETY: our fid.
-        let ep = unsafe { borrow::<Ep>(ep.cast()) }?;
+        let ep = from_fid!(Ep, ep)?;
         let peer = ep.peer()?;
-        // SAFETY: C contract of fi_getpeer (as fi_getname's).
+        // SAFETY: fi_getpeer(3): `addrlen` is NULL (refused) or valid, `addr`
+        // NULL or `*addrlen` writable bytes (put_name's contract).
         unsafe { put_name(&peer, a, addrlen) }
     })
 }
@@ -293,7 +291,8 @@ pub unsafe fn cm_data<'a>(call: &str, p: *const c_void, len: usize) -> crate::er
     if p.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "{call}: NULL cm_data with length {len}"));
     }
-    // SAFETY: caller's contract.
+    // SAFETY: non-NULL and `len` > 0, so `len` readable bytes (this fn's
+    // contract: fi_connect/fi_accept/fi_reject's `param` of `paramlen`).
     Ok(unsafe { std::slice::from_raw_parts(p as *const u8, len) })
 }
 
@@ -304,8 +303,8 @@ pub(super) unsafe extern "C" fn connect(
     paramlen: usize,
 ) -> i32 {
     guard_int("fi_connect", || {
-        // SAFETY: our fid (retained for the EQ's weak watch).
-        let ep = unsafe { fid::retain::<Ep>(ep.cast()) }?;
+        // (Retained for the EQ's weak watch.)
+        let ep = from_fid!(retain Ep, ep)?;
         if addr.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "fi_connect: NULL address; pass the passive endpoint's name"));
         }
@@ -319,7 +318,7 @@ pub(super) unsafe extern "C" fn connect(
         };
         // SAFETY: a sockaddr of that family has `len` bytes.
         let to = unsafe { get_name(addr, len) }?;
-        // SAFETY: cm_data buffer per the API.
+        // SAFETY: fi_connect(3): `param` is NULL or `paramlen` readable bytes.
         let data = unsafe { cm_data("fi_connect", param, paramlen) }?;
         ep.connect(to, data)?;
         Ok(0)
@@ -328,9 +327,8 @@ pub(super) unsafe extern "C" fn connect(
 
 pub(super) unsafe extern "C" fn accept(ep: *mut ffi::fid_ep, param: *const c_void, paramlen: usize) -> i32 {
     guard_int("fi_accept", || {
-        // SAFETY: our fid.
-        let ep = unsafe { fid::retain::<Ep>(ep.cast()) }?;
-        // SAFETY: cm_data buffer per the API.
+        let ep = from_fid!(retain Ep, ep)?;
+        // SAFETY: fi_accept(3): `param` is NULL or `paramlen` readable bytes.
         let data = unsafe { cm_data("fi_accept", param, paramlen) }?;
         ep.accept(data)?;
         Ok(0)
@@ -339,8 +337,7 @@ pub(super) unsafe extern "C" fn accept(ep: *mut ffi::fid_ep, param: *const c_voi
 
 pub(super) unsafe extern "C" fn shutdown(ep: *mut ffi::fid_ep, flags: u64) -> i32 {
     guard_int("fi_shutdown", || {
-        // SAFETY: our fid.
-        let ep = unsafe { borrow::<Ep>(ep.cast()) }?;
+        let ep = from_fid!(Ep, ep)?;
         ep.shutdown(flags)?;
         Ok(0)
     })

@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use ffi::{fi_addr_t, fid_ep, iovec};
 use oxmr_ffi as ffi;
 
-use super::fid::borrow;
+use super::fid::from_fid;
 use super::guard_ssize;
 use crate::error::Result;
 use crate::fail;
@@ -28,7 +28,8 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Iovs> {
     if count > 0 && iov.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "NULL iov array with count {count}"));
     }
-    // SAFETY: `count` iovecs per the caller's contract.
+    // SAFETY: `iov` is non-NULL here (checked above when count > 0) and
+    // holds `count` iovecs (this fn's contract); `i < count`.
     let all = (0..count).map(|i| unsafe { ((*iov.add(i)).iov_base as usize, (*iov.add(i)).iov_len) });
     let v = Iovs::collect(all)
         .ok_or_else(|| fail!(ffi::FI_EINVAL, "{count} iovs; oxmr takes at most {}", attrs::IOV_LIMIT))?;
@@ -80,22 +81,20 @@ fn null_msg(name: &'static str) -> isize {
     guard_ssize(name, || Err(fail!(ffi::FI_EINVAL, "{name}: NULL message")))
 }
 
-/// # Safety
-/// `ep` is an endpoint fid from the application.
-unsafe fn with_ep(name: &'static str, ep: *mut fid_ep, f: impl FnOnce(&Ep) -> Result<()>) -> isize {
+/// Run `f` on the endpoint behind `ep`, the slot's own fid argument
+/// (`from_fid!`'s contract: the slots below pass theirs and nothing else).
+fn with_ep(name: &'static str, ep: *mut fid_ep, f: impl FnOnce(&Ep) -> Result<()>) -> isize {
     guard_ssize(name, || {
-        // SAFETY: caller's contract.
-        let ep = unsafe { borrow::<Ep>(ep.cast()) }?;
+        let ep = from_fid!(Ep, ep)?;
         f(ep).map(|_| 0)
     })
 }
 
-unsafe fn send_common(name: &'static str, ep: *mut fid_ep, o: Result<TxOp>) -> isize {
-    // SAFETY: forwarded contract.
-    unsafe { with_ep(name, ep, |ep| ep.send(o?)) }
+fn send_common(name: &'static str, ep: *mut fid_ep, o: Result<TxOp>) -> isize {
+    with_ep(name, ep, |ep| ep.send(o?))
 }
 
-unsafe fn recv_common(
+fn recv_common(
     name: &'static str,
     ep: *mut fid_ep,
     ctx: *mut c_void,
@@ -104,13 +103,11 @@ unsafe fn recv_common(
     tag: Option<(u64, u64)>,
     flags: Option<u64>,
 ) -> isize {
-    // SAFETY: forwarded contract.
-    unsafe { with_ep(name, ep, |ep| ep.recv(ctx as usize, v?, src, tag, flags)) }
+    with_ep(name, ep, |ep| ep.recv(ctx as usize, v?, src, tag, flags))
 }
 
-unsafe fn rma_common(name: &'static str, ep: *mut fid_ep, o: Result<RmaOp>) -> isize {
-    // SAFETY: forwarded contract.
-    unsafe { with_ep(name, ep, |ep| ep.rma(o?)) }
+fn rma_common(name: &'static str, ep: *mut fid_ep, o: Result<RmaOp>) -> isize {
+    with_ep(name, ep, |ep| ep.rma(o?))
 }
 
 fn tx(
@@ -137,8 +134,7 @@ unsafe extern "C" fn msg_recv(
     src: fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_recv.
-    unsafe { recv_common("fi_recv", ep, ctx, one(buf, len), src, None, None) }
+    recv_common("fi_recv", ep, ctx, one(buf, len), src, None, None)
 }
 
 unsafe extern "C" fn msg_recvv(
@@ -149,13 +145,14 @@ unsafe extern "C" fn msg_recvv(
     src: fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_recvv.
-    unsafe { recv_common("fi_recvv", ep, ctx, iovs(iov, count), src, None, None) }
+    // SAFETY: fi_recvv(3): `iov` is NULL or holds `count` iovecs (iovs
+    // refuses NULL with a count).
+    recv_common("fi_recvv", ep, ctx, unsafe { iovs(iov, count) }, src, None, None)
 }
 
 unsafe extern "C" fn msg_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
     const NAME: &str = "fi_recvmsg";
-    // SAFETY: C contract of fi_recvmsg.
+    // SAFETY: fi_recvmsg(3): `msg` is NULL (refused) or a readable message.
     let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
     let flags = match msg_flags(NAME, flags) {
         Ok(f) => f,
@@ -169,8 +166,9 @@ unsafe extern "C" fn msg_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg, flags
             ))
         });
     }
-    // SAFETY: as above.
-    unsafe { recv_common(NAME, ep, m.context, iovs(m.msg_iov, m.iov_count), m.addr, None, Some(flags)) }
+    // SAFETY: the message's `msg_iov` is NULL or holds `iov_count` iovecs
+    // (fi_msg(3); iovs refuses NULL with a count).
+    recv_common(NAME, ep, m.context, unsafe { iovs(m.msg_iov, m.iov_count) }, m.addr, None, Some(flags))
 }
 
 unsafe extern "C" fn msg_send(
@@ -181,8 +179,7 @@ unsafe extern "C" fn msg_send(
     dest: fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_send.
-    unsafe { send_common("fi_send", ep, tx(ctx, one(buf, len), dest, None, None, None)) }
+    send_common("fi_send", ep, tx(ctx, one(buf, len), dest, None, None, None))
 }
 
 unsafe extern "C" fn msg_sendv(
@@ -193,25 +190,25 @@ unsafe extern "C" fn msg_sendv(
     dest: fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_sendv.
-    unsafe { send_common("fi_sendv", ep, tx(ctx, iovs(iov, count), dest, None, None, None)) }
+    // SAFETY: fi_sendv(3): `iov` is NULL or holds `count` iovecs (iovs
+    // refuses NULL with a count).
+    send_common("fi_sendv", ep, tx(ctx, unsafe { iovs(iov, count) }, dest, None, None, None))
 }
 
 unsafe extern "C" fn msg_sendmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg, flags: u64) -> isize {
     const NAME: &str = "fi_sendmsg";
-    // SAFETY: C contract of fi_sendmsg.
+    // SAFETY: fi_sendmsg(3): `msg` is NULL (refused) or a readable message.
     let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
     let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
-    // SAFETY: as above.
+    // SAFETY: the message's `msg_iov` is NULL or holds `iov_count` iovecs
+    // (fi_msg(3); iovs refuses NULL with a count).
     let o = msg_flags(NAME, flags)
         .and_then(|f| tx(m.context, unsafe { iovs(m.msg_iov, m.iov_count) }, m.addr, None, data, Some(f)));
-    // SAFETY: as above.
-    unsafe { send_common(NAME, ep, o) }
+    send_common(NAME, ep, o)
 }
 
 unsafe extern "C" fn msg_inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t) -> isize {
-    // SAFETY: C contract of fi_inject.
-    unsafe { send_common("fi_inject", ep, tx(std::ptr::null_mut(), one(buf, len), dest, None, None, Some(INJECT))) }
+    send_common("fi_inject", ep, tx(std::ptr::null_mut(), one(buf, len), dest, None, None, Some(INJECT)))
 }
 
 unsafe extern "C" fn msg_senddata(
@@ -223,8 +220,7 @@ unsafe extern "C" fn msg_senddata(
     dest: fi_addr_t,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_senddata.
-    unsafe { send_common("fi_senddata", ep, tx(ctx, one(buf, len), dest, None, Some(data), None)) }
+    send_common("fi_senddata", ep, tx(ctx, one(buf, len), dest, None, Some(data), None))
 }
 
 unsafe extern "C" fn msg_injectdata(
@@ -234,10 +230,7 @@ unsafe extern "C" fn msg_injectdata(
     data: u64,
     dest: fi_addr_t,
 ) -> isize {
-    // SAFETY: C contract of fi_injectdata.
-    unsafe {
-        send_common("fi_injectdata", ep, tx(std::ptr::null_mut(), one(buf, len), dest, None, Some(data), Some(INJECT)))
-    }
+    send_common("fi_injectdata", ep, tx(std::ptr::null_mut(), one(buf, len), dest, None, Some(data), Some(INJECT)))
 }
 
 pub static MSG_OPS: ffi::fi_ops_msg = ffi::fi_ops_msg {
@@ -265,8 +258,7 @@ unsafe extern "C" fn tagged_recv(
     ignore: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_trecv.
-    unsafe { recv_common("fi_trecv", ep, ctx, one(buf, len), src, Some((tag, ignore)), None) }
+    recv_common("fi_trecv", ep, ctx, one(buf, len), src, Some((tag, ignore)), None)
 }
 
 unsafe extern "C" fn tagged_recvv(
@@ -279,13 +271,14 @@ unsafe extern "C" fn tagged_recvv(
     ignore: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_trecvv.
-    unsafe { recv_common("fi_trecvv", ep, ctx, iovs(iov, count), src, Some((tag, ignore)), None) }
+    // SAFETY: fi_trecvv(3): `iov` is NULL or holds `count` iovecs (iovs
+    // refuses NULL with a count).
+    recv_common("fi_trecvv", ep, ctx, unsafe { iovs(iov, count) }, src, Some((tag, ignore)), None)
 }
 
 unsafe extern "C" fn tagged_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
     const NAME: &str = "fi_trecvmsg";
-    // SAFETY: C contract of fi_trecvmsg.
+    // SAFETY: fi_trecvmsg(3): `msg` is NULL (refused) or a readable message.
     let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
     let flags = match msg_flags(NAME, flags) {
         Ok(f) => f,
@@ -300,15 +293,15 @@ unsafe extern "C" fn tagged_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tag
                 ))
             });
         }
-        // SAFETY: as above.
+        // SAFETY: the message's `msg_iov` is NULL or holds `iov_count` iovecs
+        // (fi_msg(3); iovs refuses NULL with a count).
         let v = unsafe { iovs(m.msg_iov, m.iov_count) };
-        // SAFETY: as above.
-        return unsafe { with_ep(NAME, ep, |ep| ep.probe(m.context as usize, v?, m.addr, (m.tag, m.ignore), flags)) };
+        return with_ep(NAME, ep, |ep| ep.probe(m.context as usize, v?, m.addr, (m.tag, m.ignore), flags));
     }
-    // SAFETY: as above.
-    unsafe {
-        recv_common(NAME, ep, m.context, iovs(m.msg_iov, m.iov_count), m.addr, Some((m.tag, m.ignore)), Some(flags))
-    }
+    // SAFETY: the message's `msg_iov` is NULL or holds `iov_count` iovecs
+    // (fi_msg(3); iovs refuses NULL with a count).
+    let v = unsafe { iovs(m.msg_iov, m.iov_count) };
+    recv_common(NAME, ep, m.context, v, m.addr, Some((m.tag, m.ignore)), Some(flags))
 }
 
 /// fi_trecvmsg's flags that look for an unexpected message rather than
@@ -324,8 +317,7 @@ unsafe extern "C" fn tagged_send(
     tag: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_tsend.
-    unsafe { send_common("fi_tsend", ep, tx(ctx, one(buf, len), dest, Some(tag), None, None)) }
+    send_common("fi_tsend", ep, tx(ctx, one(buf, len), dest, Some(tag), None, None))
 }
 
 unsafe extern "C" fn tagged_sendv(
@@ -337,20 +329,21 @@ unsafe extern "C" fn tagged_sendv(
     tag: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_tsendv.
-    unsafe { send_common("fi_tsendv", ep, tx(ctx, iovs(iov, count), dest, Some(tag), None, None)) }
+    // SAFETY: fi_tsendv(3): `iov` is NULL or holds `count` iovecs (iovs
+    // refuses NULL with a count).
+    send_common("fi_tsendv", ep, tx(ctx, unsafe { iovs(iov, count) }, dest, Some(tag), None, None))
 }
 
 unsafe extern "C" fn tagged_sendmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tagged, flags: u64) -> isize {
     const NAME: &str = "fi_tsendmsg";
-    // SAFETY: C contract of fi_tsendmsg.
+    // SAFETY: fi_tsendmsg(3): `msg` is NULL (refused) or a readable message.
     let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
     let data = (flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
-    // SAFETY: as above.
+    // SAFETY: the message's `msg_iov` is NULL or holds `iov_count` iovecs
+    // (fi_msg(3); iovs refuses NULL with a count).
     let o = msg_flags(NAME, flags)
         .and_then(|f| tx(m.context, unsafe { iovs(m.msg_iov, m.iov_count) }, m.addr, Some(m.tag), data, Some(f)));
-    // SAFETY: as above.
-    unsafe { send_common(NAME, ep, o) }
+    send_common(NAME, ep, o)
 }
 
 unsafe extern "C" fn tagged_inject(
@@ -360,10 +353,7 @@ unsafe extern "C" fn tagged_inject(
     dest: fi_addr_t,
     tag: u64,
 ) -> isize {
-    // SAFETY: C contract of fi_tinject.
-    unsafe {
-        send_common("fi_tinject", ep, tx(std::ptr::null_mut(), one(buf, len), dest, Some(tag), None, Some(INJECT)))
-    }
+    send_common("fi_tinject", ep, tx(std::ptr::null_mut(), one(buf, len), dest, Some(tag), None, Some(INJECT)))
 }
 
 unsafe extern "C" fn tagged_senddata(
@@ -376,8 +366,7 @@ unsafe extern "C" fn tagged_senddata(
     tag: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_tsenddata.
-    unsafe { send_common("fi_tsenddata", ep, tx(ctx, one(buf, len), dest, Some(tag), Some(data), None)) }
+    send_common("fi_tsenddata", ep, tx(ctx, one(buf, len), dest, Some(tag), Some(data), None))
 }
 
 unsafe extern "C" fn tagged_injectdata(
@@ -388,14 +377,11 @@ unsafe extern "C" fn tagged_injectdata(
     dest: fi_addr_t,
     tag: u64,
 ) -> isize {
-    // SAFETY: C contract of fi_tinjectdata.
-    unsafe {
-        send_common(
-            "fi_tinjectdata",
-            ep,
-            tx(std::ptr::null_mut(), one(buf, len), dest, Some(tag), Some(data), Some(INJECT)),
-        )
-    }
+    send_common(
+        "fi_tinjectdata",
+        ep,
+        tx(std::ptr::null_mut(), one(buf, len), dest, Some(tag), Some(data), Some(INJECT)),
+    )
 }
 
 pub static TAGGED_OPS: ffi::fi_ops_tagged = ffi::fi_ops_tagged {
@@ -432,8 +418,11 @@ fn rma(
     Ok(RmaOp { ctx: ctx as usize, iovs: v?, dest: r.dest, addr: r.addr, key: r.key, data, flags, read })
 }
 
+/// # Safety
+/// `msg` is NULL or a readable fi_msg_rma whose `msg_iov` holds `iov_count`
+/// iovecs and whose `rma_iov` is NULL or one fi_rma_iov.
 unsafe fn rma_msg(msg: *const ffi::fi_msg_rma, flags: u64, read: bool) -> Result<RmaOp> {
-    // SAFETY: C contract of fi_readmsg/fi_writemsg.
+    // SAFETY: `msg` is NULL (refused) or readable (this fn's contract).
     let m = unsafe { msg.as_ref() }.ok_or_else(|| fail!(ffi::FI_EINVAL, "NULL fi_msg_rma"))?;
     let flags = msg_flags(if read { "fi_readmsg" } else { "fi_writemsg" }, flags)?;
     if m.rma_iov_count != 1 || m.rma_iov.is_null() {
@@ -441,7 +430,8 @@ unsafe fn rma_msg(msg: *const ffi::fi_msg_rma, flags: u64, read: bool) -> Result
     }
     // SAFETY: one fi_rma_iov, checked non-NULL.
     let r = unsafe { &*m.rma_iov };
-    // SAFETY: the message's iov array.
+    // SAFETY: the message's `msg_iov` is NULL or holds `iov_count` iovecs
+    // (this fn's contract; iovs refuses NULL with a count).
     let v = unsafe { iovs(m.msg_iov, m.iov_count) }?;
     // (`iovs` checked that the lengths add up without overflow.)
     if v.iter().map(|x| x.1).sum::<usize>() != r.len {
@@ -472,8 +462,7 @@ unsafe extern "C" fn rma_read(
     key: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_read.
-    unsafe { rma_common("fi_read", ep, rma(ctx, one(buf, len), Remote { dest: src, addr, key }, None, None, true)) }
+    rma_common("fi_read", ep, rma(ctx, one(buf, len), Remote { dest: src, addr, key }, None, None, true))
 }
 
 unsafe extern "C" fn rma_readv(
@@ -486,13 +475,15 @@ unsafe extern "C" fn rma_readv(
     key: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_readv.
-    unsafe { rma_common("fi_readv", ep, rma(ctx, iovs(iov, count), Remote { dest: src, addr, key }, None, None, true)) }
+    // SAFETY: fi_readv(3): `iov` is NULL or holds `count` iovecs (iovs
+    // refuses NULL with a count).
+    rma_common("fi_readv", ep, rma(ctx, unsafe { iovs(iov, count) }, Remote { dest: src, addr, key }, None, None, true))
 }
 
 unsafe extern "C" fn rma_readmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize {
-    // SAFETY: C contract of fi_readmsg.
-    unsafe { rma_common("fi_readmsg", ep, rma_msg(msg, flags, true)) }
+    // SAFETY: fi_readmsg(3): `msg` is NULL (refused) or a readable fi_msg_rma
+    // whose arrays hold their counts (rma_msg's contract).
+    rma_common("fi_readmsg", ep, unsafe { rma_msg(msg, flags, true) })
 }
 
 unsafe extern "C" fn rma_write(
@@ -505,8 +496,7 @@ unsafe extern "C" fn rma_write(
     key: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_write.
-    unsafe { rma_common("fi_write", ep, rma(ctx, one(buf, len), Remote { dest, addr, key }, None, None, false)) }
+    rma_common("fi_write", ep, rma(ctx, one(buf, len), Remote { dest, addr, key }, None, None, false))
 }
 
 unsafe extern "C" fn rma_writev(
@@ -519,13 +509,15 @@ unsafe extern "C" fn rma_writev(
     key: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_writev.
-    unsafe { rma_common("fi_writev", ep, rma(ctx, iovs(iov, count), Remote { dest, addr, key }, None, None, false)) }
+    // SAFETY: fi_writev(3): `iov` is NULL or holds `count` iovecs (iovs
+    // refuses NULL with a count).
+    rma_common("fi_writev", ep, rma(ctx, unsafe { iovs(iov, count) }, Remote { dest, addr, key }, None, None, false))
 }
 
 unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_rma, flags: u64) -> isize {
-    // SAFETY: C contract of fi_writemsg.
-    unsafe { rma_common("fi_writemsg", ep, rma_msg(msg, flags, false)) }
+    // SAFETY: fi_writemsg(3): `msg` is NULL (refused) or a readable fi_msg_rma
+    // whose arrays hold their counts (rma_msg's contract).
+    rma_common("fi_writemsg", ep, unsafe { rma_msg(msg, flags, false) })
 }
 
 unsafe extern "C" fn rma_inject(
@@ -536,14 +528,11 @@ unsafe extern "C" fn rma_inject(
     addr: u64,
     key: u64,
 ) -> isize {
-    // SAFETY: C contract of fi_inject_write.
-    unsafe {
-        rma_common(
-            "fi_inject_write",
-            ep,
-            rma(std::ptr::null_mut(), one(buf, len), Remote { dest, addr, key }, None, Some(INJECT), false),
-        )
-    }
+    rma_common(
+        "fi_inject_write",
+        ep,
+        rma(std::ptr::null_mut(), one(buf, len), Remote { dest, addr, key }, None, Some(INJECT), false),
+    )
 }
 
 unsafe extern "C" fn rma_writedata(
@@ -557,10 +546,7 @@ unsafe extern "C" fn rma_writedata(
     key: u64,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: C contract of fi_writedata.
-    unsafe {
-        rma_common("fi_writedata", ep, rma(ctx, one(buf, len), Remote { dest, addr, key }, Some(data), None, false))
-    }
+    rma_common("fi_writedata", ep, rma(ctx, one(buf, len), Remote { dest, addr, key }, Some(data), None, false))
 }
 
 unsafe extern "C" fn rma_injectdata(
@@ -572,14 +558,11 @@ unsafe extern "C" fn rma_injectdata(
     addr: u64,
     key: u64,
 ) -> isize {
-    // SAFETY: C contract of fi_inject_writedata.
-    unsafe {
-        rma_common(
-            "fi_inject_writedata",
-            ep,
-            rma(std::ptr::null_mut(), one(buf, len), Remote { dest, addr, key }, Some(data), Some(INJECT), false),
-        )
-    }
+    rma_common(
+        "fi_inject_writedata",
+        ep,
+        rma(std::ptr::null_mut(), one(buf, len), Remote { dest, addr, key }, Some(data), Some(INJECT), false),
+    )
 }
 
 pub static RMA_OPS: ffi::fi_ops_rma = ffi::fi_ops_rma {

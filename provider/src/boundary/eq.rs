@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_void};
 use oxmr_ffi as ffi;
 
 use super::cq::{strerror_common, wait_control};
-use super::fid::{self, borrow, fid_header, FidHeader};
+use super::fid::{fid_header, from_fid, FidHeader};
 use super::{common, guard, guard_int, guard_ssize};
 use crate::fail;
 use crate::objects::eq::Eq;
@@ -37,17 +37,16 @@ pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_eq> {
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(eq)", || unsafe { fid::close::<Eq>(f, |_| Ok(())) }.map(|_| 0))
+    guard_int("fi_close(eq)", || from_fid!(close Eq, f, |_| Ok(())).map(|_| 0))
 }
 
 unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -> i32 {
     guard_int("fi_control(eq)", || {
-        // SAFETY: our fid; `arg` per the command.
-        unsafe {
-            let eq = borrow::<Eq>(f)?;
-            wait_control(command, arg, eq.wait_fd(), "EQ")
-        }
+        let eq = from_fid!(Eq, f)?;
+        // SAFETY: fi_control(3): `arg` is what `command` names (an `int *`
+        // for FI_GETWAIT, an `enum fi_wait_obj *` for FI_GETWAITOBJ), which
+        // is wait_control's contract.
+        unsafe { wait_control(command, arg, eq.wait_fd(), "EQ") }
     })
 }
 
@@ -68,13 +67,12 @@ unsafe fn read_common(
     flags: u64,
     timeout: Option<i32>,
 ) -> crate::error::Result<isize> {
-    // SAFETY: our fid.
-    let eq = unsafe { borrow::<Eq>(eq.cast()) }?;
+    let eq = from_fid!(Eq, eq)?;
     let peek = peek_of(flags, "fi_eq_read")?;
     let out: &mut [u8] = if buf.is_null() || len == 0 {
         &mut []
     } else {
-        // SAFETY: `buf` has `len` writable bytes (API contract).
+        // SAFETY: non-NULL, so `len` writable bytes (this fn's contract).
         unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, len) }
     };
     let (ev, n) = match timeout {
@@ -82,14 +80,15 @@ unsafe fn read_common(
         Some(t) => eq.sread(out, t, peek)?,
     };
     if !event.is_null() {
-        // SAFETY: non-NULL event pointer from the caller.
+        // SAFETY: non-NULL, so writable (this fn's contract).
         unsafe { event.write(ev) };
     }
     Ok(n as isize)
 }
 
 unsafe extern "C" fn read(eq: *mut ffi::fid_eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64) -> isize {
-    // SAFETY: C contract of fi_eq_read.
+    // SAFETY: fi_eq_read(3): `buf` is NULL or `len` writable bytes, `event`
+    // NULL or writable (read_common's contract).
     guard_ssize("fi_eq_read", || unsafe { read_common(eq, event, buf, len, flags, None) })
 }
 
@@ -101,14 +100,14 @@ unsafe extern "C" fn sread(
     timeout: i32,
     flags: u64,
 ) -> isize {
-    // SAFETY: C contract of fi_eq_sread.
+    // SAFETY: fi_eq_sread(3): `buf` is NULL or `len` writable bytes, `event`
+    // NULL or writable (read_common's contract).
     guard_ssize("fi_eq_sread", || unsafe { read_common(eq, event, buf, len, flags, Some(timeout)) })
 }
 
 unsafe extern "C" fn readerr(eq: *mut ffi::fid_eq, buf: *mut ffi::fi_eq_err_entry, flags: u64) -> isize {
     guard_ssize("fi_eq_readerr", || {
-        // SAFETY: our fid.
-        let eq = unsafe { borrow::<Eq>(eq.cast()) }?;
+        let eq = from_fid!(Eq, eq)?;
         let peek = peek_of(flags, "fi_eq_readerr")?;
         if buf.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "fi_eq_readerr: NULL buffer"));
@@ -143,8 +142,7 @@ unsafe extern "C" fn readerr(eq: *mut ffi::fid_eq, buf: *mut ffi::fi_eq_err_entr
 
 unsafe extern "C" fn write(eq: *mut ffi::fid_eq, event: u32, buf: *const c_void, len: usize, flags: u64) -> isize {
     guard_ssize("fi_eq_write", || {
-        // SAFETY: our fid.
-        let eq = unsafe { borrow::<Eq>(eq.cast()) }?;
+        let eq = from_fid!(Eq, eq)?;
         if flags != 0 {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_eq_write: flags {flags:#x}; pass 0"));
         }
@@ -169,6 +167,6 @@ unsafe extern "C" fn strerror(
     len: usize,
 ) -> *const c_char {
     let _ = eq;
-    // SAFETY: C contract of fi_eq_strerror.
+    // SAFETY: fi_eq_strerror(3): `buf` is NULL or `len` writable bytes.
     guard("fi_eq_strerror", || unsafe { strerror_common(prov_errno, buf, len) })
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, borrow, fid_header, FidHeader};
+use super::fid::{fid_header, from_fid, FidHeader};
 use super::{attr, common, guard_int, hand_out, info};
 use crate::fail;
 use crate::objects::{cq::Cq, domain::Domain, eq::Eq, fabric::Fabric, pep::Pep};
@@ -42,8 +42,7 @@ pub fn header(context: *mut c_void, api_version: u32) -> FidHeader<ffi::fid_fabr
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    // SAFETY: libfabric passes the fid it got from us.
-    guard_int("fi_close(fabric)", || unsafe { fid::close::<Fabric>(f, |_| Ok(())) }.map(|_| 0))
+    guard_int("fi_close(fabric)", || from_fid!(close Fabric, f, |_| Ok(())).map(|_| 0))
 }
 
 unsafe extern "C" fn domain(
@@ -53,11 +52,12 @@ unsafe extern "C" fn domain(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_domain", || {
-        // SAFETY: fids and infos come from the application per the API.
-        let f = unsafe { fid::retain::<Fabric>(fabric.cast()) }?;
-        // SAFETY: as above.
+        let f = from_fid!(retain Fabric, fabric)?;
+        // SAFETY: fi_domain(3)'s `info` is NULL (refused) or an fi_info the
+        // application got from fi_getinfo or fi_dupinfo (info_from's contract).
         let i = unsafe { info::info_from(info_) }.ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_domain: NULL info"))?;
-        // SAFETY: out pointer from the application.
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
         unsafe { hand_out(out, "domain", || Ok(Arc::new(Domain::new(super::domain::header(context), f, i)?))) }
     })
 }
@@ -74,7 +74,8 @@ unsafe extern "C" fn domain2(
             Err(fail!(ffi::FI_ENOSYS, "fi_domain2 flags {flags:#x} (peer domains) are not supported"))
         });
     }
-    // SAFETY: same contract as fi_domain.
+    // SAFETY: fi_domain2's `info` and `domain` (`out`) are fi_domain's,
+    // which is what `domain` requires of them.
     unsafe { domain(fabric, info_, out, context) }
 }
 
@@ -85,11 +86,12 @@ unsafe extern "C" fn passive_ep(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_passive_ep", || {
-        // SAFETY: application-provided fid and info.
-        let f = unsafe { fid::retain::<Fabric>(fabric.cast()) }?;
-        // SAFETY: as above.
+        let f = from_fid!(retain Fabric, fabric)?;
+        // SAFETY: fi_passive_ep(3)'s `info` is NULL (refused) or an fi_info
+        // the application got from fi_getinfo or fi_dupinfo (info_from's contract).
         let i = unsafe { info::info_from(info_) }.ok_or_else(|| fail!(ffi::FI_EINVAL, "fi_passive_ep: NULL info"))?;
-        // SAFETY: out pointer from the application.
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
         unsafe {
             hand_out(out, "pep", || {
                 Ok(Arc::new(Pep::new(super::pep::header(context), f, i, super::pep::publish_request)?))
@@ -105,14 +107,15 @@ unsafe extern "C" fn eq_open(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_eq_open", || {
-        // SAFETY: application-provided fid and attr.
-        let f = unsafe { fid::retain::<Fabric>(fabric.cast()) }?;
-        // SAFETY: as above.
+        let f = from_fid!(retain Fabric, fabric)?;
+        // SAFETY: fi_eq_open(3)'s `attr` is NULL (refused by `attr`) or the
+        // application's fi_eq_attr.
         let a = unsafe { attr(attr_, "fi_eq_attr") }?;
         if !a.wait_set.is_null() && a.wait_obj == ffi::FI_WAIT_SET {
             return Err(fail!(ffi::FI_ENOSYS, "wait sets are not supported by oxmr"));
         }
-        // SAFETY: out pointer from the application.
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
         unsafe { hand_out(out, "eq", || Ok(Arc::new(Eq::new(super::eq::header(context), f, a)?))) }
     })
 }
@@ -121,25 +124,23 @@ crate::enosys!(wait_open, "fi_wait_open", (fabric: *mut ffi::fid_fabric, attr: *
 
 unsafe extern "C" fn trywait(fabric: *mut ffi::fid_fabric, fids: *mut *mut ffi::fid, count: i32) -> i32 {
     guard_int("fi_trywait", || {
-        // SAFETY: application-provided fabric fid.
-        unsafe { borrow::<Fabric>(fabric.cast()) }?;
+        from_fid!(Fabric, fabric)?;
         if count < 0 || (count > 0 && fids.is_null()) {
             return Err(fail!(ffi::FI_EINVAL, "fi_trywait: bad fid array"));
         }
         for i in 0..count as usize {
-            // SAFETY: `fids` has `count` entries.
+            // SAFETY: `fids` is non-NULL (count > 0 here) and has `count`
+            // entries (fi_trywait(3)); `i < count`.
             let f = unsafe { *fids.add(i) };
-            // SAFETY: each entry is a fid from the application.
-            unsafe {
-                if fid::is::<Cq>(f) {
-                    borrow::<Cq>(f)?.trywait()?;
-                } else if fid::is::<Eq>(f) {
-                    borrow::<Eq>(f)?.trywait()?;
-                } else if fid::is::<crate::objects::cntr::Cntr>(f) {
-                    borrow::<crate::objects::cntr::Cntr>(f)?.trywait();
-                } else {
-                    return Err(fail!(ffi::FI_EINVAL, "fi_trywait: fid {i} is not an oxmr CQ, EQ or counter"));
-                }
+            // (Each entry is a fid argument of the call: `from_fid!`'s contract.)
+            if from_fid!(is Cq, f) {
+                from_fid!(Cq, f)?.trywait()?;
+            } else if from_fid!(is Eq, f) {
+                from_fid!(Eq, f)?.trywait()?;
+            } else if from_fid!(is crate::objects::cntr::Cntr, f) {
+                from_fid!(crate::objects::cntr::Cntr, f)?.trywait();
+            } else {
+                return Err(fail!(ffi::FI_EINVAL, "fi_trywait: fid {i} is not an oxmr CQ, EQ or counter"));
             }
         }
         Ok(0)

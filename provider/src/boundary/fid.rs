@@ -23,6 +23,88 @@ use crate::fail;
 
 pub use oxmr_ffi::FidHeader;
 
+/// The object behind a fid pointer that came in through the C ABI, checked
+/// (NULL, class and `fi_ops` table) and typed; a NULL or foreign fid is
+/// `Err(-FI_EINVAL)` with a log line (as [`borrow`] answers), never a
+/// reinterpretation. The forms, each on a pointer to any `fid_*` (or a
+/// `void *` that the API says is a fid):
+///
+/// | form | gives | does |
+/// |---|---|---|
+/// | `from_fid!(T, p)` | `Result<&T>` | [`borrow`] for the call |
+/// | `from_fid!(retain T, p)` | `Result<Arc<T>>` | [`retain`]: a strong count of its own (a binding, a child) |
+/// | `from_fid!(close T, p, before_free)` | `Result<()>` | [`close`]: C's count released, or `-FI_EBUSY` |
+/// | `from_fid!(release T, p)` | `Result<()>` | [`release`]: C's count given back by a call that consumes the handle |
+/// | `from_fid!(is T, p)` | `bool` | [`is`]: whether it is an oxmr `T` |
+/// | `from_fid!(class p)` | `Option<u32>` | [`class_of`]: the class of any provider's fid |
+///
+/// # The contract, said once
+///
+/// The unsafe block inside is sound for a pointer that libfabric passed
+/// into one of oxmr's slots as a fid (the slot's own first argument, or a
+/// fid argument such as `fi_ep_bind`'s `bfid`, `fi_endpoint`'s domain, an
+/// `fi_info`'s `handle`), and for nothing else; it is visible to
+/// `boundary/` only (the layering test keeps every other room from naming
+/// `crate::boundary`), and each use sits in a slot or a helper a slot
+/// calls with its own argument. For such a pointer:
+///
+/// - it is NULL (checked: `-FI_EINVAL`) or a live fid of some provider.
+///   Libfabric's calls (`fi_close`, `fi_cq_read`, ... are inline wrappers
+///   of `fid->ops->slot(fid, ...)`) only reach an oxmr slot through the
+///   `fi_ops_*` tables of the objects oxmr published, so the slot's own fid
+///   is one oxmr created with [`publish`]; a fid argument is one that an
+///   open call (of oxmr or another provider) returned to the application.
+///   Either way its `struct fid` header is readable, which is all that the
+///   class and `fi_ops` checks read before trusting it.
+/// - An oxmr fid is still alive: C holds one strong count from [`publish`]
+///   until `fi_close`, after which the application may not pass the fid
+///   again (fi_close(3); using a closed fid is the application's bug, as
+///   for any provider). [`close`] refuses with `-FI_EBUSY` while a binding
+///   or a child holds a further count, so a fid in use is never freed under
+///   another call; and a borrow lasts only for the call, during which C's
+///   count keeps the object alive.
+/// - It is the `T` it says: [`borrow`] casts only after the class and the
+///   `fi_ops` table address (unique to each oxmr type, [`FidObject`]) match,
+///   so another type or another provider's object is refused, never read
+///   as a `T`.
+macro_rules! from_fid {
+    (retain $ty:ty, $fid:expr) => {
+        // SAFETY: a fid that came in through the C ABI (`from_fid!`'s contract).
+        unsafe { $crate::boundary::fid::retain::<$ty>($crate::boundary::fid::fid_ptr($fid)) }
+    };
+    (close $ty:ty, $fid:expr, $before_free:expr) => {
+        // SAFETY: a fid that came in through the C ABI (`from_fid!`'s
+        // contract); libfabric's fi_close passes it once, and C's copy is
+        // not used after Ok.
+        unsafe { $crate::boundary::fid::close::<$ty>($crate::boundary::fid::fid_ptr($fid).cast_mut(), $before_free) }
+    };
+    (release $ty:ty, $fid:expr) => {
+        // SAFETY: a fid that came in through the C ABI (`from_fid!`'s
+        // contract), given to a call that consumes the handle (fi_cm(3)).
+        unsafe { $crate::boundary::fid::release::<$ty>($crate::boundary::fid::fid_ptr($fid)) }
+    };
+    (is $ty:ty, $fid:expr) => {
+        // SAFETY: a fid that came in through the C ABI (`from_fid!`'s contract).
+        unsafe { $crate::boundary::fid::is::<$ty>($crate::boundary::fid::fid_ptr($fid)) }
+    };
+    (class $fid:expr) => {
+        // SAFETY: a fid that came in through the C ABI (`from_fid!`'s contract).
+        unsafe { $crate::boundary::fid::class_of($crate::boundary::fid::fid_ptr($fid)) }
+    };
+    ($ty:ty, $fid:expr) => {
+        // SAFETY: a fid that came in through the C ABI (`from_fid!`'s contract).
+        unsafe { $crate::boundary::fid::borrow::<$ty>($crate::boundary::fid::fid_ptr($fid)) }
+    };
+}
+pub(crate) use from_fid;
+
+/// Any C fid pointer (`*mut fid_cq`, `*const fid`, a `void *` the API says
+/// is a fid) as the `struct fid *` at its start (every `fid_*` begins with
+/// its `struct fid`).
+pub fn fid_ptr<F>(p: *const F) -> *const ffi::fid {
+    p.cast()
+}
+
 /// Ties an oxmr object to its C handle.
 ///
 /// # Safety
@@ -69,7 +151,7 @@ pub fn publish<T: FidObject>(obj: Arc<T>) -> *mut ffi::fid {
 /// # Safety
 /// `fid` is NULL or points to a readable `struct fid`.
 pub unsafe fn class_of(fid: *const ffi::fid) -> Option<u32> {
-    // SAFETY: the caller guarantees a readable header when non-NULL.
+    // SAFETY: NULL (None) or a readable `struct fid` (this fn's contract).
     unsafe { fid.as_ref() }.map(|f| f.fclass as u32)
 }
 
@@ -78,7 +160,7 @@ pub unsafe fn class_of(fid: *const ffi::fid) -> Option<u32> {
 /// # Safety
 /// `fid` is NULL or points to a readable `struct fid`.
 pub unsafe fn is<T: FidObject>(fid: *const ffi::fid) -> bool {
-    // SAFETY: the caller guarantees a readable header when non-NULL.
+    // SAFETY: NULL (false) or a readable `struct fid` (this fn's contract).
     match unsafe { fid.as_ref() } {
         Some(h) => h.fclass == T::CLASS as usize && std::ptr::eq(h.ops, T::fi_ops()),
         None => false,
@@ -94,13 +176,14 @@ pub unsafe fn borrow<'a, T: FidObject>(fid: *const ffi::fid) -> Result<&'a T> {
     if fid.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "NULL {} passed to oxmr", T::NAME));
     }
-    // SAFETY: non-NULL and, by the caller's contract, a live fid.
+    // SAFETY: non-NULL here, so a live fid of some provider (this fn's
+    // contract), whose `struct fid` header `is` reads.
     if !unsafe { is::<T>(fid) } {
         return Err(fail!(
             ffi::FI_EINVAL,
             "object passed where an oxmr {} was expected is something else (class {}); pass the fid the matching open call returned",
             T::NAME,
-            // SAFETY: non-NULL live fid, see above.
+            // SAFETY: the same non-NULL live fid, its header's class.
             unsafe { (*fid).fclass }
         ));
     }
@@ -113,7 +196,7 @@ pub unsafe fn borrow<'a, T: FidObject>(fid: *const ffi::fid) -> Result<&'a T> {
 /// # Safety
 /// As for [`borrow`].
 pub unsafe fn retain<T: FidObject>(fid: *const ffi::fid) -> Result<Arc<T>> {
-    // SAFETY: forwarded contract.
+    // SAFETY: `fid` is NULL or a live fid (this fn's contract, borrow's).
     let obj: &T = unsafe { borrow(fid) }?;
     let ptr = obj as *const T;
     // SAFETY: `ptr` came from `Arc::into_raw` in `publish` and C still holds
@@ -132,7 +215,7 @@ pub unsafe fn retain<T: FidObject>(fid: *const ffi::fid) -> Result<Arc<T>> {
 /// # Safety
 /// As for [`borrow`]; after `Ok`, the fid is dangling.
 pub unsafe fn close<T: FidObject>(fid: *mut ffi::fid, before_free: impl FnOnce(&T) -> Result<()>) -> Result<()> {
-    // SAFETY: forwarded contract.
+    // SAFETY: `fid` is NULL or a live fid (this fn's contract, borrow's).
     let obj: &T = unsafe { borrow(fid) }?;
     let ptr = obj as *const T;
     // SAFETY: `ptr` came from `Arc::into_raw`; we take C's count back here
@@ -164,7 +247,7 @@ pub unsafe fn close<T: FidObject>(fid: *mut ffi::fid, before_free: impl FnOnce(&
 /// As for [`borrow`]; after `Ok`, C's copy of the fid must not be used
 /// again unless another reference keeps the object alive.
 pub unsafe fn release<T: FidObject>(fid: *const ffi::fid) -> Result<()> {
-    // SAFETY: forwarded contract.
+    // SAFETY: `fid` is NULL or a live fid (this fn's contract, borrow's).
     let obj: &T = unsafe { borrow(fid) }?;
     // SAFETY: `obj` came from `Arc::into_raw` in `publish`; this gives back
     // the count C held.

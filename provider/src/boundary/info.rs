@@ -14,7 +14,7 @@ use crate::info::{addr, DomainAttr, EpAttr, FabricAttr, Hints, Info, RxAttr, TxA
 /// # Safety
 /// `s` is NULL or a NUL-terminated string.
 pub unsafe fn opt_str(s: *const c_char) -> Option<String> {
-    // SAFETY: caller's contract.
+    // SAFETY: non-NULL here, so a NUL-terminated string (this fn's contract).
     (!s.is_null()).then(|| unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
 }
 
@@ -27,7 +27,8 @@ unsafe fn opt_addr(p: *const std::ffi::c_void, len: usize) -> (Option<std::net::
     if len > size_of::<libc::sockaddr_storage>() {
         return (None, true);
     }
-    // SAFETY: caller's contract.
+    // SAFETY: non-NULL here, so `len` readable bytes (this fn's contract);
+    // `len` is at most a sockaddr_storage.
     let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
     match addr::parse(bytes) {
         Some(a) => (Some(a), false),
@@ -66,7 +67,7 @@ fn rx_from(r: &ffi::fi_rx_attr) -> RxAttr {
 /// # Safety
 /// `p` is NULL or points to `len` readable bytes.
 unsafe fn opt_bytes(p: *const u8, len: usize) -> Option<Vec<u8>> {
-    // SAFETY: caller's contract.
+    // SAFETY: non-NULL here, so `len` readable bytes (this fn's contract).
     (!p.is_null() && len > 0).then(|| unsafe { std::slice::from_raw_parts(p, len) }.to_vec())
 }
 
@@ -86,13 +87,12 @@ unsafe fn ep_from(e: &ffi::fi_ep_attr) -> EpAttr {
         tx_ctx_cnt: e.tx_ctx_cnt,
         rx_ctx_cnt: e.rx_ctx_cnt,
         auth_key_size: e.auth_key_size,
-        // SAFETY: caller's contract.
+        // SAFETY: `e.auth_key` holds `e.auth_key_size` bytes or is NULL
+        // (this fn's contract; fi_endpoint(3)'s auth_key).
         auth_key: unsafe { opt_bytes(e.auth_key, e.auth_key_size) },
     }
 }
 
-/// # Safety
-/// `d.name` is NULL or a string.
 /// `data_progress`, which API 2.0 puts in a union with `progress` (the one
 /// progress model of a domain; same offset, same type).
 fn data_progress(d: &ffi::fi_domain_attr) -> ffi::fi_progress {
@@ -114,9 +114,12 @@ fn set_data_progress(d: &mut ffi::fi_domain_attr, p: ffi::fi_progress) {
     }
 }
 
+/// # Safety
+/// `d.name` is NULL or NUL-terminated; `d.auth_key` is NULL or holds
+/// `d.auth_key_size` bytes.
 unsafe fn domain_from(d: &ffi::fi_domain_attr) -> DomainAttr {
     DomainAttr {
-        // SAFETY: caller's contract.
+        // SAFETY: `d.name` is NULL or NUL-terminated (this fn's contract).
         name: unsafe { opt_str(d.name) },
         threading: d.threading,
         control_progress: d.control_progress,
@@ -139,7 +142,8 @@ unsafe fn domain_from(d: &ffi::fi_domain_attr) -> DomainAttr {
         caps: d.caps,
         mode: d.mode,
         auth_key_size: d.auth_key_size,
-        // SAFETY: caller's contract (the key's pointer and size, as libfabric's).
+        // SAFETY: `d.auth_key` is NULL or holds `d.auth_key_size` bytes
+        // (this fn's contract; fi_domain(3)'s auth_key).
         auth_key: unsafe { opt_bytes(d.auth_key, d.auth_key_size) },
         max_err_data: d.max_err_data,
         mr_cnt: d.mr_cnt,
@@ -151,9 +155,9 @@ unsafe fn domain_from(d: &ffi::fi_domain_attr) -> DomainAttr {
 /// Strings are NULL or NUL-terminated.
 unsafe fn fabric_from(f: &ffi::fi_fabric_attr) -> FabricAttr {
     FabricAttr {
-        // SAFETY: caller's contract.
+        // SAFETY: `f.name` is NULL or NUL-terminated (this fn's contract).
         name: unsafe { opt_str(f.name) },
-        // SAFETY: caller's contract.
+        // SAFETY: `f.prov_name` is NULL or NUL-terminated (this fn's contract).
         prov_name: unsafe { opt_str(f.prov_name) },
         prov_version: f.prov_version,
         api_version: f.api_version,
@@ -165,7 +169,10 @@ unsafe fn fabric_from(f: &ffi::fi_fabric_attr) -> FabricAttr {
 /// # Safety
 /// `h` is NULL or a valid `fi_info` whose pointers are NULL or valid.
 pub unsafe fn hints_from(h: *const ffi::fi_info) -> Option<Hints> {
-    // SAFETY: caller's contract for every dereference below.
+    // SAFETY: `h` is NULL (None) or a readable fi_info whose address,
+    // attr, string and key pointers are each NULL or valid for what they
+    // name (this fn's contract, the shape fi_getinfo(3) gives hints), which
+    // is what opt_addr and the *_from decoders need.
     unsafe {
         let h = h.as_ref()?;
         let (src, bad_src) = opt_addr(h.src_addr, h.src_addrlen);
@@ -194,7 +201,8 @@ pub unsafe fn hints_from(h: *const ffi::fi_info) -> Option<Hints> {
 /// # Safety
 /// As for [`hints_from`].
 pub unsafe fn info_from(i: *const ffi::fi_info) -> Option<Info> {
-    // SAFETY: forwarded contract.
+    // SAFETY: `i` is NULL or a valid fi_info (this fn's contract, the same
+    // as hints_from's).
     let h = unsafe { hints_from(i) }?;
     let ep_type = h.ep.as_ref().map_or(ffi::FI_EP_RDM, |e| e.type_);
     let t = crate::info::attrs::template(if ep_type == ffi::FI_EP_UNSPEC { ffi::FI_EP_RDM } else { ep_type });

@@ -55,7 +55,7 @@ pub unsafe fn write_out<T>(out: *mut T, v: T, what: &str) -> Result<()> {
     if out.is_null() {
         return Err(crate::fail!(ffi::FI_EINVAL, "NULL {what} out-parameter"));
     }
-    // SAFETY: non-NULL, and valid by the caller's contract.
+    // SAFETY: non-NULL here, so valid for a write of `T` (this fn's contract).
     unsafe { out.write(v) };
     Ok(())
 }
@@ -65,7 +65,7 @@ pub unsafe fn write_out<T>(out: *mut T, v: T, what: &str) -> Result<()> {
 /// # Safety
 /// `p` is NULL or valid for reads of `T`.
 pub unsafe fn attr<'a, T>(p: *const T, what: &str) -> Result<&'a T> {
-    // SAFETY: caller's contract.
+    // SAFETY: NULL (refused) or valid for reads of `T` (this fn's contract).
     unsafe { p.as_ref() }.ok_or_else(|| crate::fail!(ffi::FI_EINVAL, "NULL {what}"))
 }
 
@@ -102,7 +102,8 @@ pub unsafe fn hand_out<T: fid::FidObject, F>(
     }
     let obj = build()?;
     let f = fid::publish(obj) as *mut F;
-    // SAFETY: non-NULL and valid by the caller's contract.
+    // SAFETY: checked non-NULL above, so valid for a pointer write (this
+    // fn's contract).
     unsafe { out.write(f) };
     Ok(0)
 }

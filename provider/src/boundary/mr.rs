@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, borrow, class_of, fid_header, FidHeader};
+use super::fid::{self, fid_header, from_fid, FidHeader};
 use super::{common, guard_int, write_out};
 use crate::ext::{self, oxmr_mr_info, oxmr_mr_ops, oxmr_mr_stats, oxmr_phys_run};
 use crate::fail;
@@ -15,6 +15,7 @@ use crate::mr::pin::{PinClass, PinMode};
 use crate::mr::registry::Ranges;
 use crate::mr::Request;
 use crate::objects::{cntr::Cntr, domain::Domain, ep::Ep, mr::Mr};
+use crate::sys::LockExt;
 
 pub static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
@@ -29,20 +30,16 @@ pub static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
 crate::fid_object!(Mr, hdr, ffi::FI_CLASS_MR, "memory region", MR_FI_OPS);
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(mr)", || unsafe { fid::close::<Mr>(f, |_| Ok(())) }.map(|_| 0))
+    guard_int("fi_close(mr)", || from_fid!(close Mr, f, |_| Ok(())).map(|_| 0))
 }
 
 unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
     guard_int("fi_mr_bind", || {
-        // SAFETY: our fid and an application fid, checked before use.
-        unsafe {
-            let mr = borrow::<Mr>(f)?;
-            match class_of(bfid) {
-                Some(ffi::FI_CLASS_EP) => mr.bind_ep(&fid::retain::<Ep>(bfid)?, flags)?,
-                Some(ffi::FI_CLASS_CNTR) => mr.bind_cntr(&fid::retain::<Cntr>(bfid)?, flags)?,
-                _ => return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: bind an MR to an endpoint or a counter")),
-            }
+        let mr = from_fid!(Mr, f)?;
+        match from_fid!(class bfid) {
+            Some(ffi::FI_CLASS_EP) => mr.bind_ep(&from_fid!(retain Ep, bfid)?, flags)?,
+            Some(ffi::FI_CLASS_CNTR) => mr.bind_cntr(&from_fid!(retain Cntr, bfid)?, flags)?,
+            _ => return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: bind an MR to an endpoint or a counter")),
         }
         Ok(0)
     })
@@ -50,8 +47,7 @@ unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> 
 
 unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, _arg: *mut c_void) -> i32 {
     guard_int("fi_control(mr)", || {
-        // SAFETY: our fid.
-        let mr = unsafe { borrow::<Mr>(f) }?;
+        let mr = from_fid!(Mr, f)?;
         match command as u32 {
             ffi::FI_ENABLE => mr.enable().map(|_| 0),
             ffi::FI_REFRESH => mr.refresh().map(|_| 0),
@@ -63,15 +59,15 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, _arg: *mut c_void) 
 /// Register and hand the MR out.
 ///
 /// # Safety
-/// `domain` is an application fid; `out` valid for a write.
+/// `out` is NULL or valid for a write. (`domain` is the call's domain fid
+/// argument, taken by `from_fid!`.)
 unsafe fn reg_common(
     domain: *mut ffi::fid,
     req: Request,
     out: *mut *mut ffi::fid_mr,
     context: *mut c_void,
 ) -> crate::error::Result<i32> {
-    // SAFETY: forwarded contract.
-    let d = unsafe { fid::retain::<Domain>(domain) }?;
+    let d = from_fid!(retain Domain, domain)?;
     if out.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: NULL mr out-parameter"));
     }
@@ -96,7 +92,8 @@ unsafe fn iovs_of(iov: *const ffi::iovec, count: usize) -> crate::error::Result<
     if count > 1024 {
         return Err(fail!(ffi::FI_EINVAL, "fi_mr_regv: {count} iovs"));
     }
-    // SAFETY: `count` iovecs per the caller's contract.
+    // SAFETY: `iov` is non-NULL here when count > 0 and holds `count`
+    // iovecs (this fn's contract); `i < count`.
     Ok((0..count).map(|i| unsafe { ((*iov.add(i)).iov_base as usize, (*iov.add(i)).iov_len) }).collect())
 }
 
@@ -113,7 +110,7 @@ pub unsafe extern "C" fn reg(
 ) -> i32 {
     guard_int("fi_mr_reg", || {
         let req = Request::system(Ranges::One((buf as usize, len)), access, offset, requested_key, flags);
-        // SAFETY: C contract of fi_mr_reg.
+        // SAFETY: fi_mr_reg(3): `mr` (`out`) is NULL (refused) or writable.
         unsafe { reg_common(domain, req, out, context) }
     })
 }
@@ -130,10 +127,10 @@ pub unsafe extern "C" fn regv(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_mr_regv", || {
-        // SAFETY: C contract of fi_mr_regv.
+        // SAFETY: fi_mr_regv(3): `iov` is NULL or holds `count` iovecs.
         let iovs = unsafe { iovs_of(iov, count) }?;
         let req = Request::system(iovs.into(), access, offset, requested_key, flags);
-        // SAFETY: as above.
+        // SAFETY: fi_mr_regv(3): `out` is NULL (refused) or writable.
         unsafe { reg_common(domain, req, out, context) }
     })
 }
@@ -148,8 +145,7 @@ pub unsafe extern "C" fn regattr(
         if attr.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_regattr: NULL fi_mr_attr"));
         }
-        // SAFETY: our fid (or refused).
-        let d = unsafe { borrow::<Domain>(domain) }?;
+        let d = from_fid!(Domain, domain)?;
         // fi_mr_attr grows with the API (auth_key 1.5, iface and device
         // 1.10, hmem_data 1.19, dmabuf in mr_iov's union 1.20, page_size
         // 1.22, base_mr and sub_mr_cnt 2.0), and an application built
@@ -209,19 +205,18 @@ pub unsafe extern "C" fn regattr(
             dmabuf,
         };
         let context = field!(context);
-        // SAFETY: as above.
+        // SAFETY: fi_mr_regattr(3): `mr` (`out`) is NULL (refused) or writable.
         unsafe { reg_common(domain, req, out, context) }
     })
 }
 
 unsafe extern "C" fn ext_query(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32 {
     guard_int("oxmr_mr_ops.query", || {
-        // SAFETY: the application passes an MR fid of ours.
-        let mr = unsafe { borrow::<Mr>(mr as *const ffi::fid) }?;
+        let mr = from_fid!(Mr, mr)?;
         let r = &mr.region;
         // A device registration reports whether its mapping is still there.
         mr.domain.mr.phys_live(r);
-        let pin = r.pin.lock().unwrap_or_else(|p| p.into_inner());
+        let pin = r.pin.lock_ok();
         let class_ = match pin.class() {
             PinClass::Uring => ext::OXMR_MR_CLASS_PINNED,
             PinClass::Mlock => ext::OXMR_MR_CLASS_LOCKED,
@@ -257,15 +252,14 @@ unsafe extern "C" fn ext_query(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32 
 
 unsafe extern "C" fn ext_phys_runs(mr: *mut c_void, runs: *mut oxmr_phys_run, count: *mut usize) -> i32 {
     guard_int("oxmr_mr_ops.phys_runs", || {
-        // SAFETY: the application passes an MR fid of ours.
-        let mr = unsafe { borrow::<Mr>(mr as *const ffi::fid) }?;
+        let mr = from_fid!(Mr, mr)?;
         if count.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops.phys_runs: NULL count"));
         }
         // (Checked now, as an access would: a mapping replaced since the
         // last access revokes the registration before its runs are told.)
         mr.domain.mr.phys_live(&mr.region);
-        let pin = mr.region.pin.lock().unwrap_or_else(|p| p.into_inner());
+        let pin = mr.region.pin.lock_ok();
         let Some(p) = pin.phys() else {
             return Err(fail!(
                 ffi::FI_EINVAL,
@@ -289,7 +283,7 @@ unsafe extern "C" fn ext_phys_runs(mr: *mut c_void, runs: *mut oxmr_phys_run, co
         };
         // SAFETY: non-NULL count from the caller.
         let cap = unsafe { *count };
-        // SAFETY: as above.
+        // SAFETY: the same non-NULL `count`, read just above.
         unsafe { *count = list.len() };
         if cap < list.len() {
             return Err(crate::error::Error::quiet(ffi::FI_ETOOSMALL));
@@ -307,8 +301,7 @@ unsafe extern "C" fn ext_phys_runs(mr: *mut c_void, runs: *mut oxmr_phys_run, co
 
 unsafe extern "C" fn ext_stats(domain: *mut c_void, stats: *mut oxmr_mr_stats) -> i32 {
     guard_int("oxmr_mr_ops.stats", || {
-        // SAFETY: the application passes a domain fid of ours.
-        let d = unsafe { borrow::<Domain>(domain as *const ffi::fid) }?;
+        let d = from_fid!(Domain, domain)?;
         let s = &d.mr.stats;
         let p = &d.mr.pinner;
         let t = &d.mr.tcp_stats;
@@ -366,7 +359,8 @@ unsafe fn put_sized<T>(out: *mut T, v: &T) -> crate::error::Result<i32> {
     if out.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops: NULL output struct"));
     }
-    // SAFETY: every extension struct starts with its size (caller's contract).
+    // SAFETY: non-NULL, and every extension struct starts with its `size_t
+    // size` (this fn's contract: the oxmr_mr_ops structs of fi_ext_oxmr.h).
     let caller = unsafe { *(out as *const usize) };
     if caller < size_of::<usize>() {
         return Err(fail!(ffi::FI_EINVAL, "oxmr_mr_ops: set the struct's size field to sizeof(the struct) first"));
@@ -383,10 +377,9 @@ unsafe fn put_sized<T>(out: *mut T, v: &T) -> crate::error::Result<i32> {
 unsafe extern "C" fn ext_device(mr: *mut c_void, dev: *mut ext::oxmr_mr_device) -> i32 {
     guard_int("oxmr_mr_ops.device", || {
         use crate::mr::device::{Caching, Device};
-        // SAFETY: the application passes an MR fid of ours.
-        let mr = unsafe { borrow::<Mr>(mr as *const ffi::fid) }?;
+        let mr = from_fid!(Mr, mr)?;
         mr.domain.mr.phys_live(&mr.region);
-        let pin = mr.region.pin.lock().unwrap_or_else(|p| p.into_inner());
+        let pin = mr.region.pin.lock_ok();
         let key = mr.region.key;
         let Some((p, d)) = pin.phys().and_then(|p| Some((p, p.device.as_ref()?))) else {
             return Err(fail!(
@@ -479,7 +472,8 @@ unsafe extern "C" fn ext_reg_dmabuf(
             }),
             ..Request::system(Vec::new().into(), access, offset, requested_key, flags)
         };
-        // SAFETY: a domain fid of the application; `out` checked there.
+        // SAFETY: oxmr_mr_ops.reg_dmabuf's `mr` (`out`) is NULL (refused by
+        // reg_common) or writable for one pointer (fi_ext_oxmr.h).
         unsafe { reg_common(domain as *mut ffi::fid, req, out as *mut *mut ffi::fid_mr, context) }
     })
 }
@@ -536,8 +530,7 @@ pub unsafe extern "C" fn domain_ops_open(
     _context: *mut c_void,
 ) -> i32 {
     guard_int("fi_open_ops(domain)", || {
-        // SAFETY: our fid.
-        unsafe { borrow::<Domain>(f) }?;
+        from_fid!(Domain, f)?;
         if name.is_null() {
             return Err(fail!(ffi::FI_EINVAL, "fi_open_ops: NULL name"));
         }

@@ -9,7 +9,7 @@ use oxmr_ffi as ffi;
 use super::ep::{
     accept, cm_data, connect, get_name, join, put_name, put_usize, rx_ctx, rx_size_left, shutdown, tx_ctx, tx_size_left,
 };
-use super::fid::{self, borrow, fid_header, FidHeader};
+use super::fid::{self, fid_header, from_fid, FidHeader};
 use super::{common, guard_int};
 use crate::fail;
 use crate::info::{attrs, Info};
@@ -67,8 +67,7 @@ pub static CONNREQ_FI_OPS: ffi::fi_ops = ffi::fi_ops {
 crate::fid_object!(ConnReq, hdr, ffi::FI_CLASS_CONNREQ, "connection request", CONNREQ_FI_OPS);
 
 unsafe extern "C" fn connreq_close(f: *mut ffi::fid) -> i32 {
-    // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(connreq)", || unsafe { fid::close::<ConnReq>(f, |_| Ok(())) }.map(|_| 0))
+    guard_int("fi_close(connreq)", || from_fid!(close ConnReq, f, |_| Ok(())).map(|_| 0))
 }
 
 /// Turn a connection request into its FI_CONNREQ info (`objects::pep::
@@ -79,8 +78,8 @@ pub fn publish_request(req: Incoming, mut info: Info) -> usize {
     info.handle = handle as usize;
     let c = super::info::list_to_c(std::slice::from_ref(&info));
     if c.is_null() {
-        // SAFETY: just published, and handed to nobody.
-        let _ = unsafe { fid::release::<ConnReq>(handle) };
+        // Just published, and handed to nobody.
+        let _ = from_fid!(release ConnReq, handle);
         return 0;
     }
     c as usize
@@ -96,50 +95,48 @@ pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_pep> {
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    // SAFETY: libfabric passes our fid.
-    guard_int("fi_close(pep)", || unsafe { fid::close::<Pep>(f, |_| Ok(())) }.map(|_| 0))
+    guard_int("fi_close(pep)", || from_fid!(close Pep, f, |_| Ok(())).map(|_| 0))
 }
 
 unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
     guard_int("fi_pep_bind", || {
-        // SAFETY: our fid and an application fid.
-        let (pep, eq) = unsafe { (borrow::<Pep>(f)?, fid::retain::<Eq>(bfid)?) };
+        let (pep, eq) = (from_fid!(Pep, f)?, from_fid!(retain Eq, bfid)?);
         pep.bind_eq(eq, flags)?;
         Ok(0)
     })
 }
 
 unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
-    // SAFETY: our fid.
     super::guard_ssize("fi_cancel(pep)", || {
-        unsafe { borrow::<Pep>(f) }.and(Err(crate::error::Error::quiet(ffi::FI_ENOENT)))
+        from_fid!(Pep, f)?;
+        Err(crate::error::Error::quiet(ffi::FI_ENOENT))
     })
 }
 
 unsafe extern "C" fn getopt(f: *mut ffi::fid, level: i32, name: i32, optval: *mut c_void, optlen: *mut usize) -> i32 {
     guard_int("fi_getopt(pep)", || {
-        // SAFETY: our fid.
-        unsafe { borrow::<Pep>(f) }?;
+        from_fid!(Pep, f)?;
         if level as u32 != ffi::FI_OPT_ENDPOINT || name as u32 != ffi::FI_OPT_CM_DATA_SIZE {
             return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_getopt on a passive endpoint: only FI_OPT_CM_DATA_SIZE"));
         }
-        // SAFETY: C contract of fi_getopt.
+        // SAFETY: fi_getopt(3): `optlen` is NULL (refused) or valid, `optval`
+        // NULL or `*optlen` writable bytes (put_usize's contract).
         unsafe { put_usize(optval, optlen, attrs::CM_DATA_SIZE) }
     })
 }
 
 unsafe extern "C" fn setopt(f: *mut ffi::fid, level: i32, name: i32, _optval: *const c_void, _optlen: usize) -> i32 {
     guard_int("fi_setopt(pep)", || {
-        // SAFETY: our fid.
-        unsafe { borrow::<Pep>(f) }?;
+        from_fid!(Pep, f)?;
         Err(fail!(ffi::FI_ENOPROTOOPT, "fi_setopt on a passive endpoint: level {level} option {name} not supported"))
     })
 }
 
 unsafe extern "C" fn setname(f: *mut ffi::fid, a: *mut c_void, len: usize) -> i32 {
     guard_int("fi_setname(pep)", || {
-        // SAFETY: our fid; address buffer per the API.
-        let (pep, a) = unsafe { (borrow::<Pep>(f)?, get_name(a, len)?) };
+        let pep = from_fid!(Pep, f)?;
+        // SAFETY: fi_setname(3)'s `addr` is NULL (refused) or `addrlen` bytes.
+        let a = unsafe { get_name(a, len) }?;
         pep.set_name(a)?;
         Ok(0)
     })
@@ -147,10 +144,10 @@ unsafe extern "C" fn setname(f: *mut ffi::fid, a: *mut c_void, len: usize) -> i3
 
 unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut usize) -> i32 {
     guard_int("fi_getname(pep)", || {
-        // SAFETY: our fid.
-        let pep = unsafe { borrow::<Pep>(f) }?;
+        let pep = from_fid!(Pep, f)?;
         let name = pep.name().ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "passive endpoint has no address"))?;
-        // SAFETY: C contract of fi_getname.
+        // SAFETY: fi_getname(3): `addrlen` is NULL (refused) or valid, `addr`
+        // NULL or `*addrlen` writable bytes (put_name's contract).
         unsafe { put_name(&name, out, addrlen) }
     })
 }
@@ -159,8 +156,8 @@ crate::enosys!(getpeer, "fi_getpeer", (ep: *mut ffi::fid_ep, addr: *mut c_void, 
 
 unsafe extern "C" fn listen(pep: *mut ffi::fid_pep) -> i32 {
     guard_int("fi_listen", || {
-        // SAFETY: our fid (the retained count is released at return).
-        let pep = unsafe { fid::retain::<Pep>(pep.cast()) }?;
+        // (The retained count is released at return.)
+        let pep = from_fid!(retain Pep, pep)?;
         pep.listen()?;
         Ok(0)
     })
@@ -168,12 +165,10 @@ unsafe extern "C" fn listen(pep: *mut ffi::fid_pep) -> i32 {
 
 unsafe extern "C" fn reject(pep: *mut ffi::fid_pep, handle: ffi::fid_t, param: *const c_void, paramlen: usize) -> i32 {
     guard_int("fi_reject", || {
-        // SAFETY: our fid.
-        let pep = unsafe { borrow::<Pep>(pep.cast()) }?;
-        // SAFETY: cm_data buffer per the API.
+        let pep = from_fid!(Pep, pep)?;
+        // SAFETY: fi_reject(3): `param` is NULL or `paramlen` readable bytes.
         let data = unsafe { cm_data("fi_reject", param, paramlen) }?;
-        // SAFETY: `handle` comes from an FI_CONNREQ info (checked by type).
-        let req = unsafe { borrow::<ConnReq>(handle) }?;
+        let req = from_fid!(ConnReq, handle)?;
         let (mine, theirs) = (pep.name().map(|a| a.port()), req.port());
         if theirs.is_some() && mine != theirs {
             return Err(fail!(
@@ -187,8 +182,8 @@ unsafe extern "C" fn reject(pep: *mut ffi::fid_pep, handle: ffi::fid_t, param: *
         let from = req.peer;
         req.reject(data);
         tracing::debug!("fi_reject: refused the connection request of {from}");
-        // SAFETY: fi_reject consumes the handle (fi_cm(3)); checked above.
-        unsafe { fid::release::<ConnReq>(handle) }?;
+        // fi_reject consumes the handle (fi_cm(3)).
+        from_fid!(release ConnReq, handle)?;
         Ok(0)
     })
 }

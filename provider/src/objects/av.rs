@@ -19,6 +19,7 @@ use super::eq::{eq_entry_bytes, Eq, EqError};
 use crate::error::Result;
 use crate::fail;
 use crate::protocol::av::AddrTable;
+use crate::sys::LockExt;
 use oxmr_ffi::FidHeader;
 
 /// An address vector.
@@ -88,7 +89,7 @@ impl Av {
 
     /// Bind an EQ: inserts become asynchronous.
     pub fn bind_eq(&self, eq: Arc<Eq>) -> Result<()> {
-        let mut slot = self.eq.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.eq.lock_ok();
         if slot.is_some() {
             return Err(fail!(ffi::FI_EINVAL, "this AV already has an EQ bound"));
         }
@@ -107,7 +108,7 @@ impl Av {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_av_insert flags {:#x} not supported", flags & !known));
         }
         let eq = if self.events {
-            let eq = self.eq.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let eq = self.eq.lock_ok().clone();
             if eq.is_none() {
                 return Err(fail!(
                     ffi::FI_ENOEQ,

@@ -37,6 +37,7 @@ use crate::protocol::engine::{Bindings, Engine};
 pub use crate::protocol::engine::{RmaOp, TxOp};
 use crate::protocol::inbox::Inbox;
 pub use crate::protocol::Iovs;
+use crate::sys::LockExt;
 use oxmr_ffi::FidHeader;
 
 /// Counter bindings, by the event they count.
@@ -131,7 +132,7 @@ impl Drop for Ep {
         // A queue never handed to an engine (the endpoint was not enabled)
         // goes before the listener (in `state`) releases the port: another
         // endpoint may bind it at once, and its queue file has this name.
-        let region = self.rx_region.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let region = self.rx_region.lock_ok().take();
         drop(region);
     }
 }
@@ -210,7 +211,7 @@ impl Ep {
 
     /// Lock the endpoint's state.
     pub fn state(&self) -> MutexGuard<'_, EpState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_ok()
     }
 
     fn bindable(&self, what: &str) -> Result<MutexGuard<'_, EpState>> {
@@ -351,7 +352,7 @@ impl Ep {
     }
 
     fn conn(&self) -> MutexGuard<'_, Conn> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        self.conn.lock_ok()
     }
 
     /// Post a receive: `tag` is (tag, ignore) for tagged receives, `flags`
@@ -395,7 +396,7 @@ impl Ep {
         if eng.is_some() {
             return Ok(());
         }
-        let Some(mut region) = self.rx_region.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(mut region) = self.rx_region.lock_ok().take() else {
             return Ok(());
         };
         let s = self.state();
@@ -509,7 +510,7 @@ impl Ep {
         // (the old one, unused so far, goes with its file).
         let region =
             Inbox::create(&name, self.domain.fabric.config.wire, self.auth_key.as_ref(), "fi_setname/fi_endpoint")?;
-        *self.rx_region.lock().unwrap_or_else(|p| p.into_inner()) = Some(region);
+        *self.rx_region.lock_ok() = Some(region);
         s.listener = Some(l);
         s.name = Some(name);
         Ok(())
@@ -590,7 +591,7 @@ impl Ep {
         let inc = req.take("fi_endpoint")?;
         self.state().cm_name = Some(inc.local());
         *self.conn() = Conn::offered(inc);
-        *self.request.lock().unwrap_or_else(|p| p.into_inner()) = Some(req);
+        *self.request.lock_ok() = Some(req);
         Ok(())
     }
 

@@ -15,6 +15,7 @@ use super::fabric::Fabric;
 use crate::error::{Error, Result};
 use crate::fail;
 use crate::queues::wait::{deadline, Waiter};
+use crate::sys::LockExt;
 use oxmr_ffi::FidHeader;
 
 /// Default depth when the application asks for size 0.
@@ -68,11 +69,10 @@ impl crate::queues::wait::Sleeper for CmWake {
     }
 
     fn sleep(&self) -> bool {
-        let live: Vec<Arc<dyn CmSource>> =
-            self.sources.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect();
+        let live: Vec<Arc<dyn CmSource>> = self.sources.lock_ok().iter().filter_map(Weak::upgrade).collect();
         let mut want = Vec::new();
         let quiet = live.iter().fold(true, |q, s| s.cm_wake_fds(&mut want) & q);
-        let mut added = self.added.lock().unwrap_or_else(|p| p.into_inner());
+        let mut added = self.added.lock_ok();
         for (fd, _) in added.iter().filter(|(fd, _)| !want.iter().any(|w| w.0 == *fd)) {
             self.epoll.remove(*fd);
         }
@@ -147,7 +147,7 @@ impl Eq {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
-        self.q.lock().unwrap_or_else(|p| p.into_inner())
+        self.q.lock_ok()
     }
 
     /// `fi_eq_write` by the application: bounded by the EQ size.
@@ -176,7 +176,7 @@ impl Eq {
 
     /// Run connection progress for `s` on every read of this EQ.
     pub fn watch(&self, s: Weak<dyn CmSource>) {
-        let mut v = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v = self.sources.lock_ok();
         if !v.iter().any(|w| w.ptr_eq(&s)) {
             v.push(s);
         }
@@ -186,7 +186,7 @@ impl Eq {
     /// locks: a source posts into this EQ).
     fn drive(&self) {
         let live: Vec<Arc<dyn CmSource>> = {
-            let mut v = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+            let mut v = self.sources.lock_ok();
             v.retain(|w| w.strong_count() > 0);
             v.iter().filter_map(Weak::upgrade).collect()
         };
@@ -195,19 +195,19 @@ impl Eq {
         }
         let done: Vec<_> = live.iter().filter(|s| !s.cm_progress()).map(Arc::as_ptr).collect();
         if !done.is_empty() {
-            let mut v = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+            let mut v = self.sources.lock_ok();
             v.retain(|w| !done.iter().any(|d| std::ptr::addr_eq(w.as_ptr(), *d)));
         }
     }
 
     fn watching(&self) -> bool {
-        !self.sources.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+        !self.sources.lock_ok().is_empty()
     }
 
     /// Keep `data` as the provider's err_data buffer until the next call;
     /// returns its address.
     pub fn keep_err_data(&self, data: Vec<u8>) -> usize {
-        let mut k = self.err_keep.lock().unwrap_or_else(|p| p.into_inner());
+        let mut k = self.err_keep.lock_ok();
         *k = data;
         k.as_ptr() as usize
     }

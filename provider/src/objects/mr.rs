@@ -16,6 +16,7 @@ use super::ep::Ep;
 use crate::error::Result;
 use crate::fail;
 use crate::mr::registry::Region;
+use crate::sys::LockExt;
 use oxmr_ffi::FidHeader;
 
 /// What an MR is bound to.
@@ -48,7 +49,7 @@ impl Mr {
     }
 
     fn state(&self) -> MutexGuard<'_, MrState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_ok()
     }
 
     /// fi_mr_bind to an endpoint (FI_MR_ENDPOINT).
@@ -85,7 +86,7 @@ impl Mr {
         }
         s.cntr = Some(Arc::downgrade(cntr));
         let events: Arc<dyn crate::mr::registry::RmaEvents> = cntr.core.clone();
-        *self.region.cntr.lock().unwrap_or_else(|p| p.into_inner()) = Some((Arc::downgrade(&events), flags));
+        *self.region.cntr.lock_ok() = Some((Arc::downgrade(&events), flags));
         Ok(())
     }
 

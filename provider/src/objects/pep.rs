@@ -21,6 +21,7 @@ use crate::fail;
 use crate::info::Info;
 use crate::protocol::conn::Arrivals;
 pub use crate::protocol::conn::Incoming;
+use crate::sys::LockExt;
 use oxmr_ffi::FidHeader;
 
 /// The `handle` of an FI_CONNREQ info: the request until fi_endpoint
@@ -39,12 +40,12 @@ impl ConnReq {
     /// The port the request arrived at (its passive endpoint's), while it
     /// is unanswered.
     pub fn port(&self) -> Option<u16> {
-        self.req.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.local().port())
+        self.req.lock_ok().as_ref().map(|r| r.local().port())
     }
 
     /// Take the request (once).
     pub fn take(&self, call: &str) -> Result<Incoming> {
-        self.req.lock().unwrap_or_else(|p| p.into_inner()).take().ok_or_else(|| {
+        self.req.lock_ok().take().ok_or_else(|| {
             fail!(
                 ffi::FI_EINVAL,
                 "{call}: this connection request was already accepted or rejected; each FI_CONNREQ is answered once"
@@ -104,7 +105,7 @@ impl Pep {
 
     /// Lock the state.
     pub fn state(&self) -> MutexGuard<'_, PepState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_ok()
     }
 
     /// Bind the EQ that will receive FI_CONNREQ events.

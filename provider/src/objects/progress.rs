@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::protocol::engine::Engine;
+use crate::sys::LockExt;
 use crate::sys::SpinLock;
 
 /// An endpoint's engine: `None` before fi_enable and after close.
@@ -42,7 +43,7 @@ impl ProgressList {
     /// already attached (one CQ bound for both directions) is not added
     /// twice.
     pub fn attach(&self, cell: EngineCell) {
-        let mut v = self.more.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v = self.more.lock_ok();
         let n = self.fixed_len.load(Ordering::Relaxed);
         if self.fixed[..n].iter().filter_map(OnceLock::get).chain(v.iter()).any(|c| Arc::ptr_eq(c, &cell)) {
             return;
@@ -82,7 +83,7 @@ impl ProgressList {
         }
         // Under the list lock: progress never attaches (only fi_enable
         // does), so this cannot deadlock, and it allocates nothing.
-        let v = self.more.lock().unwrap_or_else(|p| p.into_inner());
+        let v = self.more.lock_ok();
         for c in v.iter() {
             if let Some(e) = c.lock().as_mut() {
                 e.progress_with(serve);

@@ -26,6 +26,7 @@ use oxmr_ffi as ffi;
 
 use crate::error::Result;
 use crate::fail;
+use crate::sys::LockExt;
 use crate::sys::WaitFd;
 
 /// A blocking strategy with its fd, if any.
@@ -136,7 +137,7 @@ impl Waiter {
     pub fn attach(&self, s: Arc<dyn Sleeper>, safety_tick: Duration) {
         let Some(w) = &self.fd else { return };
         self.safety_ms.fetch_min(safety_tick.as_millis().clamp(1, u64::MAX as u128 - 1) as u64, Ordering::AcqRel);
-        let mut v = self.sleepers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v = self.sleepers.lock_ok();
         if v.iter().any(|x| Arc::ptr_eq(x, &s)) {
             return;
         }
@@ -154,7 +155,7 @@ impl Waiter {
         if self.polls.load(Ordering::Acquire) {
             return None;
         }
-        let v = self.sleepers.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let v = self.sleepers.lock_ok().clone();
         if v.is_empty() {
             return None;
         }
@@ -171,7 +172,7 @@ impl Waiter {
         self.unpark();
         match self.sleep_all() {
             Some((v, quiet)) => {
-                *self.parked_with.lock().unwrap_or_else(|p| p.into_inner()) = v;
+                *self.parked_with.lock_ok() = v;
                 self.parked.store(true, Ordering::Release);
                 match (&self.fd, quiet) {
                     (Some(w), true) => w.tick(self.safety_tick()),
@@ -187,7 +188,7 @@ impl Waiter {
     /// One load when nothing is parked (called on every read).
     pub fn unpark(&self) {
         if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::AcqRel) {
-            let v = std::mem::take(&mut *self.parked_with.lock().unwrap_or_else(|p| p.into_inner()));
+            let v = std::mem::take(&mut *self.parked_with.lock_ok());
             for s in v {
                 s.awake();
             }

@@ -34,11 +34,14 @@ fn cvt(r: i32) -> io::Result<i32> {
 impl WaitFd {
     /// Create the pair.
     pub fn new() -> io::Result<Self> {
-        // SAFETY: plain syscalls; on success each returns a new fd we own.
+        // SAFETY: eventfd takes no pointers; `cvt` passes only a
+        // non-negative return, a new fd that nothing else owns.
         let event = unsafe { OwnedFd::from_raw_fd(cvt(libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))?) };
-        // SAFETY: as above.
+        // SAFETY: epoll_create1 takes no pointers; `cvt` passes only a
+        // non-negative return, a new fd that nothing else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?) };
-        // SAFETY: as above.
+        // SAFETY: timerfd_create takes no pointers; `cvt` passes only a
+        // non-negative return, a new fd that nothing else owns.
         let timer = unsafe {
             OwnedFd::from_raw_fd(cvt(libc::timerfd_create(
                 libc::CLOCK_MONOTONIC,
@@ -72,7 +75,8 @@ impl WaitFd {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a live u64; EAGAIN when already clear.
         unsafe { libc::read(self.event.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-        // SAFETY: as above, from our timerfd (EAGAIN when it has not fired).
+        // SAFETY: reads 8 bytes into the same live u64, from our timerfd
+        // (EAGAIN when it has not fired).
         unsafe { libc::read(self.timer.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
     }
 
