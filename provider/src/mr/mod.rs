@@ -109,27 +109,6 @@ pub struct MrDomain {
     pub cache_explicit: bool,
     /// FI_OXMR_MR_RECORD_PFN.
     pub record_pfn: bool,
-    /// The ring the domain's TCP links send registered memory on with
-    /// SEND_ZC: the pinner's, whose table holds the registrations a
-    /// SEND_ZC names by slot (None: plain sockets; `with_tcp_io_uring`).
-    pub tcp_ring: Option<Arc<uring::UringTable>>,
-    /// The TCP links' send counters.
-    pub tcp_stats: Arc<TcpStats>,
-}
-
-/// A domain's TCP send counters. (The wire keeps them; they live here,
-/// below it, because the extension's `oxmr_mr_stats` reports them.)
-#[derive(Debug, Default)]
-pub struct TcpStats {
-    /// SEND_ZC completions that sent their whole part.
-    pub zc_sends: AtomicU64,
-    /// The bytes those sent.
-    pub zc_bytes: AtomicU64,
-    /// Frames that had no zero-copy part (every byte written with writev).
-    pub copied_frames: AtomicU64,
-    /// Bytes the socket took from write/writev: whole copied frames, and
-    /// the length prefixes and headers of zero-copy ones.
-    pub copied_bytes: AtomicU64,
 }
 
 /// Cache settings (FI_OXMR_MR_CACHE_*).
@@ -213,36 +192,7 @@ impl MrDomain {
             cache,
             cache_explicit: cc.explicit,
             record_pfn: cc.record_pfn,
-            tcp_ring: None,
-            tcp_stats: Default::default(),
         }
-    }
-
-    /// FI_OXMR_TCP_IO_URING: TCP links send registered memory with
-    /// SEND_ZC on the pinner's ring when `on`, where there is a ring that
-    /// can (one log line says why not otherwise); plain sockets when not.
-    pub fn with_tcp_io_uring(mut self, on: bool) -> Self {
-        let ring = self.pinner.uring().filter(|_| on);
-        self.tcp_ring = match ring {
-            Some(r) if r.sends_zc() => Some(r.clone()),
-            Some(_) => {
-                tracing::info!(
-                    "this kernel has no io_uring SEND_ZC; TCP sends use plain sockets (FI_OXMR_TCP_IO_URING)"
-                );
-                None
-            }
-            None if on => {
-                let why = match self.pinner.mode() {
-                    pin::PinMode::Uring => "io_uring is unavailable",
-                    pin::PinMode::Mlock => "registrations pin with mlock",
-                    pin::PinMode::None => "FI_OXMR_MR_PIN=none",
-                };
-                tracing::info!("the domain has no io_uring ring ({why}); TCP sends use plain sockets");
-                None
-            }
-            None => None,
-        };
-        self
     }
 
     fn mode(&self, bit: u32) -> bool {
