@@ -9,7 +9,8 @@
 //! - `local`: copies of this process's own memory (device-aware), for
 //!   every wire;
 //! - `phys`, `device`, `dmabuf`: device memory: the physical-address
-//!   fallback (opt-in, for PFN mappings oxmr cannot name), peer-direct
+//!   fallback (opt-in, for PFN mappings oxmr cannot name; `phys` also
+//!   reads /proc/self/pagemap, `pagemap_pfns`, for every PFN), peer-direct
 //!   identity (PCI BARs, VFIO regions, P2PDMA memory, proven from procfs
 //!   and sysfs, registered without opt-in), dma-buf fds;
 //! - `cache`, `uffd`, `protwatch`: the lazy-deregistration cache and what
@@ -132,48 +133,6 @@ impl Default for CacheConfig {
             max_count: 4096,
             record_pfn: false,
         }
-    }
-}
-
-/// The page frame numbers backing [addr, addr+len) now (0 where absent or
-/// hidden), from one read of /proc/self/pagemap.
-pub fn pagemap_pfns(addr: usize, len: usize) -> Vec<u64> {
-    use std::os::unix::fs::FileExt;
-    let first = addr / 4096;
-    let pages = (addr + len).div_ceil(4096) - first;
-    let Ok(f) = std::fs::File::open("/proc/self/pagemap") else { return vec![0; pages] };
-    let mut b = vec![0u8; pages * 8];
-    if f.read_exact_at(&mut b, (first * 8) as u64).is_err() {
-        return vec![0; pages];
-    }
-    b.chunks_exact(8)
-        .map(|c| {
-            let v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
-            if v >> 63 == 1 {
-                v & ((1 << 55) - 1)
-            } else {
-                0
-            }
-        })
-        .collect()
-}
-
-/// The page frame number backing `addr` now, from /proc/self/pagemap
-/// (0 when not present or not visible: PFNs are shown to root only).
-pub fn pagemap_pfn(addr: usize) -> u64 {
-    use std::os::unix::fs::FileExt;
-    let Ok(f) = std::fs::File::open("/proc/self/pagemap") else {
-        return 0;
-    };
-    let mut b = [0u8; 8];
-    if f.read_exact_at(&mut b, (addr / 4096 * 8) as u64).is_err() {
-        return 0;
-    }
-    let v = u64::from_ne_bytes(b);
-    if v >> 63 == 1 {
-        v & ((1 << 55) - 1)
-    } else {
-        0
     }
 }
 
@@ -336,7 +295,7 @@ impl MrDomain {
         let mmio = pin.phys().and_then(|p| p.device.as_ref()).is_some_and(device::Device::is_mmio);
         let pfn0 = match pin.cache_entry() {
             Some(e) => e.pfn_at(req.iovs[0].0),
-            None if self.record_pfn && len > 0 => pagemap_pfn(req.iovs[0].0),
+            None if self.record_pfn && len > 0 => phys::pagemap_pfns(req.iovs[0].0, 1).first().copied().unwrap_or(0),
             None => 0,
         };
         let region = Arc::new(Region {

@@ -592,7 +592,7 @@ impl Cache {
             let tick = s.tick;
             let id = s.next_id;
             s.next_id += 1;
-            let pfns = if self.record_pfn { super::pagemap_pfns(a, l) } else { Vec::new() };
+            let pfns = if self.record_pfn { super::phys::pagemap_pfns(a, l) } else { Vec::new() };
             let entry = Arc::new(Entry {
                 id,
                 start: a,

@@ -1,8 +1,9 @@
 use super::*;
 use crate::mr::account::{Account, CapSource};
+use crate::mr::phys::pagemap_pfns;
 use crate::mr::pin::PinMode;
 use crate::mr::registry::Ranges;
-use crate::mr::{pagemap_pfn, CacheConfig, MrDomain, Request};
+use crate::mr::{CacheConfig, MrDomain, Request};
 
 fn domain() -> MrDomain {
     let pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
@@ -58,7 +59,7 @@ fn hit_after_close_and_miss_after_remap() {
     let r3 = reg(&d, a, len);
     assert_ne!(entry_of(&r3), e1, "after munmap + mmap: a miss");
     assert!(c.stats.inv_unmap.load(Ordering::Relaxed) >= 1);
-    let now = pagemap_pfn(a);
+    let now = pagemap_pfns(a, 1)[0];
     if now != 0 {
         assert_eq!(r3.pfn0, now, "pins the new page");
         assert_ne!(r3.pfn0, old_pfn);
@@ -198,7 +199,7 @@ fn the_recheck_after_pinning_sees_an_unmap_since_the_subscription() {
     let r = reg(&d, a, len);
     // SAFETY: `a` is mapped, `len` bytes.
     assert_eq!(unsafe { *(a as *const u8) }, 3);
-    assert_eq!(r.pfn0, pagemap_pfn(a), "the registration holds the page mapped now");
+    assert_eq!(r.pfn0, pagemap_pfns(a, 1)[0], "the registration holds the page mapped now");
     d.deregister(&r);
     for x in [a, other] {
         // SAFETY: our mappings.
@@ -368,7 +369,7 @@ fn a_refreshed_registration_is_revoked_by_the_next_unmap() {
     assert_eq!(writable(&d, &r), Err(AccessError::Revoked));
     // (Root sees PFNs: the page mapped now is another one than the page
     // pinned at registration, so the refresh has something to do.)
-    assert!(pagemap_pfn(a) == 0 || pagemap_pfn(a) != r.pfn0, "munmap + mmap gave a new page");
+    assert!(pagemap_pfns(a, 1)[0] == 0 || pagemap_pfns(a, 1)[0] != r.pfn0, "munmap + mmap gave a new page");
     d.refresh_region(&r).expect("fi_mr_refresh");
     assert_eq!(writable(&d, &r), Ok(()), "refreshed: it speaks for the memory mapped now");
     {
