@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cargo-mutants (crates.io) over the code that guards memory: the
 # remote-access check and key handling (mr/registry.rs), the cache's
-# revocation of registrations whose memory changed (mr/cache.rs), and the
+# revocation of registrations whose memory changed (mr/cache/mod.rs), and the
 # RMA target's checks of who sent a request (protocol/engine/rma_target.rs,
 # peers.rs). Every mutant is built and the provider's Rust unit tests run
 # against it (among them the engine's tests over the loopback and TCP
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
 files=(
 	provider/src/mr/registry.rs
-	provider/src/mr/cache.rs
+	provider/src/mr/cache/mod.rs
 	provider/src/protocol/engine/rma_target.rs
 	provider/src/protocol/engine/peers.rs
 )

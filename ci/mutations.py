@@ -17,13 +17,13 @@ MUTATIONS = {
     ),
     # The cache drops an entry when its memory is unmapped.
     "cache-unmap": (
-        "provider/src/mr/cache.rs",
+        "provider/src/mr/cache/mod.rs",
         ".filter(|(_, v)| overlaps(v.entry.start, v.entry.len.max(1), inv))",
         ".filter(|(_, v)| inv.cause != Cause::Unmap && overlaps(v.entry.start, v.entry.len.max(1), inv))",
     ),
     # An open registration is revoked when its memory is unmapped.
     "revoke-live": (
-        "provider/src/mr/cache.rs",
+        "provider/src/mr/cache/mod.rs",
         "            self.revoke_live_in(inv);\n",
         "            // (mutated: revoke_live_in skipped)\n",
     ),
@@ -51,7 +51,7 @@ MUTATIONS = {
     ),
     # A pin is rechecked for unmaps that happened while it was made.
     "recheck-unmap": (
-        "provider/src/mr/cache.rs",
+        "provider/src/mr/cache/mod.rs",
         "    fn touched_since(&self, since: u64, a: usize, l: usize) -> bool {\n",
         "    fn touched_since(&self, since: u64, a: usize, l: usize) -> bool {\n"
         "        if since < u64::MAX {\n            return false;\n        }\n",

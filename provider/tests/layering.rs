@@ -194,6 +194,45 @@ fn every_room_imports_only_rooms_below_it() {
     assert!(bad.is_empty(), "{} upward imports:\n{}", bad.len(), bad.join("\n"));
 }
 
+/// The lines of `mr` (registration, pinning, the cache) outside its tests
+/// that name TCP, in any case: `mr` holds the domain's io_uring and its
+/// fixed-buffer table, and knows nothing of the wire that sends from it
+/// (the TCP wire's ring use, SEND_ZC and send counters are in
+/// `wire/tcp/ring.rs`, the domain's share of them `wire::DomainWires`).
+fn mr_lines_naming_tcp() -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rs_files(&src.join("mr"), &mut files);
+    files.sort();
+    let mut bad = Vec::new();
+    for f in &files {
+        // (A test module of its own file: `mod tests;` in `tests.rs`.)
+        if f.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).expect("read source");
+        let lines: Vec<&str> = text.lines().collect();
+        for (n, line) in lines.iter().enumerate() {
+            // An inline test module runs to the end of its file (as the
+            // rooms' check assumes); a test-only item elsewhere is checked.
+            let next = lines.get(n + 1).map_or("", |l| l.trim());
+            if line.trim_start().starts_with("#[cfg(test)]") && next.contains("mod ") && next.ends_with('{') {
+                break;
+            }
+            if line.to_ascii_lowercase().contains("tcp") {
+                bad.push(format!("{}:{}: {}", f.strip_prefix(&src).unwrap_or(f).display(), n + 1, line.trim()));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn mr_names_no_tcp() {
+    let bad = mr_lines_naming_tcp();
+    assert!(bad.is_empty(), "{} lines of mr/ name TCP (it belongs in wire/):\n{}", bad.len(), bad.join("\n"));
+}
+
 #[test]
 fn the_checker_sees_use_lists_and_inline_paths() {
     assert_eq!(named_rooms("use crate::mr::registry::Region;"), ["mr"]);

@@ -304,7 +304,7 @@ unsafe extern "C" fn ext_stats(domain: *mut c_void, stats: *mut oxmr_mr_stats) -
         let d = from_fid!(Domain, domain)?;
         let s = &d.mr.stats;
         let p = &d.mr.pinner;
-        let t = &d.mr.tcp_stats;
+        let t = &d.wires.tcp_stats;
         let (cache_entries, cache_bytes) = d.mr.cache.as_ref().map_or((0, 0), |c| c.size());
         let cs = d.mr.cache.as_ref().map(|c| &c.stats);
         let c = |f: fn(&crate::mr::cache::CacheStats) -> &std::sync::atomic::AtomicU64| {
@@ -340,7 +340,7 @@ unsafe extern "C" fn ext_stats(domain: *mut c_void, stats: *mut oxmr_mr_stats) -
             cache_bytes,
             tcp_zc_sends: t.zc_sends.load(Ordering::Relaxed),
             tcp_zc_bytes: t.zc_bytes.load(Ordering::Relaxed),
-            tcp_zc_copied: p.uring().map_or(0, |r| r.notes.copied.load(Ordering::Relaxed)),
+            tcp_zc_copied: d.wires.tcp_ring.as_ref().map_or(0, |r| r.notes.copied.load(Ordering::Relaxed)),
             tcp_copied_frames: t.copied_frames.load(Ordering::Relaxed),
             tcp_copied_bytes: t.copied_bytes.load(Ordering::Relaxed),
         };

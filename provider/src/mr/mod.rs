@@ -9,7 +9,8 @@
 //! - `local`: copies of this process's own memory (device-aware), for
 //!   every wire;
 //! - `phys`, `device`, `dmabuf`: device memory: the physical-address
-//!   fallback (opt-in, for PFN mappings oxmr cannot name), peer-direct
+//!   fallback (opt-in, for PFN mappings oxmr cannot name; `phys` also
+//!   reads /proc/self/pagemap, `pagemap_pfns`, for every PFN), peer-direct
 //!   identity (PCI BARs, VFIO regions, P2PDMA memory, proven from procfs
 //!   and sysfs, registered without opt-in), dma-buf fds;
 //! - `cache`, `uffd`, `protwatch`: the lazy-deregistration cache and what
@@ -109,27 +110,6 @@ pub struct MrDomain {
     pub cache_explicit: bool,
     /// FI_OXMR_MR_RECORD_PFN.
     pub record_pfn: bool,
-    /// The ring the domain's TCP links send registered memory on with
-    /// SEND_ZC: the pinner's, whose table holds the registrations a
-    /// SEND_ZC names by slot (None: plain sockets; `with_tcp_io_uring`).
-    pub tcp_ring: Option<Arc<uring::UringTable>>,
-    /// The TCP links' send counters.
-    pub tcp_stats: Arc<TcpStats>,
-}
-
-/// A domain's TCP send counters. (The wire keeps them; they live here,
-/// below it, because the extension's `oxmr_mr_stats` reports them.)
-#[derive(Debug, Default)]
-pub struct TcpStats {
-    /// SEND_ZC completions that sent their whole part.
-    pub zc_sends: AtomicU64,
-    /// The bytes those sent.
-    pub zc_bytes: AtomicU64,
-    /// Frames that had no zero-copy part (every byte written with writev).
-    pub copied_frames: AtomicU64,
-    /// Bytes the socket took from write/writev: whole copied frames, and
-    /// the length prefixes and headers of zero-copy ones.
-    pub copied_bytes: AtomicU64,
 }
 
 /// Cache settings (FI_OXMR_MR_CACHE_*).
@@ -156,48 +136,6 @@ impl Default for CacheConfig {
     }
 }
 
-/// The page frame numbers backing [addr, addr+len) now (0 where absent or
-/// hidden), from one read of /proc/self/pagemap.
-pub fn pagemap_pfns(addr: usize, len: usize) -> Vec<u64> {
-    use std::os::unix::fs::FileExt;
-    let first = addr / 4096;
-    let pages = (addr + len).div_ceil(4096) - first;
-    let Ok(f) = std::fs::File::open("/proc/self/pagemap") else { return vec![0; pages] };
-    let mut b = vec![0u8; pages * 8];
-    if f.read_exact_at(&mut b, (first * 8) as u64).is_err() {
-        return vec![0; pages];
-    }
-    b.chunks_exact(8)
-        .map(|c| {
-            let v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
-            if v >> 63 == 1 {
-                v & ((1 << 55) - 1)
-            } else {
-                0
-            }
-        })
-        .collect()
-}
-
-/// The page frame number backing `addr` now, from /proc/self/pagemap
-/// (0 when not present or not visible: PFNs are shown to root only).
-pub fn pagemap_pfn(addr: usize) -> u64 {
-    use std::os::unix::fs::FileExt;
-    let Ok(f) = std::fs::File::open("/proc/self/pagemap") else {
-        return 0;
-    };
-    let mut b = [0u8; 8];
-    if f.read_exact_at(&mut b, (addr / 4096 * 8) as u64).is_err() {
-        return 0;
-    }
-    let v = u64::from_ne_bytes(b);
-    if v >> 63 == 1 {
-        v & ((1 << 55) - 1)
-    } else {
-        0
-    }
-}
-
 /// Flags fi_mr_reg* accept.
 const REG_FLAGS: u64 = ffi::FI_RMA_EVENT as u64 | crate::ext::OXMR_MR_PHYS_FALLBACK;
 
@@ -213,36 +151,7 @@ impl MrDomain {
             cache,
             cache_explicit: cc.explicit,
             record_pfn: cc.record_pfn,
-            tcp_ring: None,
-            tcp_stats: Default::default(),
         }
-    }
-
-    /// FI_OXMR_TCP_IO_URING: TCP links send registered memory with
-    /// SEND_ZC on the pinner's ring when `on`, where there is a ring that
-    /// can (one log line says why not otherwise); plain sockets when not.
-    pub fn with_tcp_io_uring(mut self, on: bool) -> Self {
-        let ring = self.pinner.uring().filter(|_| on);
-        self.tcp_ring = match ring {
-            Some(r) if r.sends_zc() => Some(r.clone()),
-            Some(_) => {
-                tracing::info!(
-                    "this kernel has no io_uring SEND_ZC; TCP sends use plain sockets (FI_OXMR_TCP_IO_URING)"
-                );
-                None
-            }
-            None if on => {
-                let why = match self.pinner.mode() {
-                    pin::PinMode::Uring => "io_uring is unavailable",
-                    pin::PinMode::Mlock => "registrations pin with mlock",
-                    pin::PinMode::None => "FI_OXMR_MR_PIN=none",
-                };
-                tracing::info!("the domain has no io_uring ring ({why}); TCP sends use plain sockets");
-                None
-            }
-            None => None,
-        };
-        self
     }
 
     fn mode(&self, bit: u32) -> bool {
@@ -386,7 +295,7 @@ impl MrDomain {
         let mmio = pin.phys().and_then(|p| p.device.as_ref()).is_some_and(device::Device::is_mmio);
         let pfn0 = match pin.cache_entry() {
             Some(e) => e.pfn_at(req.iovs[0].0),
-            None if self.record_pfn && len > 0 => pagemap_pfn(req.iovs[0].0),
+            None if self.record_pfn && len > 0 => phys::pagemap_pfns(req.iovs[0].0, 1).first().copied().unwrap_or(0),
             None => 0,
         };
         let region = Arc::new(Region {

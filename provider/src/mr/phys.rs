@@ -324,11 +324,35 @@ pub fn runs_of(addr: usize, len: usize, pfns: &[u64]) -> Option<Vec<(u64, u64)>>
     Some(runs)
 }
 
+/// The page frame numbers backing [addr, addr+len) now (0 where absent or
+/// hidden: PFNs are shown to CAP_SYS_ADMIN only), from one read of
+/// /proc/self/pagemap.
+pub fn pagemap_pfns(addr: usize, len: usize) -> Vec<u64> {
+    use std::os::unix::fs::FileExt;
+    let first = addr / 4096;
+    let pages = (addr + len).div_ceil(4096) - first;
+    let Ok(f) = std::fs::File::open("/proc/self/pagemap") else { return vec![0; pages] };
+    let mut b = vec![0u8; pages * 8];
+    if f.read_exact_at(&mut b, (first * 8) as u64).is_err() {
+        return vec![0; pages];
+    }
+    b.chunks_exact(8)
+        .map(|c| {
+            let v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
+            if v >> 63 == 1 {
+                v & ((1 << 55) - 1)
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
 /// The physical runs of `ranges` from pagemap, `None` where hidden.
 fn pagemap_runs(ranges: &[(usize, usize)]) -> Option<Vec<(u64, u64)>> {
     let mut all = Vec::new();
     for &(a, l) in ranges {
-        all.extend(runs_of(a, l, &super::pagemap_pfns(a, l))?);
+        all.extend(runs_of(a, l, &pagemap_pfns(a, l))?);
     }
     Some(all)
 }
@@ -454,7 +478,7 @@ impl PhysPin {
             if let Some(runs) = &self.runs {
                 let mut now = Vec::new();
                 for &(a, l) in &self.ranges {
-                    let pfns = super::pagemap_pfns(a, l);
+                    let pfns = pagemap_pfns(a, l);
                     if pfns.iter().all(|&p| p == 0) {
                         // (No PFNs shown at all: no answer, not a change.)
                         unknown = true;

@@ -1,5 +1,4 @@
-//! Pinning through an io_uring fixed-buffer table, and zero-copy sends
-//! from it.
+//! Pinning through an io_uring fixed-buffer table.
 //!
 //! Registering a buffer with io_uring pins its pages with the kernel's
 //! `FOLL_WRITE | FOLL_LONGTERM` pin and charges them to `RLIMIT_MEMLOCK`
@@ -10,103 +9,47 @@
 //! region takes several slots; the table records each piece (base, len,
 //! slot) so `fixed` can say which slot covers a range.
 //!
-//! The same ring carries the TCP wire's `IORING_OP_SEND_ZC` from
-//! registered memory (`wire::tcp`): a SEND_ZC's `buf_index` names a slot
-//! of the *submitting* ring's table, so the domain has one ring for both,
-//! and every endpoint of the domain submits and reaps on it under its
-//! mutex. Each send is a `Flight` the ring's map owns (by user_data) until
-//! its last completion, so a link closed with a send in flight leaves
-//! nothing dangling; whoever reaps dispatches every completion to its
-//! flight. Lock order: a link's own mutex, then the ring's (reaping never
-//! takes a link's).
+//! The ring is the domain's, not only the table's: a request whose
+//! `buf_index` names a slot must be submitted on the ring that holds the
+//! table, so the wires that send from registered memory submit on this
+//! one (`ring`, under its mutex; the wire keeps its requests' state
+//! itself). Lock order: the caller's own locks, then the ring's (pinning
+//! takes only the ring's).
 //!
 //! Kernel facts relied on: the pin needs a writable mapping (read-only
 //! memory fails with EFAULT; the caller pins it with mlock instead);
 //! PFN-mapped and secret memory fail with EFAULT; emptying a slot drops
 //! the table's pin, while a request that imported the buffer keeps its
 //! own reference to the pages until it completes (its notification), so
-//! an unpin with a send in flight is safe for the kernel. At fork, pinned
-//! anonymous pages are copied for the child, so the parent keeps the pages
-//! it pinned; a child, which shares the ring's queues, never submits or
-//! reaps on them (`owned_here`).
+//! an unpin with a request in flight is safe for the kernel. At fork,
+//! pinned anonymous pages are copied for the child, so the parent keeps
+//! the pages it pinned; a child, which shares the ring's queues, never
+//! submits or reaps on them, nor changes the table (`owned_here`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
-use io_uring::{cqueue, opcode, types, IoUring, Probe};
+use io_uring::IoUring;
 
 /// Largest buffer one slot can hold (io_buffer_validate: SZ_1G).
 pub(crate) const SLOT_MAX: usize = 1 << 30;
 /// Slots in a domain's table (IORING_MAX_REG_BUFFERS).
 pub(crate) const TABLE_SLOTS: u32 = 1 << 14;
-/// Submission entries of a domain's ring: a link has at most one send in
-/// flight, so this bounds the links of a domain that submit at once (a
-/// full queue makes a link wait, it does not fail it).
+/// Submission entries of a domain's ring: bounds the requests its users
+/// have queued at once (a full queue makes a user wait, it does not fail
+/// it).
 const RING_ENTRIES: u32 = 256;
-/// IORING_SEND_ZC_REPORT_USAGE (zc_flags): the notification says whether
-/// the kernel copied after all.
-pub(crate) const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
-/// IORING_NOTIF_USAGE_ZC_COPIED, in a notification's res.
-pub(crate) const NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
-
-/// One SEND_ZC in flight: its first completion (the bytes sent, or an
-/// errno) and, later, its notification (the kernel is done with the
-/// pages). Shared by the link that submitted it and the ring's map.
-#[derive(Debug, Default)]
-pub struct Flight {
-    /// 0 in flight, 1 completed (`res` holds the result).
-    state: AtomicU8,
-    res: AtomicI32,
-    /// The notification arrived, and whether it said the kernel copied.
-    notified: AtomicBool,
-    copied: AtomicBool,
-}
-
-impl Flight {
-    /// The first completion's result (bytes sent, or -errno), once in.
-    pub fn result(&self) -> Option<i32> {
-        (self.state.load(Ordering::Acquire) == 1).then(|| self.res.load(Ordering::Relaxed))
-    }
-
-    /// The notification's report: None until it arrived, then whether the
-    /// kernel copied the bytes instead of sending the pages.
-    pub fn notified_copied(&self) -> Option<bool> {
-        self.notified.load(Ordering::Acquire).then(|| self.copied.load(Ordering::Relaxed))
-    }
-}
-
-struct Ring {
-    uring: IoUring,
-    /// Flights by user_data, until their last completion.
-    flights: HashMap<u64, Arc<Flight>>,
-    next: u64,
-}
-
-/// Counts of the ring's SEND_ZC notifications.
-#[derive(Debug, Default)]
-pub struct ZcNotes {
-    /// Notifications that arrived.
-    pub notified: AtomicU64,
-    /// Of those, the ones that reported the kernel copied
-    /// (IORING_NOTIF_USAGE_ZC_COPIED): loopback always does.
-    pub copied: AtomicU64,
-}
 
 /// A domain's ring and its buffer table.
 pub struct UringTable {
-    ring: Mutex<Ring>,
+    ring: Mutex<IoUring>,
     free: Mutex<Vec<u32>>,
     /// Pinned pieces: (base, slot) -> len (two registrations may cover
     /// the same memory, hence the slot in the key).
     pieces: Mutex<BTreeMap<(usize, u32), usize>>,
-    /// Whether the kernel has IORING_OP_SEND_ZC (io_uring's probe).
-    send_zc: bool,
-    pub notes: ZcNotes,
     /// The process image that created the ring (`sys::process_token`:
-    /// no getpid system call on every send's check).
+    /// no getpid system call on every check).
     token: u64,
 }
 
@@ -123,22 +66,19 @@ impl UringTable {
         // unmap, at the queues' addresses, whatever it mapped there since. The
         // child shares the queues' pages instead and never touches them.)
         let uring = IoUring::builder().build(RING_ENTRIES)?;
-        let sub = uring.submitter();
-        sub.register_buffers_sparse(TABLE_SLOTS)?;
-        let mut probe = Probe::new();
-        let send_zc = sub.register_probe(&mut probe).is_ok() && probe.is_supported(opcode::SendZc::CODE);
+        uring.submitter().register_buffers_sparse(TABLE_SLOTS)?;
         let free = (0..TABLE_SLOTS).rev().collect();
         Ok(UringTable {
-            ring: Mutex::new(Ring { uring, flights: HashMap::new(), next: 1 }),
+            ring: Mutex::new(uring),
             free: Mutex::new(free),
             pieces: Mutex::new(BTreeMap::new()),
-            send_zc,
-            notes: ZcNotes::default(),
             token: crate::sys::process_token(),
         })
     }
 
-    fn ring(&self) -> MutexGuard<'_, Ring> {
+    /// The ring, locked: for the domain's users that submit requests
+    /// naming this table's slots (lock order: theirs, then this one).
+    pub fn ring(&self) -> MutexGuard<'_, IoUring> {
         self.ring.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -148,7 +88,7 @@ impl UringTable {
         // SAFETY: the slot then refers to [base, base+len), which the
         // kernel pins here (FOLL_LONGTERM) and reads through its own page
         // references, never through our mapping; a zero iovec empties it.
-        unsafe { ring.uring.submitter().register_buffers_update(slot, &[iov], None) }
+        unsafe { ring.submitter().register_buffers_update(slot, &[iov], None) }
     }
 
     /// Pin every byte of `iovs`; all-or-nothing. Returns the slots used.
@@ -185,7 +125,7 @@ impl UringTable {
 
     /// Empty the slots (dropping their pins) and free them.
     pub fn unpin(&self, slots: &[u32]) {
-        // (Forget the pieces first: no send starts from a slot emptied.)
+        // (Forget the pieces first: no request starts from a slot emptied.)
         self.pieces().retain(|&(_, s), _| !slots.contains(&s));
         for &s in slots {
             if let Err(e) = self.update(s, 0, 0) {
@@ -225,109 +165,6 @@ impl UringTable {
     /// Slots in use.
     pub fn used(&self) -> u32 {
         TABLE_SLOTS - self.free.lock().unwrap_or_else(|p| p.into_inner()).len() as u32
-    }
-
-    /// Whether this ring can send zero-copy (the kernel has SEND_ZC, and
-    /// this is the process that created it).
-    pub fn sends_zc(&self) -> bool {
-        self.send_zc && self.owned_here()
-    }
-
-    /// Submit `IORING_OP_SEND_ZC` of [addr, addr+len) from `slot` on the
-    /// socket `fd`, with MSG_WAITALL (the kernel retries a short send, so
-    /// the stream stays whole or the send fails). `Ok(None)`: the
-    /// submission queue is full, try again after a reap.
-    ///
-    /// # Safety
-    ///
-    /// `fixed(addr, len) == Some(slot)` held when the caller decided on
-    /// it, and `fd` is a socket the caller keeps open until this call
-    /// returns (the request then holds its own reference to the file).
-    pub unsafe fn send_zc(&self, fd: RawFd, addr: usize, len: u32, slot: u16) -> io::Result<Option<Arc<Flight>>> {
-        // (A forked child shares the parent's queues: it must not push.)
-        if !self.owned_here() {
-            return Err(io::Error::from_raw_os_error(libc::EPERM));
-        }
-        let mut ring = self.ring();
-        let id = ring.next;
-        ring.next += 1;
-        let sqe = opcode::SendZc::new(types::Fd(fd), addr as *const u8, len)
-            .buf_index(Some(slot))
-            .flags(libc::MSG_WAITALL)
-            .zc_flags(SEND_ZC_REPORT_USAGE)
-            .build()
-            .user_data(id);
-        // SAFETY: the kernel reads [addr, addr+len) through the pages the
-        // fixed buffer `slot` pinned (it checks the range lies in the
-        // slot's, else the send fails with EFAULT), never through our
-        // mapping, so nothing of ours is touched whatever happens to the
-        // mapping meanwhile; the fd is open now (caller's promise).
-        if unsafe { ring.uring.submission().push(&sqe) }.is_err() {
-            return Ok(None);
-        }
-        let flight = Arc::new(Flight::default());
-        ring.flights.insert(id, flight.clone());
-        if let Err(e) = ring.uring.submit() {
-            // (EBUSY/EAGAIN: the entry stays queued and goes with the
-            // next submit; anything else, the ring is broken.)
-            if !matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EAGAIN) | Some(libc::EINTR)) {
-                ring.flights.remove(&id);
-                return Err(e);
-            }
-        }
-        Self::drain(&mut ring, &self.notes);
-        Ok(Some(flight))
-    }
-
-    /// Take every completion the ring has and hand each to its flight
-    /// (any endpoint's progress may reap: the flights say whose it was).
-    pub fn reap(&self) {
-        if !self.owned_here() {
-            return;
-        }
-        let mut ring = self.ring();
-        // (Pushes what a busy submit left queued, and flushes completions
-        // the kernel kept aside while the queue was full; an error here
-        // leaves both for the next reap.)
-        let _ = ring.uring.submit();
-        Self::drain(&mut ring, &self.notes);
-    }
-
-    /// Take the completions already in the ring (no system call: what
-    /// `reap` does short of submitting).
-    pub fn collect(&self) {
-        if self.owned_here() {
-            Self::drain(&mut self.ring(), &self.notes);
-        }
-    }
-
-    fn drain(ring: &mut Ring, notes: &ZcNotes) {
-        let Ring { uring, flights, .. } = ring;
-        for cqe in uring.completion() {
-            let id = cqe.user_data();
-            let flags = cqe.flags();
-            let Some(f) = flights.get(&id) else { continue };
-            if cqueue::notif(flags) {
-                let copied = cqe.result() as u32 & NOTIF_USAGE_ZC_COPIED != 0;
-                f.copied.store(copied, Ordering::Relaxed);
-                f.notified.store(true, Ordering::Release);
-                notes.notified.fetch_add(1, Ordering::Relaxed);
-                notes.copied.fetch_add(copied as u64, Ordering::Relaxed);
-                flights.remove(&id);
-                continue;
-            }
-            f.res.store(cqe.result(), Ordering::Relaxed);
-            f.state.store(1, Ordering::Release);
-            // (No IORING_CQE_F_MORE: no notification follows.)
-            if !cqueue::more(flags) {
-                flights.remove(&id);
-            }
-        }
-    }
-
-    /// Flights whose last completion has not been reaped.
-    pub fn in_flight(&self) -> usize {
-        self.ring().flights.len()
     }
 }
 

@@ -12,6 +12,7 @@ use crate::info::getinfo::effective_mr_mode;
 use crate::info::{attrs, Info};
 use crate::mr::pin::Pinner;
 use crate::mr::{account, MrDomain};
+use crate::protocol::engine::DomainWires;
 use oxmr_ffi::FidHeader;
 
 /// A domain.
@@ -28,6 +29,9 @@ pub struct Domain {
     pub mr_mode: i32,
     /// Registrations: keys, pins, accounting.
     pub mr: Arc<MrDomain>,
+    /// What its endpoints share of the wires: the TCP wire's io_uring
+    /// (SEND_ZC from registered memory) and send counters.
+    pub wires: DomainWires,
     /// The job key its endpoints' connections prove (its `auth_key`, else
     /// FI_OXMR_AUTH_KEY/_FILE; None: peers are not authenticated).
     pub auth_key: Option<crate::auth::JobKey>,
@@ -67,13 +71,16 @@ impl Domain {
         let mut pinner = Pinner::new(cfg.pin_mode, account::Account::new(cap, source));
         pinner.phys_fallback = cfg.phys_fallback;
         pinner.sysfs = cfg.sysfs.clone();
+        let mr = Arc::new(MrDomain::new(mr_mode, pinner, cfg.cache));
+        let wires = DomainWires::new(&mr, cfg.tcp_io_uring);
         Ok(Domain {
             hdr,
             fabric,
             name,
             av_type: d.av_type,
             mr_mode,
-            mr: Arc::new(MrDomain::new(mr_mode, pinner, cfg.cache).with_tcp_io_uring(cfg.tcp_io_uring)),
+            mr,
+            wires,
             auth_key,
             progress: Default::default(),
             info,

@@ -425,6 +425,7 @@ impl Ep {
             region,
             name,
             self.domain.mr.clone(),
+            &self.domain.wires,
             &self.domain.fabric.config,
             b,
             self.auth_key.clone(),

@@ -32,7 +32,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener};
 
 pub use crate::config::Wire;
 pub use land::{Head as LandHead, Landings};
-pub use tcp::TcpSend;
+pub use tcp::{DomainWires, TcpSend};
 
 pub use shm::region::KeyMismatch;
 pub use shm::share::{Copies, SharedCopy, Span};

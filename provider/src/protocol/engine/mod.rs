@@ -520,11 +520,16 @@ impl Drop for Engine {
     }
 }
 
+/// What a domain's endpoints share of the wires (its TCP ring and send
+/// counters): the domain makes it, each engine's links send with it.
+pub use crate::wire::DomainWires;
+
 impl Engine {
     pub fn new(
         inbox: crate::protocol::inbox::Inbox,
         name: SocketAddr,
         mr: Arc<MrDomain>,
+        wires: &DomainWires,
         cfg: &Config,
         b: Bindings,
         key: Option<crate::auth::JobKey>,
@@ -539,8 +544,8 @@ impl Engine {
         Engine {
             dial: Dial::new(cfg.wire, &name, epoch)
                 .with_tcp(crate::wire::TcpSend {
-                    ring: mr.tcp_ring.clone(),
-                    stats: mr.tcp_stats.clone(),
+                    ring: wires.tcp_ring.clone(),
+                    stats: wires.tcp_stats.clone(),
                     copied_off: cfg.tcp_zc_copied,
                     lanes: cfg.tcp_lanes,
                     key,

@@ -94,7 +94,7 @@ fn side_pinned(mr_mode: u32, cfg: &Config, cached: bool) -> Side {
         one_peer: false,
     };
     let inbox = crate::protocol::inbox::Inbox(rx);
-    let eng = Engine::new(inbox, addr, mr.clone(), cfg, b, None);
+    let eng = Engine::new(inbox, addr, mr.clone(), &Default::default(), cfg, b, None);
     Side { eng, addr, cq, av, mr }
 }
 

@@ -2,7 +2,7 @@
 //! parts in registered memory (docs/wire.md, "io_uring and SEND_ZC").
 //!
 //! Sending: a part of at least `ZC_MIN` bytes that lies in one slot of
-//! the domain's io_uring table (`TcpSend::ring`, `UringTable::fixed`)
+//! the domain's io_uring table (`TcpSend::ring`, `TcpRing::fixed`)
 //! goes out with SEND_ZC from that fixed buffer on the domain's ring;
 //! everything else is written with writev ("small messages are copied").
 //! The out queue holds segments in stream order, and a zero-copy part is
@@ -52,8 +52,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{LinkState, OpenError, WireError, MAX_FRAME};
-use crate::mr::uring::{Flight, UringTable};
-pub use crate::mr::TcpStats;
+pub use ring::{DomainWires, TcpStats};
+use ring::{Flight, TcpRing};
 
 const MAGIC: u32 = 0x3154_584f; // "OXT1"
 /// This build's TCP wire version (the hello's; the message header has its
@@ -255,7 +255,7 @@ const ZC_PROBES: usize = 16;
 /// one it shares with the peer alone), and the job key.
 #[derive(Clone, Debug, Default)]
 pub struct TcpSend {
-    pub ring: Option<Arc<UringTable>>,
+    pub ring: Option<Arc<TcpRing>>,
     pub stats: Arc<TcpStats>,
     pub copied_off: u32,
     pub lanes: u32,
@@ -327,6 +327,7 @@ fn same_ip(a: IpAddr, b: IpAddr) -> bool {
 mod inbox;
 mod link;
 mod pairs;
+mod ring;
 
 pub use inbox::Inbox;
 pub use link::Link;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::link::*;
 use super::*;
+use crate::mr::uring::UringTable;
 use std::sync::atomic::Ordering::Relaxed;
 
 struct Anon(usize, usize);
@@ -96,8 +97,8 @@ fn run(tx: &TcpSend, frames: &[Vec<&[u8]>], one_by_one: bool) -> Vec<Vec<u8>> {
 /// for have io_uring and SEND_ZC (Linux 6.0 or later, ../shared/DESIGN.md):
 /// without them the test fails, saying so, rather than pass having tested
 /// nothing.
-fn zc_ring() -> Arc<UringTable> {
-    let table = UringTable::new().expect("io_uring (Linux 5.19 or later; ../shared/DESIGN.md)");
+fn zc_ring() -> Arc<TcpRing> {
+    let table = TcpRing::new(Arc::new(UringTable::new().expect("io_uring (Linux 5.19 or later; ../shared/DESIGN.md)")));
     assert!(
         table.sends_zc(),
         "this kernel has no io_uring SEND_ZC (Linux 6.0 or later): the zero-copy path is untested"
@@ -114,7 +115,7 @@ fn a_link_whose_zero_copy_sends_the_kernel_copies_stops_sending_zero_copy() {
     let table = zc_ring();
     let mut buf = Anon::new(1 << 20);
     buf.fill(|i| (i * 13 + i / 511) as u8);
-    let slots = table.pin(&[(buf.0, 1 << 20)]).unwrap();
+    let slots = table.table().pin(&[(buf.0, 1 << 20)]).unwrap();
     let src = buf.bytes();
     let part = 64 << 10;
     let hdrs: Vec<[u8; 4]> = (0..12u32).map(u32::to_le_bytes).collect();
@@ -130,7 +131,7 @@ fn a_link_whose_zero_copy_sends_the_kernel_copies_stops_sending_zero_copy() {
     assert_eq!(copied, zc, "loopback: the kernel copied every zero-copy send");
     assert_eq!(zc, 2, "two copied in a row, then writev");
     assert_eq!(st.copied_frames.load(Relaxed), frames.len() as u64 - 2);
-    table.unpin(&slots);
+    table.table().unpin(&slots);
 }
 
 #[test]
@@ -139,7 +140,7 @@ fn pinned_parts_go_with_send_zc_in_stream_order_and_the_rest_is_copied() {
     let mut buf = Anon::new(2 << 20);
     buf.fill(|i| (i * 7 + i / 4093) as u8);
     // The first MiB pinned, the second not.
-    let slots = table.pin(&[(buf.0, 1 << 20)]).unwrap();
+    let slots = table.table().pin(&[(buf.0, 1 << 20)]).unwrap();
     let src = buf.bytes();
     let heap = vec![0xa5u8; 200 << 10];
     let part = 200 << 10;
@@ -191,7 +192,7 @@ fn pinned_parts_go_with_send_zc_in_stream_order_and_the_rest_is_copied() {
     // sender's pages: the kernel copies (msg_zerocopy.rst, "Loopback"),
     // and REPORT_USAGE says so in every notification.
     assert_eq!(table.notes.copied.load(Relaxed), zc_parts, "loopback: the kernel copied every one");
-    table.unpin(&slots);
+    table.table().unpin(&slots);
 }
 
 #[test]
@@ -199,7 +200,7 @@ fn a_link_dropped_with_a_send_in_flight_leaves_the_flight_to_the_ring() {
     let table = zc_ring();
     let mut buf = Anon::new(1 << 20);
     buf.fill(|i| i as u8);
-    let slots = table.pin(&[(buf.0, 1 << 20)]).unwrap();
+    let slots = table.table().pin(&[(buf.0, 1 << 20)]).unwrap();
     // A reader that never reads, with a tiny receive window: the send
     // cannot finish (MSG_WAITALL) while it lives.
     let small = |fd: i32, opt: i32| {
@@ -247,15 +248,17 @@ fn a_link_dropped_with_a_send_in_flight_leaves_the_flight_to_the_ring() {
     }
     assert_eq!(table.in_flight(), 0, "the flight ended with its last completion");
     assert_eq!(tx.stats.zc_sends.load(Relaxed), 0, "a failed send is not counted as sent");
-    table.unpin(&slots);
+    table.table().unpin(&slots);
 }
 
 #[test]
 fn without_the_ring_nothing_goes_with_send_zc() {
-    let table = Arc::new(UringTable::new().expect("io_uring (Linux 5.19 or later; ../shared/DESIGN.md)"));
+    let table = Arc::new(TcpRing::new(Arc::new(
+        UringTable::new().expect("io_uring (Linux 5.19 or later; ../shared/DESIGN.md)"),
+    )));
     let mut buf = Anon::new(1 << 20);
     buf.fill(|i| (i % 251) as u8);
-    let slots = table.pin(&[(buf.0, 1 << 20)]).unwrap();
+    let slots = table.table().pin(&[(buf.0, 1 << 20)]).unwrap();
     let src = buf.bytes();
     let frames: Vec<Vec<&[u8]>> =
         (0..8).map(|i| vec![&b"hdr"[..], &src[i << 16..(i << 16) + (256 << 10) - 64]]).collect();
@@ -264,7 +267,8 @@ fn without_the_ring_nothing_goes_with_send_zc() {
         crate::mr::pin::PinMode::Uring,
         crate::mr::account::Account::new(None, crate::mr::account::CapSource::Variable),
     );
-    let d = crate::mr::MrDomain::new(0, pinner, Default::default()).with_tcp_io_uring(false);
+    let d = crate::mr::MrDomain::new(0, pinner, Default::default());
+    let d = DomainWires::new(&d, false);
     assert!(d.tcp_ring.is_none(), "FI_OXMR_TCP_IO_URING=0: plain sockets");
     let tx = TcpSend { ring: d.tcp_ring.clone(), stats: d.tcp_stats.clone(), copied_off: 0, lanes: 0, key: None };
     let got = run(&tx, &frames, false);
@@ -272,5 +276,5 @@ fn without_the_ring_nothing_goes_with_send_zc() {
     assert_eq!(d.tcp_stats.zc_sends.load(Relaxed), 0);
     assert_eq!(d.tcp_stats.copied_frames.load(Relaxed), frames.len() as u64);
     assert_eq!(table.in_flight(), 0);
-    table.unpin(&slots);
+    table.table().unpin(&slots);
 }

@@ -1,0 +1,436 @@
+use super::*;
+use crate::mr::account::{Account, CapSource};
+use crate::mr::phys::pagemap_pfns;
+use crate::mr::pin::PinMode;
+use crate::mr::registry::Ranges;
+use crate::mr::{CacheConfig, MrDomain, Request};
+
+fn domain() -> MrDomain {
+    let pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
+    let cc = CacheConfig { enable: true, record_pfn: true, ..CacheConfig::default() };
+    let mr_mode = (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32;
+    MrDomain::new(mr_mode, pinner, cc)
+}
+
+fn map(at: usize, len: usize, fill: u8) -> usize {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if at != 0 { libc::MAP_FIXED } else { 0 };
+    // SAFETY: anonymous mapping (MAP_FIXED only over our own mapping).
+    let p = unsafe { libc::mmap(at as *mut _, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    assert_ne!(p, libc::MAP_FAILED, "mmap({at:#x}, {len}): {}", std::io::Error::last_os_error());
+    // SAFETY: just mapped, writable.
+    unsafe { std::ptr::write_bytes(p as *mut u8, fill, len) };
+    p as usize
+}
+
+fn reg(d: &MrDomain, a: usize, l: usize) -> Arc<crate::mr::registry::Region> {
+    let req = Request {
+        iovs: Ranges::One((a, l)),
+        access: ffi::FI_REMOTE_READ as u64 | ffi::FI_REMOTE_WRITE as u64,
+        iface: ffi::FI_HMEM_SYSTEM,
+        ..Default::default()
+    };
+    d.register(req).unwrap()
+}
+
+fn entry_of(r: &crate::mr::registry::Region) -> u64 {
+    r.pin.lock().unwrap().cache_entry().map_or(0, |e| e.id)
+}
+
+#[test]
+fn hit_after_close_and_miss_after_remap() {
+    let d = domain();
+    let c = d.cache.clone().expect("userfaultfd works here");
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    let r1 = reg(&d, a, len);
+    let e1 = entry_of(&r1);
+    assert_ne!(e1, 0);
+    d.deregister(&r1);
+    drop(r1);
+    let r2 = reg(&d, a, len);
+    assert_eq!(entry_of(&r2), e1, "re-registration is a hit");
+    assert_eq!(c.stats.hits.load(Ordering::Relaxed), 1);
+    let old_pfn = r2.pfn0;
+    d.deregister(&r2);
+    drop(r2);
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+    map(a, len, 2);
+    let r3 = reg(&d, a, len);
+    assert_ne!(entry_of(&r3), e1, "after munmap + mmap: a miss");
+    assert!(c.stats.inv_unmap.load(Ordering::Relaxed) >= 1);
+    let now = pagemap_pfns(a, 1)[0];
+    if now != 0 {
+        assert_eq!(r3.pfn0, now, "pins the new page");
+        assert_ne!(r3.pfn0, old_pfn);
+    }
+    d.deregister(&r3);
+    drop(r3);
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+fn reg_for(d: &MrDomain, a: usize, l: usize, access: u64) -> Result<Arc<crate::mr::registry::Region>> {
+    let req = Request { iovs: Ranges::One((a, l)), access, iface: ffi::FI_HMEM_SYSTEM, ..Default::default() };
+    d.register(req)
+}
+
+fn protect(a: usize, len: usize, prot: i32) {
+    // SAFETY: our own mapping.
+    assert_eq!(unsafe { libc::mprotect(a as *mut libc::c_void, len, prot) }, 0);
+}
+
+/// A cached read-write pin, then mprotect: the next registrations get
+/// what a miss gets (FI_EACCES for write on PROT_READ, for anything
+/// on PROT_NONE), with mprotect watched (perf) and without (the hit
+/// checks its range as a miss does).
+fn hit_after_mprotect_answers_as_a_miss(watch: bool) {
+    let pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
+    let mr_mode = (ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32;
+    let mut d = MrDomain::new(mr_mode, pinner, CacheConfig { enable: false, ..CacheConfig::default() });
+    d.cache = Cache::new_watching(1 << 30, 4096, false, watch);
+    let c = d.cache.clone().expect("userfaultfd works here");
+    assert_eq!(c.prot.is_some(), watch, "perf_event_open works here (root, or perf_event_paranoid <= 2)");
+    let (rw, r, w) =
+        ((ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64, ffi::FI_REMOTE_READ as u64, ffi::FI_REMOTE_WRITE as u64);
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    let r1 = reg_for(&d, a, len, rw).unwrap();
+    d.deregister(&r1);
+    drop(r1);
+    // (Still a hit while nothing changed.)
+    let r2 = reg_for(&d, a, len, rw).unwrap();
+    assert_eq!(c.stats.hits.load(Ordering::Relaxed), 1);
+    d.deregister(&r2);
+    drop(r2);
+    protect(a, len, libc::PROT_READ);
+    let e = reg_for(&d, a, len, w).map(|_| ()).map_err(|e| e.code());
+    assert_eq!(e, Err(ffi::FI_EACCES), "FI_REMOTE_WRITE on memory made PROT_READ after it was cached");
+    reg_for(&d, a, len, r).expect("FI_REMOTE_READ of PROT_READ memory registers");
+    protect(a, len, libc::PROT_NONE);
+    let e = reg_for(&d, a, len, r).map(|_| ()).map_err(|e| e.code());
+    assert_eq!(e, Err(ffi::FI_EACCES), "FI_REMOTE_READ on memory made PROT_NONE");
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut libc::c_void, len) };
+}
+
+#[test]
+fn a_hit_after_mprotect_answers_as_a_miss_with_the_watch() {
+    hit_after_mprotect_answers_as_a_miss(true);
+}
+
+#[test]
+fn a_hit_after_mprotect_answers_as_a_miss_without_the_watch() {
+    hit_after_mprotect_answers_as_a_miss(false);
+}
+
+#[test]
+fn an_open_registration_made_read_only_refuses_remote_writes() {
+    let d = domain();
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    let r = reg(&d, a, len);
+    assert!(writable(&d, &r).is_ok());
+    protect(a, len, libc::PROT_READ);
+    d.refresh();
+    assert_eq!(writable(&d, &r), Err(crate::mr::registry::AccessError::Protected));
+    assert!(d.registry.check(r.key, r.iova, 8, ffi::FI_REMOTE_READ as u64).is_ok(), "reads still allowed");
+    protect(a, len, libc::PROT_READ | libc::PROT_WRITE);
+    d.refresh();
+    assert!(writable(&d, &r).is_ok(), "writable again: writes allowed again");
+    d.deregister(&r);
+    drop(r);
+    // A cache hit (tracked by its entry alone, not on its own): the
+    // entry says what the memory allows now.
+    let first = reg(&d, a, len);
+    d.deregister(&first);
+    drop(first);
+    let hit = reg(&d, a, len);
+    assert!(hit.revoked.get().is_none(), "a hit is not tracked on its own");
+    protect(a, len, libc::PROT_READ);
+    d.refresh();
+    assert_eq!(writable(&d, &hit), Err(crate::mr::registry::AccessError::Protected), "the hit's entry");
+    d.deregister(&hit);
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut libc::c_void, len) };
+}
+
+fn writable(
+    d: &MrDomain,
+    r: &crate::mr::registry::Region,
+) -> std::result::Result<(), crate::mr::registry::AccessError> {
+    d.registry.check(r.key, r.iova, 8, ffi::FI_REMOTE_WRITE as u64).map(|_| ())
+}
+
+fn remap(a: usize, len: usize, fill: u8) {
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+    map(a, len, fill);
+}
+
+fn discard(a: usize, len: usize) {
+    // SAFETY: our mapping; its pages are refilled with zeros on touch.
+    assert_eq!(unsafe { libc::madvise(a as *mut _, len, libc::MADV_DONTNEED) }, 0);
+}
+
+/// A miss subscribes, pins, then looks in the log from its
+/// subscription for an event on its range (`touched_since`): an unmap
+/// in between means the pin may hold the old pages, and it is dropped
+/// and pinned again. The window is microseconds wide, so the test
+/// drives the recheck itself: the subscription's position, an unmap
+/// and a new mapping of the range, then the question a miss asks.
+#[test]
+fn the_recheck_after_pinning_sees_an_unmap_since_the_subscription() {
+    let d = domain();
+    let c = d.cache.clone().expect("userfaultfd works here");
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    let since = c.monitor.head();
+    c.monitor.watch(a, len).expect("watched");
+    assert!(!c.touched_since(since, a, len), "nothing happened yet");
+    let other = map(0, len, 2);
+    // (More unmaps elsewhere than one read of the log takes, 64.)
+    unmap_elsewhere(&c, 70);
+    assert!(!c.touched_since(since, a, len), "events elsewhere are none on the range");
+    remap(a, len, 3);
+    assert!(c.touched_since(since, a, len), "the unmap of the range since the subscription, behind 70 others");
+    assert!(!c.touched_since(c.monitor.head(), a, len), "nothing after the unmap");
+    // And through a registration: the pin that follows holds the new pages.
+    let r = reg(&d, a, len);
+    // SAFETY: `a` is mapped, `len` bytes.
+    assert_eq!(unsafe { *(a as *const u8) }, 3);
+    assert_eq!(r.pfn0, pagemap_pfns(a, 1)[0], "the registration holds the page mapped now");
+    d.deregister(&r);
+    for x in [a, other] {
+        // SAFETY: our mappings.
+        unsafe { libc::munmap(x as *mut libc::c_void, len) };
+    }
+}
+
+/// `n` watched pages unmapped elsewhere: `n` events in the log that
+/// touch nothing registered.
+fn unmap_elsewhere(c: &Cache, n: usize) {
+    for _ in 0..n {
+        let x = map(0, 4096, 0);
+        c.monitor.watch(x, 4096).expect("watched");
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(x as *mut libc::c_void, 4096) };
+    }
+}
+
+/// A registration the cache does not hold is tracked from the log
+/// position before its pin (`watch_ranges`, then `track_live`): a move
+/// of its memory in between (behind more events than one read of the
+/// log takes) revokes it at once; one tracked from after the move is
+/// not revoked.
+#[test]
+fn a_move_between_watch_and_track_revokes_the_registration() {
+    let d = domain();
+    let c = d.cache.clone().expect("userfaultfd works here");
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    let r = crate::mr::registry::tests::region(1, a as u64, len, ffi::FI_REMOTE_WRITE as u64);
+    let since = c.watch_ranges(&[(a, len)]).expect("watched");
+    unmap_elsewhere(&c, 70);
+    remap(a, len, 5);
+    c.track_live(&r, since);
+    assert!(r.revoked.get().is_some_and(|f| f.load(Ordering::Acquire)), "moved before it was tracked: revoked");
+    let r2 = crate::mr::registry::tests::region(2, a as u64, len, ffi::FI_REMOTE_WRITE as u64);
+    let since = c.watch_ranges(&[(a, len)]).expect("watched");
+    unmap_elsewhere(&c, 3);
+    c.track_live(&r2, since);
+    assert!(!r2.revoked.get().is_some_and(|f| f.load(Ordering::Acquire)), "nothing moved since: not revoked");
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut libc::c_void, len) };
+}
+
+/// An unmap revokes exactly the tracked registrations whose ranges it
+/// touches: not the one on the page before it, nor the one that starts
+/// where it ends.
+#[test]
+fn an_unmap_revokes_only_the_tracked_registrations_it_touches() {
+    let pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
+    let cc = CacheConfig { enable: true, explicit: false, ..CacheConfig::default() };
+    let d = MrDomain::new((ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32, pinner, cc);
+    let ps = 4096;
+    let base = map(0, 3 * ps, 1);
+    let (ra, rb, rc) = (reg(&d, base, ps), reg(&d, base + ps, ps), reg(&d, base + 2 * ps, ps));
+    assert!(ra.revoked.get().is_some(), "registrations the cache does not hold are tracked");
+    remap(base + ps, ps, 2);
+    d.refresh();
+    assert_eq!(writable(&d, &rb), Err(crate::mr::registry::AccessError::Revoked), "the unmapped page's");
+    assert_eq!(writable(&d, &ra), Ok(()), "the page before the unmap");
+    assert_eq!(writable(&d, &rc), Ok(()), "the page where the unmap ends");
+    for r in [ra, rb, rc] {
+        d.deregister(&r);
+    }
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(base as *mut libc::c_void, 3 * ps) };
+}
+
+#[test]
+fn a_discard_then_an_unmap_revokes_an_open_cached_registration() {
+    use crate::mr::registry::AccessError;
+    let d = domain();
+    let c = d.cache.clone().expect("userfaultfd works here");
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    let r = reg(&d, a, len);
+    assert_ne!(entry_of(&r), 0, "cached");
+    // The discard takes the entry out of the index (it is served
+    // again to no one) but keeps the registration: same memory.
+    discard(a, 4096);
+    c.refresh();
+    assert_eq!(writable(&d, &r), Ok(()), "a discard keeps the registration");
+    remap(a, len, 2);
+    c.refresh();
+    assert_eq!(writable(&d, &r), Err(AccessError::Revoked), "munmap + mmap after a discard revokes");
+    d.deregister(&r);
+    drop(r);
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+#[test]
+fn a_discard_then_an_unmap_revokes_an_open_cache_hit() {
+    // A hit is tracked by its entry alone (no `live` element): the
+    // discard must leave the entry in the index, detached, so that the
+    // unmap still finds it.
+    use crate::mr::registry::AccessError;
+    let d = domain();
+    let c = d.cache.clone().expect("userfaultfd works here");
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    let r0 = reg(&d, a, len);
+    let e0 = entry_of(&r0);
+    d.deregister(&r0);
+    drop(r0);
+    let hits = c.stats.hits.load(Ordering::Relaxed);
+    let r = reg(&d, a, len);
+    assert_eq!(entry_of(&r), e0, "the same entry");
+    assert_eq!(c.stats.hits.load(Ordering::Relaxed), hits + 1, "a hit");
+    discard(a, 4096);
+    c.refresh();
+    assert_eq!(writable(&d, &r), Ok(()), "a discard keeps the registration");
+    let r2 = reg(&d, a, len);
+    assert_ne!(entry_of(&r2), e0, "a detached entry is served to no new registration");
+    d.deregister(&r2);
+    drop(r2);
+    remap(a, len, 2);
+    c.refresh();
+    assert_eq!(writable(&d, &r), Err(AccessError::Revoked), "munmap + mmap after a discard revokes the hit");
+    d.deregister(&r);
+    drop(r);
+    assert_eq!(c.size().0, 0, "the detached entry went with its last user, the other with the unmap");
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+#[test]
+fn an_uncached_registration_after_a_discard_is_revoked_by_an_unmap() {
+    use crate::mr::registry::AccessError;
+    let d = domain();
+    let c = d.cache.clone().expect("userfaultfd works here");
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    // (Registered and closed first: the monitor watches the range
+    // from then on, so it sees the discard.)
+    let r0 = reg(&d, a, len);
+    d.deregister(&r0);
+    drop(r0);
+    discard(a, len);
+    let before = c.stats.uncached.load(Ordering::Relaxed);
+    // (Within the discard's grace: pinned, served, not cached.)
+    let r = reg(&d, a, len);
+    assert_eq!(entry_of(&r), 0, "not cached right after a discard");
+    assert_eq!(c.stats.uncached.load(Ordering::Relaxed), before + 1);
+    assert_eq!(writable(&d, &r), Ok(()));
+    remap(a, len, 2);
+    c.refresh();
+    assert_eq!(writable(&d, &r), Err(AccessError::Revoked), "munmap + mmap revokes the uncached registration");
+    d.deregister(&r);
+    drop(r);
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+#[test]
+fn a_refreshed_registration_is_revoked_by_the_next_unmap() {
+    use crate::mr::registry::AccessError;
+    let d = domain();
+    let c = d.cache.clone().expect("userfaultfd works here");
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    let r = reg(&d, a, len);
+    let old_entry = entry_of(&r);
+    assert_ne!(old_entry, 0, "cached");
+    remap(a, len, 2);
+    c.refresh();
+    assert_eq!(writable(&d, &r), Err(AccessError::Revoked));
+    // (Root sees PFNs: the page mapped now is another one than the page
+    // pinned at registration, so the refresh has something to do.)
+    assert!(pagemap_pfns(a, 1)[0] == 0 || pagemap_pfns(a, 1)[0] != r.pfn0, "munmap + mmap gave a new page");
+    d.refresh_region(&r).expect("fi_mr_refresh");
+    assert_eq!(writable(&d, &r), Ok(()), "refreshed: it speaks for the memory mapped now");
+    {
+        let pin = r.pin.lock().unwrap();
+        assert_ne!(pin.cache_entry().map_or(0, |e| e.id), old_entry, "the revoked entry's pin is gone");
+        assert!(pin.bytes() >= len as u64, "the new pin holds the whole range: {} bytes", pin.bytes());
+    }
+    remap(a, len, 3);
+    c.refresh();
+    assert_eq!(writable(&d, &r), Err(AccessError::Revoked), "the new memory's unmap revokes it again");
+    d.deregister(&r);
+    drop(r);
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+#[test]
+fn an_uncached_pin_short_of_budget_evicts_the_cache_first() {
+    const MB: usize = 1 << 20;
+    // A cap 8 MiB above what this process holds pinned now.
+    let cap = crate::mr::account::process_pinned() + 8 * MB as u64;
+    let pinner = Pinner::new(PinMode::Uring, Account::new(Some(cap), CapSource::Variable));
+    let cc = CacheConfig { enable: true, ..CacheConfig::default() };
+    let d = MrDomain::new((ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32, pinner, cc);
+    let c = d.cache.clone().expect("userfaultfd works here");
+    let a = map(0, 6 * MB, 1);
+    let r = reg(&d, a, 6 * MB);
+    assert_ne!(entry_of(&r), 0, "cached");
+    d.deregister(&r);
+    drop(r);
+    assert_eq!(c.size(), (1, (6 * MB) as u64), "closed: its pin stays cached");
+    // Two pieces: a registration the cache does not hold.
+    let (b, e) = (map(0, 2 * MB, 2), map(0, 2 * MB, 3));
+    let req = Request {
+        iovs: vec![(b, 2 * MB), (e, 2 * MB)].into(),
+        access: ffi::FI_REMOTE_READ as u64,
+        iface: ffi::FI_HMEM_SYSTEM,
+        ..Default::default()
+    };
+    let r2 = d.register(req.clone()).expect("the cache's unused pin gives way");
+    assert_eq!(c.size(), (0, 0), "the unused entry was evicted for it");
+    d.deregister(&r2);
+    drop(r2);
+    for (x, l) in [(a, 6 * MB), (b, 2 * MB), (e, 2 * MB)] {
+        // SAFETY: our mappings.
+        unsafe { libc::munmap(x as *mut _, l) };
+    }
+}
+
+#[test]
+fn a_range_whose_last_page_wraps_is_refused() {
+    let d = domain();
+    // (a + l fits; rounded up to a page it does not.)
+    let req = Request {
+        iovs: Ranges::One((usize::MAX - 0xfff, 0x800)),
+        access: ffi::FI_REMOTE_READ as u64,
+        iface: ffi::FI_HMEM_SYSTEM,
+        ..Default::default()
+    };
+    match d.register(req.clone()) {
+        Ok(_) => panic!("a range at the top of the address space was registered"),
+        Err(e) => assert_eq!(e.code(), ffi::FI_EINVAL),
+    }
+}
