@@ -13,6 +13,7 @@
 //! Only pages locked through this table are tracked: an application's own
 //! mlock/munlock (or mlockall) of the same pages is outside its knowledge.
 
+use crate::sys::LockExt;
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -179,7 +180,7 @@ impl MlockTable {
     fn held(&self) -> MutexGuard<'_, Intervals> {
         // Nothing panics between changes of the map while the mutex is held,
         // so a poisoned table is still consistent.
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+        self.held.lock_ok()
     }
 }
 

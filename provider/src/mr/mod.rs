@@ -36,6 +36,7 @@ pub mod registry;
 pub mod uffd;
 pub mod uring;
 
+use crate::sys::LockExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -334,7 +335,7 @@ impl MrDomain {
         if !r.phys {
             return true;
         }
-        let pin = r.pin.lock().unwrap_or_else(|p| p.into_inner());
+        let pin = r.pin.lock_ok();
         let Some(p) = pin.phys() else { return true };
         let (live, newly) = p.check_live();
         drop(pin);
@@ -407,7 +408,7 @@ impl MrDomain {
                 r.key
             ));
         }
-        let old = std::mem::replace(&mut *r.pin.lock().unwrap_or_else(|p| p.into_inner()), new);
+        let old = std::mem::replace(&mut *r.pin.lock_ok(), new);
         // (A cached pin goes back to the cache: not under the lock above.)
         drop(old);
         r.refreshed.store(true, Ordering::Release);

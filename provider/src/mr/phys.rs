@@ -36,6 +36,7 @@
 //! mapping ([`copy_to_device`], [`copy_from_device`]): naturally aligned
 //! accesses, eight bytes wide except at an unaligned head and tail.
 
+use crate::sys::{LockExt, RwLockExt};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -116,7 +117,7 @@ static MAPS_FD: Mutex<Option<(u32, Option<OwnedFd>)>> = Mutex::new(None);
 /// The mapping that contains `addr` now, or `None` where nothing is mapped.
 pub fn vma_at(addr: usize) -> io::Result<Option<VmaId>> {
     let pid = std::process::id();
-    let mut g = MAPS_FD.lock().unwrap_or_else(|p| p.into_inner());
+    let mut g = MAPS_FD.lock_ok();
     if g.as_ref().is_none_or(|(p, _)| *p != pid) {
         // (A failed open, EMFILE say, is not remembered: only a kernel
         // without PROCMAP_QUERY sends us to the slow path for good.)
@@ -176,7 +177,7 @@ pub fn device_at(addr: usize, len: usize) -> Option<bool> {
         return None;
     }
     let end = addr.saturating_add(len);
-    let live = LIVE.read().unwrap_or_else(|p| p.into_inner());
+    let live = LIVE.read_ok();
     let mut hit = live.iter().filter(|&&(a, l, _)| a < end && addr < a + l).peekable();
     hit.peek()?;
     Some(hit.any(|&(_, _, f)| f))
@@ -446,7 +447,7 @@ impl PhysPin {
         vmas.dedup();
         let fenced = device.as_ref().is_some_and(|d| d.caching() != Caching::Uncached);
         {
-            let mut live = LIVE.write().unwrap_or_else(|p| p.into_inner());
+            let mut live = LIVE.write_ok();
             live.extend(ranges.iter().map(|&(a, l)| (a, l, fenced)));
             LIVE_COUNT.store(live.len(), Ordering::Release);
         }
@@ -511,7 +512,7 @@ impl PhysPin {
 
 impl Drop for PhysPin {
     fn drop(&mut self) {
-        let mut live = LIVE.write().unwrap_or_else(|p| p.into_inner());
+        let mut live = LIVE.write_ok();
         for r in &self.ranges {
             if let Some(i) = live.iter().position(|x| (x.0, x.1) == *r) {
                 live.swap_remove(i);

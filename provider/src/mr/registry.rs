@@ -25,6 +25,7 @@
 //! (FI_EACCES), whatever was wrong; the precise [`AccessError`] is for the
 //! target's log.
 
+use crate::sys::RwLockExt;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -313,13 +314,13 @@ impl Registry {
 
     /// Whether a key is taken.
     pub fn contains(&self, key: u64) -> bool {
-        self.shard(key).read().unwrap_or_else(|p| p.into_inner()).contains_key(&key)
+        self.shard(key).read_ok().contains_key(&key)
     }
 
     /// Add a region under its key; `Err(())` if the key is taken.
     #[allow(clippy::result_unit_err)]
     pub fn insert(&self, r: Arc<Region>) -> Result<(), ()> {
-        let mut m = self.shard(r.key).write().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.shard(r.key).write_ok();
         if m.contains_key(&r.key) {
             return Err(());
         }
@@ -329,13 +330,13 @@ impl Registry {
 
     /// Remove a key: from now on it never validates.
     pub fn remove(&self, key: u64) -> Option<Arc<Region>> {
-        self.shard(key).write().unwrap_or_else(|p| p.into_inner()).remove(&key)
+        self.shard(key).write_ok().remove(&key)
     }
 
     /// Remove `r`'s key if it still names `r` (a revoked registration's
     /// key may have been given to a newer one since).
     pub fn remove_region(&self, r: &Region) {
-        let mut m = self.shard(r.key).write().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.shard(r.key).write_ok();
         if m.get(&r.key).is_some_and(|x| std::ptr::eq(Arc::as_ptr(x), r)) {
             m.remove(&r.key);
         }
@@ -343,7 +344,7 @@ impl Registry {
 
     /// Live registrations.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.read().unwrap_or_else(|p| p.into_inner()).len()).sum()
+        self.shards.iter().map(|s| s.0.read_ok().len()).sum()
     }
 
     /// Whether there are none.
@@ -355,7 +356,7 @@ impl Registry {
     /// bytes at `addr` with `access` (FI_REMOTE_READ / FI_REMOTE_WRITE)?
     pub fn check(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<Granted, AccessError> {
         let region = {
-            let m = self.shard(key).read().unwrap_or_else(|p| p.into_inner());
+            let m = self.shard(key).read_ok();
             m.get(&key).cloned().ok_or(AccessError::UnknownKey)?
         };
         if !region.enabled.load(Ordering::Acquire) {

@@ -26,6 +26,7 @@
 //! survive the fork, and the userfaultfd it read belongs to the parent's
 //! memory (registering the child's ranges there would watch the parent's).
 
+use crate::sys::LockExt;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -140,7 +141,7 @@ impl Monitor {
         if pid == me {
             return m;
         }
-        let mut child = CHILD_MONITOR.lock().unwrap_or_else(|p| p.into_inner());
+        let mut child = CHILD_MONITOR.lock_ok();
         match *child {
             Some((p, m)) if p == me => m,
             _ => {
@@ -235,7 +236,7 @@ impl Monitor {
         while self.reading.load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
         }
-        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let log = self.log.lock_ok();
         if log.head.saturating_sub(from) > LOG_SLOTS as u64 {
             out[0] = Invalidation { start: 0, end: u64::MAX, cause: Cause::Overflow };
             return (log.head, 1);
@@ -248,7 +249,7 @@ impl Monitor {
     }
 
     fn append(&self, inv: &[Invalidation]) {
-        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = self.log.lock_ok();
         for &i in inv {
             let h = log.head;
             log.ring[(h % LOG_SLOTS as u64) as usize] = i;

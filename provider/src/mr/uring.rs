@@ -26,6 +26,7 @@
 //! the pages it pinned; a child, which shares the ring's queues, never
 //! submits or reaps on them, nor changes the table (`owned_here`).
 
+use crate::sys::LockExt;
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Mutex, MutexGuard};
@@ -79,7 +80,7 @@ impl UringTable {
     /// The ring, locked: for the domain's users that submit requests
     /// naming this table's slots (lock order: theirs, then this one).
     pub fn ring(&self) -> MutexGuard<'_, IoUring> {
-        self.ring.lock().unwrap_or_else(|p| p.into_inner())
+        self.ring.lock_ok()
     }
 
     fn update(&self, slot: u32, base: usize, len: usize) -> io::Result<()> {
@@ -101,7 +102,7 @@ impl UringTable {
             })
             .collect();
         let slots = {
-            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            let mut free = self.free.lock_ok();
             if free.len() < pieces.len() {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
@@ -120,7 +121,7 @@ impl UringTable {
     }
 
     fn pieces(&self) -> MutexGuard<'_, BTreeMap<(usize, u32), usize>> {
-        self.pieces.lock().unwrap_or_else(|p| p.into_inner())
+        self.pieces.lock_ok()
     }
 
     /// Empty the slots (dropping their pins) and free them.
@@ -138,7 +139,7 @@ impl UringTable {
     }
 
     fn release(&self, slots: &[u32]) {
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(slots);
+        self.free.lock_ok().extend_from_slice(slots);
     }
 
     /// The slot whose pinned piece covers [addr, addr+len) wholly, if one
@@ -164,7 +165,7 @@ impl UringTable {
 
     /// Slots in use.
     pub fn used(&self) -> u32 {
-        TABLE_SLOTS - self.free.lock().unwrap_or_else(|p| p.into_inner()).len() as u32
+        TABLE_SLOTS - self.free.lock_ok().len() as u32
     }
 }
 
@@ -204,7 +205,7 @@ pub(crate) mod tests {
 
     #[test]
     fn pins_for_real_and_unpins() {
-        let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = SERIAL.lock_ok();
         let t = UringTable::new().expect("io_uring");
         let len = 8 << 20;
         let a = anon(len);
@@ -222,7 +223,7 @@ pub(crate) mod tests {
 
     #[test]
     fn fixed_names_the_slot_whose_piece_covers_a_range_wholly() {
-        let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = SERIAL.lock_ok();
         let t = UringTable::new().unwrap();
         let len = 16 * 4096;
         let a = anon(len);
@@ -255,7 +256,7 @@ pub(crate) mod tests {
 
     #[test]
     fn read_only_and_unmapped_memory_fail_with_efault_and_leave_nothing() {
-        let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = SERIAL.lock_ok();
         let t = UringTable::new().unwrap();
         let a = anon(3 * 4096);
         // SAFETY: our mapping: make the middle page read-only, then unmap the last.

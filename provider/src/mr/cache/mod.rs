@@ -32,6 +32,7 @@
 //! holding `state` may free memory (which may munmap and wait for the
 //! monitor) without deadlock. Nothing here patches code or hooks malloc.
 
+use crate::sys::LockExt;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -390,7 +391,7 @@ impl Cache {
             }
         }
         if !changes.is_empty() {
-            let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            let live = self.live.lock_ok();
             for x in live.iter().filter(|x| changes.iter().any(|c| x.start < c.end && c.start < x.end)) {
                 set_denied(&x.denied, &x.ranges);
             }
@@ -684,7 +685,7 @@ impl Cache {
     /// one that happened between the watch and now).
     pub fn track_live(&self, r: &Region, since: u64) {
         {
-            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            let mut live = self.live.lock_ok();
             // (Closed registrations' entries are pruned when the list has
             // doubled since the last pruning: amortised O(1) per insert.)
             if live.len() >= 64 && live.len().is_power_of_two() {
@@ -733,7 +734,7 @@ impl Cache {
 
     /// Revoke the tracked open registrations an unmap or remap touches.
     fn revoke_live_in(&self, inv: &Invalidation) {
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.live.lock_ok();
         live.retain(Live::open);
         for x in live.iter().filter(|x| x.start < inv.end && inv.start < x.end) {
             let why = if inv.cause == Cause::Unmap { "unmapped" } else { "moved (mremap)" };
