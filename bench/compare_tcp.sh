@@ -30,7 +30,7 @@
 # (seen here: 1.2 to 3.5 GB/s for one configuration, unpinned).
 #
 # LANES=N adds oxmr with FI_OXMR_TCP_LANES=N (N connections per peer for
-# the data of large transfers, docs/wire.md "Lanes") to the bandwidth rows,
+# the data of large transfers, docs/wire-tcp.md "Lanes") to the bandwidth rows,
 # in the same rounds, and prints its ratios to tcp and to oxmr's default.
 #
 # usage: bench/compare_tcp.sh <dir-containing-liboxmr-fi.so>
