@@ -188,7 +188,7 @@ extra_run "xfer_gone[FI_OXMR_SHM_SENDER_JOBS=0]" xfer_gone FI_OXMR_SHM_SENDER_JO
 # own (not paired, docs/wire-shm.md "Paired receives").
 extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
 # The whole transfer suite over the TCP wire (both processes, real sockets
-# on 127.0.0.1; docs/wire-tcp.md "TCP").
+# on 127.0.0.1; docs/wire-tcp.md).
 extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
 # The same over plain sockets (no io_uring SEND_ZC from registered memory;
 # xfer.c's 1z checks the counters say so, as it checks they count SEND_ZC

@@ -57,7 +57,7 @@
 
 /* FI_OXMR_WIRE=tcp, or the two processes on two hosts (fabtests/run.sh's
  * network namespaces, OXT_NETNS_PEER: the child enters the peer's): the
- * same tests over the TCP wire (docs/wire-tcp.md, "TCP"), where what is
+ * same tests over the TCP wire (docs/wire-tcp.md), where what is
  * shm-specific differs: the flow-control bound (socket buffers and a 4 MiB
  * link queue, not 256 cells), the inline limit, and any order between two
  * endpoints' messages (two connections). */
@@ -2466,7 +2466,7 @@ static void d_child(int fd)
 	 * Progress for 200 ms, then never again; wait to be killed. (Over
 	 * TCP, the first frame to a peer leaves once that peer's endpoint
 	 * answered our connection, when we next progress: docs/wire-tcp.md,
-	 * "TCP". The parent answers while it waits, within these 200 ms.)
+	 * "Connections and frames". The parent answers while it waits, within these 200 ms.)
 	 */
 	{
 		double t0 = oxt_now_ms();
