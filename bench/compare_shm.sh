@@ -13,13 +13,19 @@
 # memcpy-ing its own buffers, as many processes at once as the row's
 # copies: above it no single-copy transfer can go).
 # Needs upstream fabtests built locally (not part of this repository):
-# OXMR_UPSTREAM_FABTESTS=<their bin dir>. Run it on a quiet machine; it
+# OXMR_UPSTREAM_FABTESTS=<their bin dir>, default /opt/ft117/bin (the same
+# variable as bench/compare_tcp.sh, ci/test.sh and fabtests/upstream.sh).
+# Server and client both use 127.0.0.1 (-s), and the client connects there.
+# Run it on a quiet machine; it
 # prints numbers and ratios, asserts nothing.
 #
 #   bash ci/build.sh && OXMR_UPSTREAM_FABTESTS=/path/to/fabtests/bin bash bench/compare_shm.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bin=${OXMR_UPSTREAM_FABTESTS:?set OXMR_UPSTREAM_FABTESTS to the bin dir of locally built fabtests}
+bin=${OXMR_UPSTREAM_FABTESTS:-/opt/ft117/bin}
+for p in fi_rdm_pingpong fi_rdm_tagged_bw fi_rma_bw; do
+    [ -x "$bin/$p" ] || { echo "$0: no $bin/$p (set OXMR_UPSTREAM_FABTESTS to upstream fabtests' bin/)" >&2; exit 2; }
+done
 export FI_PROVIDER_PATH="$(pwd)/build"
 reps=${REPS:-3}
 ceiling=$(mktemp)

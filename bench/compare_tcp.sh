@@ -23,14 +23,15 @@
 # memory there) and with the default (auto: TCP to the other namespace)
 # across the veth pair. Each figure is the median of REPS runs (default 3),
 # oxmr and tcp alternating. The programs are upstream fabtests'
-# (FABTESTS_BIN, default /opt/ft117/bin: built locally, never part of this
-# repository). Needs root. Server and client are pinned to cores 0 and 1
+# (OXMR_UPSTREAM_FABTESTS, their bin/, default /opt/ft117/bin: built
+# locally, never part of this repository; the same variable as
+# bench/compare_shm.sh, ci/test.sh and fabtests/upstream.sh). Needs root. Server and client are pinned to cores 0 and 1
 # (PIN=0: not pinned): two busy-polling processes left to the scheduler on
 # a small machine share a core now and then, and a run's figure halves
 # (seen here: 1.2 to 3.5 GB/s for one configuration, unpinned).
 #
 # LANES=N adds oxmr with FI_OXMR_TCP_LANES=N (N connections per peer for
-# the data of large transfers, docs/wire.md "Lanes") to the bandwidth rows,
+# the data of large transfers, docs/wire-tcp.md "Lanes") to the bandwidth rows,
 # in the same rounds, and prints its ratios to tcp and to oxmr's default.
 #
 # usage: bench/compare_tcp.sh <dir-containing-liboxmr-fi.so>
@@ -41,12 +42,12 @@ set -euo pipefail
 	exit 2
 }
 provdir="$(cd "$1" && pwd)"
-ft="${FABTESTS_BIN:-/opt/ft117/bin}"
+ft="${OXMR_UPSTREAM_FABTESTS:-/opt/ft117/bin}"
 reps="${REPS:-3}"
 lanes="${LANES:-}"
 [ "$(id -u)" -eq 0 ] || { echo "$0: needs root (network namespaces)" >&2; exit 2; }
 for p in fi_rdm_pingpong fi_rdm_tagged_bw fi_rma_bw; do
-	[ -x "$ft/$p" ] || { echo "$0: no $ft/$p (set FABTESTS_BIN to upstream fabtests' bin/)" >&2; exit 2; }
+	[ -x "$ft/$p" ] || { echo "$0: no $ft/$p (set OXMR_UPSTREAM_FABTESTS to upstream fabtests' bin/)" >&2; exit 2; }
 done
 
 tmp="$(mktemp -d)"

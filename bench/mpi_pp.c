@@ -8,6 +8,12 @@
  * transport that loses data does not get a figure).
  *
  * Prints "lat <bytes> <us>" and "bw <bytes> <MB/s>" lines from rank 0.
+ *
+ * `mpi_pp sweep [iters]` (for bench/sweep.sh) instead runs the ping-pong at
+ * every power of two from 1 B to 4 MiB, checking the bytes of the first
+ * round of each size, and prints "pp <bytes> <us> <MB/s>": half the round
+ * trip, and the bytes over that time (as fi_pingpong's MB/sec). `iters`
+ * (default 2000) is the round trips per size up to 64 KiB, fewer above.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -30,6 +36,61 @@ static int same(const unsigned char *p, size_t n, int seed)
 	return 1;
 }
 
+/* Ping-pong of `sz` bytes between ranks 0 and 1, `iters` round trips
+ * after `warm`; rank 0 returns half the round trip in seconds. The first
+ * warm-up round checks the bytes (counted in *bad on rank 1). */
+static double pingpong(unsigned char *buf, size_t sz, int iters, int warm, int rank, int *bad)
+{
+	double t0 = 0;
+
+	for (int i = -warm; i < iters; i++) {
+		if (i == 0) {
+			MPI_Barrier(MPI_COMM_WORLD);
+			t0 = MPI_Wtime();
+		}
+		if (rank == 0) {
+			if (i == -warm)
+				fill(buf, sz, 1);
+			MPI_Send(buf, (int)sz, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
+			MPI_Recv(buf, (int)sz, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		} else {
+			MPI_Recv(buf, (int)sz, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			if (i == -warm && !same(buf, sz, 1))
+				(*bad)++;
+			MPI_Send(buf, (int)sz, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+		}
+	}
+	return (MPI_Wtime() - t0) / iters / 2;
+}
+
+/* The sweep mode: see the top of this file. */
+static int sweep(int rank, int iters)
+{
+	const size_t max = 4 << 20;
+	unsigned char *buf = malloc(max);
+	int bad = 0;
+
+	if (!buf)
+		MPI_Abort(MPI_COMM_WORLD, 2);
+	for (size_t sz = 1; sz <= max; sz *= 2) {
+		/* Fewer round trips for large sizes: each takes longer. */
+		int it = sz <= 65536 ? iters : (int)(iters * 65536 / sz);
+		double t;
+
+		if (it < 10)
+			it = 10;
+		t = pingpong(buf, sz, it, it / 10 + 1, rank, &bad);
+		if (rank == 0)
+			printf("pp %zu %.3f %.2f\n", sz, t * 1e6, (double)sz / t / 1e6);
+		fflush(stdout);
+	}
+	MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	if (rank == 0 && bad)
+		printf("data errors %d\n", bad);
+	free(buf);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	static const size_t lat_sizes[] = { 8, 4096 };
@@ -46,34 +107,22 @@ int main(int argc, char **argv)
 			fprintf(stderr, "mpi_pp: run with 2 ranks\n");
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
+	if (argc > 1 && strcmp(argv[1], "sweep") == 0) {
+		int bad = sweep(rank, argc > 2 ? atoi(argv[2]) : 2000);
+
+		MPI_Finalize();
+		return bad ? 1 : 0;
+	}
 	buf = malloc((size_t)WINDOW * (16 << 20));
 	if (!buf)
 		MPI_Abort(MPI_COMM_WORLD, 2);
 
 	for (size_t s = 0; s < sizeof lat_sizes / sizeof lat_sizes[0]; s++) {
 		size_t sz = lat_sizes[s];
-		int iters = 20000, warm = 1000;
-		double t0 = 0;
+		double t = pingpong(buf, sz, 20000, 1000, rank, &bad);
 
-		for (int i = -warm; i < iters; i++) {
-			if (i == 0) {
-				MPI_Barrier(MPI_COMM_WORLD);
-				t0 = MPI_Wtime();
-			}
-			if (rank == 0) {
-				if (i == -warm)
-					fill(buf, sz, 1);
-				MPI_Send(buf, (int)sz, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
-				MPI_Recv(buf, (int)sz, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-			} else {
-				MPI_Recv(buf, (int)sz, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-				if (i == -warm && !same(buf, sz, 1))
-					bad++;
-				MPI_Send(buf, (int)sz, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
-			}
-		}
 		if (rank == 0)
-			printf("lat %zu %.2f\n", sz, (MPI_Wtime() - t0) / iters / 2 * 1e6);
+			printf("lat %zu %.2f\n", sz, t * 1e6);
 	}
 
 	for (size_t s = 0; s < sizeof bw_sizes / sizeof bw_sizes[0]; s++) {

@@ -5,7 +5,9 @@
 # and the Debian package installed and removed. Installs what it needs
 # first.
 # If upstream fabtests are built locally, set OXMR_UPSTREAM_FABTESTS to their
-# bin/ directory to also run the unit set (fabtests/upstream.sh).
+# bin/ directory to also run the unit set (fabtests/upstream.sh); the
+# bench/compare_*.sh scripts read the same variable (default there:
+# /opt/ft117/bin). Here it stays opt-in: unset, no upstream test runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

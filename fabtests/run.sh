@@ -185,10 +185,10 @@ extra_run "xfer[FI_OXMR_SHM_SHARE_MIN=0]" xfer FI_OXMR_SHM_SHARE_MIN=0
 extra_run "xfer_share[FI_OXMR_SHM_SENDER_JOBS=0]" xfer_share FI_OXMR_SHM_SENDER_JOBS=0
 extra_run "xfer_gone[FI_OXMR_SHM_SENDER_JOBS=0]" xfer_gone FI_OXMR_SHM_SENDER_JOBS=0
 # Queued rendezvous receives of equal size each copied in a job of their
-# own (not paired, docs/wire.md "Paired receives").
+# own (not paired, docs/wire-shm.md "Paired receives").
 extra_run "xfer[FI_OXMR_SHM_PAIR_RECV=0]" xfer FI_OXMR_SHM_PAIR_RECV=0
 # The whole transfer suite over the TCP wire (both processes, real sockets
-# on 127.0.0.1; docs/wire.md "TCP").
+# on 127.0.0.1; docs/wire-tcp.md).
 extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
 # The same over plain sockets (no io_uring SEND_ZC from registered memory;
 # xfer.c's 1z checks the counters say so, as it checks they count SEND_ZC
@@ -332,7 +332,7 @@ else
 	extra_run "xfer[two hosts,FI_OXMR_TCP_IO_URING=0]" xfer FI_OXMR_TCP_IO_URING=0 "${two_hosts[@]}"
 	extra_run "wake[two hosts]" wake "${two_hosts[@]}"
 	# Lanes: three more TCP connections per link for the data of large
-	# transfers (FI_OXMR_TCP_LANES, docs/wire.md "Lanes"), under the whole
+	# transfers (FI_OXMR_TCP_LANES, docs/wire-tcp.md "Lanes"), under the whole
 	# operation set and the failing, killed and garbage-sending peers.
 	extra_run "xfer[two hosts,FI_OXMR_TCP_LANES=4]" xfer FI_OXMR_TCP_LANES=4 "${two_hosts[@]}"
 	extra_run "conn[two hosts,FI_OXMR_TCP_LANES=4]" conn FI_OXMR_TCP_LANES=4 "${two_hosts[@]}"

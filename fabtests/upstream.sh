@@ -5,6 +5,10 @@
 #
 #   fabtests/upstream.sh <fabtests-bin-dir> <dir-with-liboxmr-fi.so> [unit|quick]
 #
+# An empty <fabtests-bin-dir> ("") means $OXMR_UPSTREAM_FABTESTS, else
+# /opt/ft117/bin: the variable ci/test.sh and the bench/compare_*.sh
+# scripts read.
+#
 # "unit" (default) runs the programs that need no data transfer, one at a
 # time, with the arguments runfabtests.sh uses (loopback addresses; its
 # unit_tests list, fi_mr_test included, without the dgram AV test), plus
@@ -16,7 +20,8 @@
 # another 127/8 address (127.0.0.2) keeps a run off the ports (9228, ...) of
 # another run on 127.0.0.1 at the same time.
 set -uo pipefail
-bin=${1:?fabtests bin dir}
+bin=${1:-${OXMR_UPSTREAM_FABTESTS:-/opt/ft117/bin}}
+[ -d "$bin" ] || { echo "$0: no fabtests bin dir $bin (give one, or set OXMR_UPSTREAM_FABTESTS)" >&2; exit 2; }
 prov=${2:?dir containing liboxmr-fi.so}
 set_=${3:-unit}
 export FI_PROVIDER_PATH=$prov

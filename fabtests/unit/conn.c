@@ -1,6 +1,6 @@
 /*
  * conn.c: TCP connections that fail, peers that die or restart, and
- * connections that send garbage (docs/wire.md, "TCP"), with real
+ * connections that send garbage (docs/wire-tcp.md), with real
  * processes through the real libfabric:
  *
  *   1. a connect refused: every operation queued behind it (eager send,

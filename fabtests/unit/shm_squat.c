@@ -1,6 +1,6 @@
 /*
  * Hostile names on the same-host wire (docs/security.md, "The
- * shared-memory wire"; docs/wire.md, "Addressing"): another user, and
+ * shared-memory wire"; docs/wire-shm.md, "Addressing"): another user, and
  * stray files of our own, at the names oxmr uses under /dev/shm.
  *
  *  1. Another user (uid 65534) cannot create a file or a FIFO in the

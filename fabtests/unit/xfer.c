@@ -53,11 +53,11 @@
 #define BIG (16 * MiB)
 #define BUFLEN (BIG + 64 * KiB)
 #define EAGER_MAX 8080 /* docs/wire.md: inline payload limit */
-#define RING_CELLS 256 /* docs/wire.md: cells per endpoint queue */
+#define RING_CELLS 256 /* docs/wire-shm.md: cells per endpoint queue */
 
 /* FI_OXMR_WIRE=tcp, or the two processes on two hosts (fabtests/run.sh's
  * network namespaces, OXT_NETNS_PEER: the child enters the peer's): the
- * same tests over the TCP wire (docs/wire.md, "TCP"), where what is
+ * same tests over the TCP wire (docs/wire-tcp.md), where what is
  * shm-specific differs: the flow-control bound (socket buffers and a 4 MiB
  * link queue, not 256 cells), the inline limit, and any order between two
  * endpoints' messages (two connections). */
@@ -763,7 +763,7 @@ static void t_sizes(struct node *n, bool ps)
 /*
  * A lone rendezvous send large enough to be shared (64 KiB up) is copied by
  * both processes in two chunks split at a page boundary of the receive
- * buffer (docs/wire.md, shared copies): buffers that start inside a page,
+ * buffer (docs/wire-shm.md, shared copies): buffers that start inside a page,
  * at the same or different offsets on the two sides, arrive intact, and
  * nothing before or after the receive buffer is touched.
  */
@@ -1224,7 +1224,7 @@ static void t_kept(struct node *n, bool ps)
 {
 	static const size_t kept[] = { 60000, 100, 60000, 7, 30000, 9 };
 	static const size_t shared[] = { 100000, 9, 200000, 300000, 70000, 5, 131072, 65536, 1 };
-	/* docs/wire.md "Paired receives": pairs of equal even sizes from one
+	/* docs/wire-shm.md "Paired receives": pairs of equal even sizes from one
 	 * peer; 65537 is odd (never paired), 9 is eager (ends a pair). */
 	static const size_t paired[] = { 65536, 65536, 65536, 100000, 100000, 65537,
 					 65537, 9, 131072, 131072, 131072, 200000,
@@ -2314,7 +2314,7 @@ static void t_flow(struct node *n, bool ps)
 			       "fi_inject after %llu messages into an undrained queue: expected -FI_EAGAIN, got %s",
 			       (unsigned long long)sent, oxt_rcstr(r, rc, sizeof rc));
 			EXPECT(sent == RING_CELLS,
-			       "fi_inject succeeded %llu times before -FI_EAGAIN; docs/wire.md: a queue of %d cells",
+			       "fi_inject succeeded %llu times before -FI_EAGAIN; docs/wire-shm.md: a queue of %d cells",
 			       (unsigned long long)sent, RING_CELLS);
 		}
 		if (r == -FI_EAGAIN) {
@@ -2465,8 +2465,8 @@ static void d_child(int fd)
 	/*
 	 * Progress for 200 ms, then never again; wait to be killed. (Over
 	 * TCP, the first frame to a peer leaves once that peer's endpoint
-	 * answered our connection, when we next progress: docs/wire.md,
-	 * "TCP". The parent answers while it waits, within these 200 ms.)
+	 * answered our connection, when we next progress: docs/wire-tcp.md,
+	 * "Connections and frames". The parent answers while it waits, within these 200 ms.)
 	 */
 	{
 		double t0 = oxt_now_ms();
@@ -2507,7 +2507,7 @@ static void t_dead(struct node *n, const char *self)
 		n->ctl = sv[0]; /* the parent, talking to the new child */
 		exchange(n, &dh);
 		dfa = av_insert(&n->e1, dh.name1);
-		/* (docs/wire.md "Addressing": this user's directory) */
+		/* (docs/wire-shm.md "Addressing": this user's directory) */
 		snprintf(path, sizeof path, "/dev/shm/oxmr-u%u/q-%s-%u", (unsigned)geteuid(),
 			 inet_ntoa(((const struct sockaddr_in *)dh.name1)->sin_addr), port_of(dh.name1));
 		EXPECT(shm_exists(path), "%s: the live peer's queue file is missing", path);

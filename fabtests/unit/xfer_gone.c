@@ -1,7 +1,7 @@
 /*
  * Peers that go away in ways the process-liveness check alone cannot see,
  * or in the middle of a transfer that travels through the queue
- * (docs/wire.md, "Peers come and go").
+ * (docs/wire-shm.md, "Peers that go away").
  *
  *  1. An endpoint closed by a process that lives on (one process, two
  *     endpoints X and Y): X's pending 1 MiB send to Y fails with

@@ -1,5 +1,5 @@
 /*
- * Shared copies (docs/wire.md): a large same-host transfer is copied by
+ * Shared copies (docs/wire-shm.md): a large same-host transfer is copied by
  * both processes at once, in chunks claimed from a counter in the
  * receiver's queue file. This test makes every send from 64 KiB up a
  * shared copy in 4 KiB chunks (FI_OXMR_SHM_SHARE_MIN/CHUNK, set before

@@ -1,5 +1,5 @@
 //! A peer that sends what no oxmr peer would: messages written straight
-//! into an endpoint's shared-memory queue (docs/wire.md), bypassing the
+//! into an endpoint's shared-memory queue (docs/wire-shm.md), bypassing the
 //! sender's engine, to an endpoint driven through the real ops tables.
 //!
 //! The endpoint must answer each malformed request with an error (never
@@ -472,7 +472,7 @@ fn an_answer_from_another_peer_completes_nothing() {
     assert!(other.silent(&t));
 }
 
-/// A shared copy of a send (docs/wire.md, "Shared copies"), with this test
+/// A shared copy of a send (docs/wire-shm.md, "Shared copies"), with this test
 /// as the receiver that owns the job: the sender (the endpoint under test)
 /// helps with the chunk it claims; when its settle is the job's last, with
 /// every chunk copied, it completes the send with no ACK; when the
@@ -623,7 +623,7 @@ fn a_receiver_acks_only_when_it_settled_the_last_chunk() {
 
 const SJOB: u8 = 8;
 
-/// Sender jobs (docs/wire.md), the endpoint under test sending: its RTS
+/// Sender jobs (docs/wire-shm.md), the endpoint under test sending: its RTS
 /// offers a job in its own queue file; this test, the receiver, takes it
 /// and copies chunk 0, the sender copies chunk 1 once it sees the job
 /// taken. With every chunk settled and none failed the send completes
@@ -775,7 +775,7 @@ fn a_receiver_takes_a_sender_job_and_answers_nothing() {
 
 const RUN: u8 = 16;
 
-/// The layout of a job over several operations (docs/wire.md, "Jobs over
+/// The layout of a job over several operations (docs/wire-shm.md, "Jobs over
 /// several operations") over single buffers `(address, length)`: the
 /// first half of each (rounded up), then the second halves.
 fn halves(bufs: &[(usize, usize)]) -> Vec<(usize, usize)> {
@@ -924,7 +924,7 @@ fn a_receiver_pairs_two_queued_sends_of_equal_size() {
     }
 }
 
-/// A run of writes shared with their initiator (docs/wire.md, "Jobs over
+/// A run of writes shared with their initiator (docs/wire-shm.md, "Jobs over
 /// several operations"), the endpoint under test writing: this test, the
 /// target, opens one job over three of its queued writes (64 KiB, 40000 B
 /// and 65537 B: halves rounded up) and copies the first halves; the

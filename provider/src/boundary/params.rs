@@ -19,8 +19,9 @@ pub struct ParamDef {
     pub help: &'static CStr,
 }
 
-/// Every variable oxmr reads. The README's variable table lists the same
-/// names (a test checks it).
+/// Every variable oxmr reads. The man page (man/fi_oxmr.7) and the table in
+/// docs/variables.md describe the same names (a test in ext.rs checks both;
+/// ci/manpage.sh checks the page against `fi_info -p oxmr -e`).
 pub(crate) const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"iface",

@@ -65,15 +65,15 @@ pub mod flag {
     pub(crate) const CQ_DATA: u8 = 2;
     pub(crate) const NEED_ACK: u8 = 4;
     /// RTS: the sender offers a job in its own region (`rma_addr` the
-    /// slot, `rma_key` the generation; docs/wire.md).
+    /// slot, `rma_key` the generation; docs/wire-shm.md).
     pub(crate) const SJOB: u8 = 8;
     /// CTS: the job covers several of our operations, their ids in the
     /// body (`iov_count` of them), each one's first half in the first
-    /// chunk (docs/wire.md, "Jobs over several operations").
+    /// chunk (docs/wire-shm.md, "Jobs over several operations").
     pub(crate) const RUN: u8 = 16;
     /// WRITE over a wire that cannot reach the initiator's memory (TCP):
     /// its data follows at once in DATA frames; the target asks for it
-    /// with no PULL (docs/wire.md, "Streamed writes").
+    /// with no PULL (docs/wire-tcp.md, "Streamed writes").
     pub(crate) const STREAM: u8 = 32;
 }
 

@@ -174,7 +174,7 @@ impl Engine {
             // would be copied, and every control frame to that peer (the
             // PULLs and ACKs of the other direction's transfers) would wait
             // behind megabytes of it. (Measured, two-way fi_rma_bw 1 MiB
-            // over veth: see docs/wire.md.)
+            // over veth: see docs/wire-tcp.md.)
             // (Spread over lanes: once every one has a chunk queued.)
             if buffers
                 && self.peers.get(&st.to).is_some_and(|p| if spread { p.link.spread_full() } else { p.link.flush() })

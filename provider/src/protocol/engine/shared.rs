@@ -1,4 +1,4 @@
-//! Shared copies (docs/wire.md, "Shared copies", "Sender jobs", "Jobs over
+//! Shared copies (docs/wire-shm.md, "Shared copies", "Sender jobs", "Jobs over
 //! several operations"): the jobs this endpoint owns (a receive's or an
 //! RMA target's copy, published in its region and worked on by both
 //! processes), the ones it helps with (a peer's job over its own sends or
@@ -9,7 +9,7 @@
 use super::*;
 
 /// The byte layout of a job over several operations (a pair of
-/// receives, a run of writes; docs/wire.md "Jobs over several
+/// receives, a run of writes; docs/wire-shm.md "Jobs over several
 /// operations"): the first half of each one's bytes (rounded up), in
 /// order, then the second halves. Its first chunk is the first halves.
 pub(super) fn halves(parts: &[&[(usize, usize)]]) -> Vec<(usize, usize)> {
@@ -116,7 +116,7 @@ impl Engine {
     }
 
     /// Offer a job in our region for a rendezvous send of `len` bytes from
-    /// `iovs` (a sender job, docs/wire.md): the slot and generation, or
+    /// `iovs` (a sender job, docs/wire-shm.md): the slot and generation, or
     /// None when the send is too small to share, no slot is free, or its
     /// buffers are device memory (only our own word copies touch it).
     pub(super) fn offer(&mut self, len: usize, iovs: &[(usize, usize)]) -> Option<(u32, u32)> {

@@ -167,7 +167,7 @@ impl JobTable {
     }
 
     /// Sender: offer slot `i` as job `gen` for our rendezvous send of
-    /// `total` bytes (a *sender job*, docs/wire.md): nothing is claimable
+    /// `total` bytes (a *sender job*, docs/wire-shm.md): nothing is claimable
     /// until the receiver `accept`s it with its buffers.
     pub fn offer(&self, i: u32, gen: u32, total: usize) {
         let s = self.slot(i);
@@ -291,7 +291,7 @@ impl JobTable {
     /// Either side: a claimed chunk is done (`ok`) or could not be copied.
     /// True when this was the job's last chunk and every chunk was
     /// copied: the job is over, done, and this side knows it first (the
-    /// helper of a send then completes the send itself, docs/wire.md).
+    /// helper of a send then completes the send itself, docs/wire-shm.md).
     pub fn settle(&self, i: u32, ok: bool) -> bool {
         let s = self.slot(i);
         // (Read before our chunk is settled: until then the job is live.)

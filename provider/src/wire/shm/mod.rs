@@ -8,7 +8,7 @@
 //! never pass through the queue: they are copied once between the two
 //! processes' buffers with process_vm_readv/writev, by the receiver (or,
 //! for RMA, the target, after checking the key) and, for large ones, by
-//! both processes at once (`jobs`). See docs/wire.md.
+//! both processes at once (`jobs`). See docs/wire-shm.md.
 
 pub mod cma;
 pub mod dir;

@@ -42,11 +42,11 @@ pub struct SharedCopy {
     /// We settled its last chunk, every chunk copied. Otherwise, with
     /// every chunk copied, the helper settled the last one and (for a
     /// send) completed the send itself: a receive's ACK is only ours to
-    /// send when this is set (docs/wire.md, "Shared copies").
+    /// send when this is set (docs/wire-shm.md, "Shared copies").
     settled_last: Cell<bool>,
     /// A chunk we hold already (a sender job's chunk 0), copied first.
     held: Cell<Option<u32>>,
-    /// A sender job (docs/wire.md): the slot is in the sender's table.
+    /// A sender job (docs/wire-shm.md): the slot is in the sender's table.
     foreign: Option<JobTable>,
 }
 

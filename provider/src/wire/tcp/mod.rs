@@ -1,5 +1,5 @@
 //! The TCP wire: non-blocking sockets, and io_uring SEND_ZC for frame
-//! parts in registered memory (docs/wire.md, "io_uring and SEND_ZC").
+//! parts in registered memory (docs/wire-tcp.md, "io_uring and SEND_ZC").
 //!
 //! Sending: a part of at least `ZC_MIN` bytes that lies in one slot of
 //! the domain's io_uring table (`TcpSend::ring`, `TcpRing::fixed`)
