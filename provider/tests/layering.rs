@@ -20,7 +20,9 @@
 //! step at a time: only `protocol` drives a wire, and only
 //! `objects` drive the protocol. A file that names a room
 //! above its own fails the test with the file, line and name, so an upward
-//! import is caught the day it is written.
+//! import is caught the day it is written. And the protocol names no
+//! wire in particular (`the_protocol_names_no_wire`): it decides by what a
+//! wire is, so adding one is a folder under `wire/`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -231,6 +233,47 @@ fn mr_lines_naming_tcp() -> Vec<String> {
 fn mr_names_no_tcp() {
     let bad = mr_lines_naming_tcp();
     assert!(bad.is_empty(), "{} lines of mr/ name TCP (it belongs in wire/):\n{}", bad.len(), bad.join("\n"));
+}
+
+/// What names one wire in particular: the protocol decides by what a wire
+/// is (`wire::Props`), never by which one it is, so a new wire needs no
+/// edit there.
+fn names_a_wire(line: &str) -> bool {
+    ["Tcp", "tcp_", "MAX_FRAME"].iter().any(|w| line.contains(w))
+}
+
+/// Every non-test line of `protocol/` that names a wire (files named
+/// `tests.rs`, and a file's lines from its `#[cfg(test)]` on, are tests).
+fn protocol_lines_naming_a_wire() -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rs_files(&src.join("protocol"), &mut files);
+    files.sort();
+    let mut bad = Vec::new();
+    for f in files.iter().filter(|f| !f.ends_with("tests.rs")) {
+        let text = std::fs::read_to_string(f).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break;
+            }
+            if names_a_wire(line) {
+                bad.push(format!("{}:{}: {}", f.strip_prefix(&src).unwrap_or(f).display(), n + 1, line.trim()));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_protocol_names_no_wire() {
+    let bad = protocol_lines_naming_a_wire();
+    assert!(
+        bad.is_empty(),
+        "{} lines of protocol/ name a wire (ask the link's `props()`, or move the code into wire/):\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    assert!(names_a_wire("Wire::Tcp") && names_a_wire("cfg.tcp_lanes") && !names_a_wire("FRAME_FLOOR"));
 }
 
 #[test]

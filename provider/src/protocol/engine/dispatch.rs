@@ -124,42 +124,40 @@ impl Engine {
     }
 
     /// Whether a frame's header names the sender its connection proved
-    /// (`via`: the name in the TCP hello; None on a wire whose frames are
-    /// checked against the sender's queue owner instead, `owns_its_queue`),
-    /// and whether it came on the wire we reach that sender by
-    /// (`Dial::route`): a frame over shared memory naming an endpoint we
-    /// reach over TCP (or the reverse) could not be checked the way its
-    /// sender's answers and copies are. A frame claiming another sender,
-    /// or on the other wire, is dropped here, before it can be kept,
-    /// batched or answered.
-    pub(super) fn sent_by(&mut self, msg: &[u8], via: Option<SocketAddr>) -> bool {
+    /// (`how.via`: the name in the connection's hello; None on a wire
+    /// whose frames are checked against the sender's queue owner instead,
+    /// `owns_its_queue`), and whether it came on the wire we reach that
+    /// sender by (`Dial::route`): a frame over shared memory naming an
+    /// endpoint we reach over TCP (or the reverse) could not be checked
+    /// the way its sender's answers and copies are. A frame claiming
+    /// another sender, or on the other wire, is dropped here, before it
+    /// can be kept, batched or answered.
+    pub(super) fn sent_by(&mut self, msg: &[u8], how: &Arrival<'_>) -> bool {
         if self.b.one_peer && !self.is_from_our_peer(msg) {
             return false;
         }
-        if via.is_none() && self.dial.wire == Wire::Shm {
+        let (via, came) = (how.via, how.wire.wire);
+        // (Every peer is reached over the wire of this unproven frame.)
+        if via.is_none() && self.dial.wire == came {
             return true;
         }
         // (The common case first, without decoding the header: a frame
         // in our queue from an IPv4 sender on this host.)
         if via.is_none() {
             if let Some(ip) = crate::protocol::Hdr::sender_v4(msg) {
-                if self.dial.route(&SocketAddr::from((ip, 0))) == Wire::Shm {
+                if self.dial.route(&SocketAddr::from((ip, 0))) == came {
                     return true;
                 }
             }
         }
         let claimed = Hdr::decode(msg).and_then(|(h, _)| self.sender(&h.name));
-        let came = if via.is_some() { Wire::Tcp } else { Wire::Shm };
         match (claimed, via) {
             (Some(c), _) if self.dial.route(&c) != came => {
-                let (wire, other) = if came == Wire::Tcp { ("TCP", "shared memory") } else { ("shared memory", "TCP") };
                 tracing::warn!(
-                    "dropping a frame from {c} that came over {wire}: this endpoint reaches {c} over {other} (FI_OXMR_WIRE={}); set FI_OXMR_WIRE alike on both sides",
-                    match self.dial.wire {
-                        Wire::Auto => "auto",
-                        Wire::Shm => "shm",
-                        Wire::Tcp => "tcp",
-                    }
+                    "dropping a frame from {c} that came over {}: this endpoint reaches {c} over {} (FI_OXMR_WIRE={}); set FI_OXMR_WIRE alike on both sides",
+                    how.wire.name,
+                    self.dial.props(self.dial.route(&c)).name,
+                    self.dial.setting()
                 );
                 false
             }
@@ -167,8 +165,9 @@ impl Engine {
             (Some(c), Some(v)) if c == v => true,
             (_, Some(v)) => {
                 tracing::warn!(
-                    "dropping a frame from {v} that names {} as its sender, and closing its TCP connection: a forged or broken frame",
-                    claimed.map_or("nobody valid".to_string(), |c| c.to_string())
+                    "dropping a frame from {v} that names {} as its sender, and closing its {} connection: a forged or broken frame",
+                    claimed.map_or("nobody valid".to_string(), |c| c.to_string()),
+                    how.wire.name
                 );
                 false
             }

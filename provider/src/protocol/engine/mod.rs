@@ -39,7 +39,8 @@ use crate::mr::MrDomain;
 use crate::queues::cntr::Counter;
 use crate::queues::cq::{CqCore, CqEntry, CqError, Credit};
 use crate::wire::{
-    Copied, Copies, Dial, Inbox, KeyMismatch, Link, LinkState, OpenError, SharedCopy, Span, Wire, WireError, MAX_FRAME,
+    Arrival, Copied, Copies, Dial, Inbox, KeyMismatch, Link, LinkState, OpenError, Props, SharedCopy, Span, WireError,
+    FRAME_FLOOR,
 };
 
 mod addressing;
@@ -66,7 +67,15 @@ pub(crate) const INJECT_CALL: u64 = 1 << 63;
 /// Largest payload sent inline (docs/wire.md; a cell holds the largest
 /// header and this).
 pub(crate) use crate::config::EAGER_MAX;
-const _: () = assert!(EAGER_MAX + HDR_MAX <= MAX_FRAME);
+const _: () = assert!(EAGER_MAX + HDR_MAX <= FRAME_FLOOR);
+const _: () = assert!(frame_payload(FRAME_FLOOR) == EAGER_MAX);
+
+/// The payload one frame of `max_frame` bytes carries behind the largest
+/// header, in whole 16-byte units (a stream's chunks keep their
+/// alignment): a queue cell's is `EAGER_MAX`.
+const fn frame_payload(max_frame: usize) -> usize {
+    (max_frame - HDR_MAX) & !15
+}
 /// RMA writes of at least this many bytes over a link with lanes wait for
 /// the target's PULL instead of streaming their data behind the request
 /// (`Stream::spread`): one round trip more, then every lane at once.
@@ -84,8 +93,8 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// Progress calls between two looks at the clock for the liveness check.
 const LIVENESS_CALLS: u32 = 64;
 /// The most operation ids one ACKS message carries (it fits a queue cell).
-const ACKS_MAX: usize = (MAX_FRAME - HDR_MAX) / 8;
-const _: () = assert!(HDR_MAX + ACKS_MAX * 8 <= MAX_FRAME);
+const ACKS_MAX: usize = (FRAME_FLOOR - HDR_MAX) / 8;
+const _: () = assert!(HDR_MAX + ACKS_MAX * 8 <= FRAME_FLOOR);
 /// Progress calls that may leave kept copies unserved in a row (see
 /// `Engine::progress_with`).
 const SERVE_EVERY: u32 = 64;
@@ -419,10 +428,11 @@ pub struct Engine {
     /// Most bytes of a peer's RMA writes copied by one call (`write_batch`;
     /// 0: off).
     write_batch_max: usize,
-    /// Sends up to this many bytes go inline (FI_OXMR_SHM_EAGER_MAX; over
-    /// TCP, FI_OXMR_TCP_EAGER_MAX within the link's frame).
+    /// Sends up to this many bytes go inline over every link
+    /// (FI_OXMR_SHM_EAGER_MAX: every wire's frames hold that much); a link
+    /// whose wire allows more sends more inline (`Props::eager_max`,
+    /// within its frame).
     eager_max: usize,
-    tcp_eager_max: usize,
     avc: AvCache,
     /// Messages taken from the queue, to handle after the control messages
     /// behind them (see `take_message`).
@@ -542,15 +552,7 @@ impl Engine {
         // us to open its zone before it cuts them, so they land.)
         lands.set_barrier(|b| b.first() == Some(&op::WRITE) && b.get(1).is_some_and(|f| f & flag::STREAM != 0));
         Engine {
-            dial: Dial::new(cfg.wire, &name, epoch)
-                .with_tcp(crate::wire::TcpSend {
-                    ring: wires.tcp_ring.clone(),
-                    stats: wires.tcp_stats.clone(),
-                    copied_off: cfg.tcp_zc_copied,
-                    lanes: cfg.tcp_lanes,
-                    key,
-                })
-                .with_pairs(rx.pairs()),
+            dial: Dial::for_endpoint(cfg, &name, epoch, wires, key).with_pairs(rx.pairs()),
             copies: rx.copies(),
             offers: Vec::new(),
             sender_jobs: cfg.sender_jobs,
@@ -566,7 +568,6 @@ impl Engine {
             share_chunk: cfg.share_chunk,
             write_batch_max: cfg.write_batch,
             eager_max: cfg.eager_max.min(EAGER_MAX),
-            tcp_eager_max: cfg.tcp_eager_max,
             rx: Some(rx),
             name: {
                 let mut n = [0u8; 28];

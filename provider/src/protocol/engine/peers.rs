@@ -71,7 +71,7 @@ impl Peers {
     }
 
     pub(super) fn insert(&mut self, p: TxPeer) -> &TxPeer {
-        self.buffering += p.link.buffers() as usize;
+        self.buffering += p.link.props().buffers as usize;
         self.index.insert(p.addr, self.list.len());
         self.list.push(p);
         self.last = self.list.len() - 1;
@@ -105,7 +105,7 @@ impl Peers {
     pub(super) fn remove(&mut self, to: &SocketAddr) {
         if let Some(i) = self.index.remove(to) {
             let gone = self.list.swap_remove(i);
-            self.buffering -= gone.link.buffers() as usize;
+            self.buffering -= gone.link.props().buffers as usize;
             self.owed -= gone.outbox.len() + gone.streams.len();
             if let Some(moved) = self.list.get(i) {
                 self.index.insert(moved.addr, i);

@@ -3,6 +3,12 @@
 
 use super::*;
 
+/// The most payload a send over a link of `props` puts inline: its
+/// wire's eager limit, within one of its frames.
+fn link_eager_max(props: &Props) -> usize {
+    props.eager_max.min(frame_payload(props.max_frame))
+}
+
 impl Engine {
     /// An operation just pushed to `to` waits for its answer, with the
     /// epoch of the endpoint it went to (see `Pending::peer_epoch`).
@@ -31,16 +37,13 @@ impl Engine {
         // Injects (up to inject_size) always go inline: their buffer is
         // the application's again when the call returns.
         let inject = flags & ffi::FI_INJECT as u64 != 0;
-        // (A link with frames larger than the shm cell, TCP: one round
-        // trip costs more there than a copy of a few dozen KiB.)
+        // (A wire whose eager limit is larger, within its frames, TCP's:
+        // one round trip costs more there than a copy of a few dozen KiB.)
         let eager_max = match len > self.eager_max {
-            true => match self.peer(to)?.link.max_frame() {
-                m if m > MAX_FRAME => self.tcp_eager_max.min(m - HDR_MAX),
-                _ => self.eager_max,
-            },
+            true => self.eager_max.max(link_eager_max(self.peer(to)?.link.props())),
             false => self.eager_max,
         };
-        // (`tcp_inline_max` is the receiving side's mirror of this rule.)
+        // (`inline_accepted` is the receiving side's mirror of this rule.)
         if len <= eager_max || (inject && len <= EAGER_MAX) {
             hdr.op = op::EAGER;
             let mut data = Vec::new();
@@ -145,7 +148,8 @@ impl Engine {
             // instead: its chunks then go on every lane at once (streamed,
             // they must follow the request on its connection).
             let link = &self.peer(to)?.link;
-            let stream = !o.read && link.streams_writes() && !(link.spreads() && len >= SPREAD_WRITE_MIN);
+            let props = link.props();
+            let stream = !o.read && props.streams_writes && !(props.spreads && len >= SPREAD_WRITE_MIN);
             if stream {
                 hdr.flags |= flag::STREAM;
             }
@@ -318,11 +322,11 @@ impl Engine {
 
 impl Engine {
     /// The most payload an oxmr sender puts inline in an EAGER frame over
-    /// TCP (`send`: the TCP eager limit, within a frame, which the wire
-    /// bounds already; injects up to the shm cell's): a larger one is
-    /// refused (`frame_sound`).
-    pub(super) fn tcp_inline_max(&self) -> usize {
-        self.tcp_eager_max.max(EAGER_MAX)
+    /// the wire `came` (`send`: its eager limit, within a frame, which the
+    /// wire bounds already; injects up to the shm cell's): a larger one
+    /// from a sender its connection proved is refused (`frame_sound`).
+    pub(super) fn inline_accepted(came: &Props) -> usize {
+        came.eager_max.max(EAGER_MAX)
     }
 }
 

@@ -4,13 +4,14 @@
 
 use super::*;
 
-/// Whether a frame that came over TCP from the connection whose hello
-/// named `via` holds together (its header decodes, its body is what the
-/// header says, an eager message carries at most `eager_max` bytes: what
-/// an oxmr sender puts inline, so a peer cannot make us keep larger
-/// unexpected messages than we advertise); if not, one log line says what
-/// was wrong.
-fn frame_sound(msg: &[u8], via: &SocketAddr, eager_max: usize) -> bool {
+/// Whether a frame that came over the wire `came` from the connection
+/// that proved `via` (`Proof::Hello`) holds together (its header decodes,
+/// its body is what the header says, an eager message carries at most
+/// what an oxmr sender puts inline over that wire, `inline_accepted`, so a
+/// peer cannot make us keep larger unexpected messages than we
+/// advertise); if not, one log line says what was wrong.
+fn frame_sound(msg: &[u8], via: &SocketAddr, came: &Props) -> bool {
+    let eager_max = Engine::inline_accepted(came);
     let why = match Hdr::decode(msg) {
         None => match Hdr::version_of(msg) {
             Some(v) if msg.len() >= crate::protocol::HDR_BASE && v != crate::protocol::PROTO_VERSION => format!(
@@ -21,14 +22,15 @@ fn frame_sound(msg: &[u8], via: &SocketAddr, eager_max: usize) -> bool {
         },
         Some((h, hlen)) => match crate::protocol::frame_lies(&h, &msg[hlen..]) {
             None if h.op == op::EAGER && msg.len() - hlen > eager_max => format!(
-                "an eager message of {} bytes, over this endpoint's eager limit of {eager_max} (FI_OXMR_TCP_EAGER_MAX: set it alike on both sides)",
-                msg.len() - hlen
+                "an eager message of {} bytes, over this endpoint's eager limit of {eager_max} ({}: set it alike on both sides)",
+                msg.len() - hlen,
+                came.eager_setting
             ),
             None => return true,
             Some(why) => why,
         },
     };
-    tracing::warn!("closing the TCP connection from {via}: it sent {why}; a broken or hostile peer");
+    tracing::warn!("closing the {} connection from {via}: it sent {why}; a broken or hostile peer", came.name);
     false
 }
 
@@ -78,19 +80,19 @@ impl Engine {
                     && self.deferred.len() < DEFER_MAX
                     && self.to_pause.is_empty()
                     && self.to_ban.is_empty()
-                    && rx.pop(|msg, more, via, landed| {
-                        drained = !more && via.is_some();
-                        self.busy = more || !self.deferred.is_empty();
-                        if via.is_some_and(|v| !frame_sound(msg, &v, self.tcp_inline_max())) {
+                    && rx.pop(|msg, how| {
+                        drained = !how.more && how.via.is_some();
+                        self.busy = how.more || !self.deferred.is_empty();
+                        if how.via.is_some_and(|v| !frame_sound(msg, &v, how.wire)) {
                             reject = true;
-                        } else if self.sent_by(msg, via) {
+                        } else if self.sent_by(msg, &how) {
                             // (A DATA frame whose payload landed: on_data
                             // counts it; DATA is never kept for later.)
-                            self.landed = landed;
-                            self.take_message(msg, more);
+                            self.landed = how.landed;
+                            self.take_message(msg, how.more);
                             self.landed = 0;
                         } else {
-                            reject = via.is_some();
+                            reject = how.via.is_some();
                         }
                     })
                 {

@@ -162,12 +162,10 @@ impl Engine {
         }
         // (As much as one frame of the link takes: 8 KiB cells on shared
         // memory, larger frames on TCP.)
-        let chunk = match self.peers.get(&st.to).map(|p| p.link.max_frame()) {
-            Some(m) if m > MAX_FRAME => m - HDR_MAX,
-            _ => EAGER_MAX,
-        };
-        let buffers = self.peers.get(&st.to).is_some_and(|p| p.link.buffers());
-        let spread = st.spread && self.peers.get(&st.to).is_some_and(|p| p.link.spreads());
+        let props = self.peers.get(&st.to).map(|p| *p.link.props());
+        let chunk = props.map_or(EAGER_MAX, |p| frame_payload(p.max_frame));
+        let buffers = props.is_some_and(|p| p.buffers);
+        let spread = st.spread && props.is_some_and(|p| p.spreads);
         while st.off < st.total {
             // A link that queues behind a full socket (TCP) takes the next
             // chunk only once its queue is written: data queued there

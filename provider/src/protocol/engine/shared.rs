@@ -229,7 +229,7 @@ impl Engine {
     pub(super) fn can_share(&mut self, n: usize, local: &[(usize, usize)], peer: &SocketAddr) -> bool {
         n >= self.share_from(peer)
             && self.copies.as_ref().is_some_and(|c| c.has_free())
-            && self.peers.get(peer).is_some_and(|p| p.link.shares())
+            && self.peers.get(peer).is_some_and(|p| p.link.props().shares)
             && local.len() <= Copies::MAX_IOVS
             && !local.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l))
     }

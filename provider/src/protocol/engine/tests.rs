@@ -252,7 +252,7 @@ fn a_rendezvous_send_goes_through_pull_and_data_and_completes_both_sides() {
     assert!(dst == src, "the receive holds the sender's bytes");
     assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 2, "the send completes on the ACK");
     let tcp = VIA.with(|c| c.get()) == Via::Tcp;
-    assert!(a.eng.peers.list.iter().all(|p| p.link.buffers() == tcp), "the links are of the wire asked for");
+    assert!(a.eng.peers.list.iter().all(|p| p.link.props().buffers == tcp), "the links are of the wire asked for");
     // A send over the shm cell but under FI_OXMR_TCP_EAGER_MAX: inline over
     // TCP (complete as soon as it is written, before b has even looked),
     // rendezvous elsewhere (complete at b's ACK).
@@ -1091,7 +1091,7 @@ fn random_frames_over_tcp_never_panic_and_an_unsound_one_closes_its_connection()
                 let i = (rnd() as usize) % f.len();
                 f[i] ^= 1 << (rnd() % 8);
             }
-            f.truncate(MAX_FRAME);
+            f.truncate(FRAME_FLOOR);
             let sound = Hdr::decode(&f).is_some_and(|(h, hl)| {
                 crate::protocol::frame_lies(&h, &f[hl..]).is_none() && crate::info::addr::parse(&h.name) == Some(a.addr)
             });
@@ -1161,7 +1161,9 @@ fn an_eager_frame_over_the_eager_limit_closes_its_connection_and_is_never_kept()
     // the connection, and keeps nothing of it (nor of what follows).
     VIA.with(|c| c.set(Via::Tcp));
     let (a, mut b) = pair();
-    let max = b.eng.tcp_inline_max();
+    let rx = b.eng.rx.as_ref().expect("b's inbox");
+    let proven = rx.wires().find(|w| w.proof == crate::wire::Proof::Hello).expect("b takes connections");
+    let max = Engine::inline_accepted(proven);
     let mut raw = std::net::TcpStream::connect(b.addr).expect("b's listener");
     std::io::Write::write_all(&mut raw, &crate::wire::hello_bytes(&a.eng.dial.hello)).unwrap();
     let frame = |len: usize, tag: u64| {
