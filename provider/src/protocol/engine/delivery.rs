@@ -51,12 +51,12 @@ impl Engine {
         }
         let src = clip(&u.iovs, n);
         let r = Box::new(Paired { p, hdr: u.hdr, pid: u.pid, from: u.from, dest, src, gone: false });
-        if self.pair_recv
+        if self.sharing.pair_recv
             && n == len
             && n.is_multiple_of(2)
-            && n < self.share_min
+            && n < self.sharing.share_min
             && 2 * n >= self.share_from(&r.from)
-            && (self.busy || self.kept.is_some())
+            && (self.busy || self.sharing.unpaired.is_some())
         {
             return self.pair_recv(r);
         }

@@ -133,7 +133,7 @@ impl Engine {
     /// another sender, or on the other wire, is dropped here, before it
     /// can be kept, batched or answered.
     pub(super) fn sent_by(&mut self, msg: &[u8], how: &Arrival<'_>) -> bool {
-        if self.b.one_peer && !self.is_from_our_peer(msg) {
+        if self.bound.one_peer && !self.is_from_our_peer(msg) {
             return false;
         }
         let (via, came) = (how.via, how.wire.wire);
@@ -178,7 +178,7 @@ impl Engine {
     /// with a log line: someone else found our name).
     fn is_from_our_peer(&mut self, msg: &[u8]) -> bool {
         let claimed = Hdr::decode(msg).and_then(|(h, _)| self.sender(&h.name));
-        let ok = claimed.is_some_and(|c| self.b.av.as_ref().is_some_and(|av| av.reverse(&c).is_some()));
+        let ok = claimed.is_some_and(|c| self.bound.av.as_ref().is_some_and(|av| av.reverse(&c).is_some()));
         if !ok {
             tracing::warn!(
                 "dropping a frame from {} at a connected endpoint: it is not the endpoint's peer",
@@ -215,7 +215,8 @@ impl Engine {
         // (Not READ: two-way reads copy into the buffer the peer's copy
         // reads from, and overlap less served in order; docs/architecture.md.)
         let copy = matches!(op, Some(op::RTS | op::WRITE))
-            && Hdr::decode(msg).is_some_and(|(h, _)| self.share_min == 0 || (h.len as usize) < self.share_min);
+            && Hdr::decode(msg)
+                .is_some_and(|(h, _)| self.sharing.share_min == 0 || (h.len as usize) < self.sharing.share_min);
         if control || (self.deferred.is_empty() && !(copy && more)) {
             return self.on_message(msg);
         }
@@ -229,7 +230,7 @@ impl Engine {
     /// read would see a write posted after it). (Nothing is parsed unless
     /// some job is stalled.)
     pub(super) fn rma_held(&self, msg: &[u8]) -> bool {
-        !self.stalled.is_empty()
+        !self.sharing.stalled.is_empty()
             && matches!(msg.first(), Some(&(op::WRITE | op::WRITE_INLINE | op::READ)))
             && self.sent_by_stalled(msg)
     }
@@ -240,7 +241,7 @@ impl Engine {
         let rma = |j: &Job| matches!(j.what, JobFor::Rma { .. } | JobFor::Writes { .. });
         Hdr::decode(msg)
             .and_then(|(h, _)| addr::parse(&h.name))
-            .is_some_and(|from| self.stalled.iter().any(|j| j.peer == from && rma(j)))
+            .is_some_and(|from| self.sharing.stalled.iter().any(|j| j.peer == from && rma(j)))
     }
 
     /// Handle kept messages, up to and including one copy (or one batch of
@@ -267,7 +268,7 @@ impl Engine {
             self.on_message(&m);
             // (A receive kept for pairing has not copied yet: go on to its
             // partner; one that copied another on its way counts.)
-            if copy && (self.kept.is_none() || self.delivered != delivered) {
+            if copy && (self.sharing.unpaired.is_none() || self.delivered != delivered) {
                 break;
             }
         }

@@ -137,7 +137,7 @@ impl Engine {
     pub(super) fn settle_gone(&mut self) {
         // A send whose sender job the peer finished before it went away
         // is complete: its answer is in our slot, not our queue.
-        if !self.offers.is_empty() {
+        if !self.sharing.offers.is_empty() {
             self.poll_offers();
         }
         let Some(rx) = &self.rx else { return };
@@ -254,8 +254,8 @@ impl Engine {
     pub(super) fn peer_failed(&mut self, a: SocketAddr, why: &str, err: u32, until: Option<u64>) {
         let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
         self.peers.remove(&a);
-        self.dropping.retain(|k, _| k.0 != a);
-        let pulls: Vec<(SocketAddr, u64)> = self.pulls.keys().filter(|k| k.0 == a).copied().collect();
+        self.pulls.dropping.retain(|k, _| k.0 != a);
+        let pulls: Vec<(SocketAddr, u64)> = self.pulls.open.keys().filter(|k| k.0 == a).copied().collect();
         // (A peer that goes with nothing pending is the usual end of a
         // job, every rank closing: no warning for it. A rendezvous of its
         // still unmatched is something: its receive will fail.)
@@ -277,7 +277,7 @@ impl Engine {
                 u.gone = true;
             }
         }
-        if let Some(k) = self.kept.as_mut().filter(|k| k.from == a) {
+        if let Some(k) = self.sharing.unpaired.as_mut().filter(|k| k.from == a) {
             k.gone = true;
         }
     }

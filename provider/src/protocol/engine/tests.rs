@@ -340,7 +340,7 @@ fn refusal(a: &mut Side, b: &mut Side, target: &[u8], ask: Ask) -> u32 {
     // (Over TCP a large write streams its data with the request: the
     // target drops all of it and answers once it came, so nothing of it
     // is still expected there, nor still pushed here.)
-    assert!(b.eng.dropping.is_empty(), "the target still waits for a refused write's data");
+    assert!(b.eng.pulls.dropping.is_empty(), "the target still waits for a refused write's data");
     assert_eq!(a.eng.peers.owed, 0, "the initiator still pushes a refused write's data");
     if read {
         assert!(buf.iter().all(|&x| x == 0x5a), "a refused read wrote into the initiator's buffer");
@@ -1137,7 +1137,7 @@ fn random_frames_over_tcp_never_panic_and_an_unsound_one_closes_its_connection()
 #[test]
 fn a_connected_endpoint_takes_frames_from_its_peer_only() {
     let (mut a, mut b) = pair();
-    b.eng.b.one_peer = true;
+    b.eng.bound.one_peer = true;
     let mut c = side();
     c.av.insert(&[Some(b.addr)]);
     let mut buf = [0u8; 8];
@@ -1266,9 +1266,9 @@ fn unexpected_messages_past_their_bound_hold_the_sender_back_and_none_is_lost() 
         post_more(&mut a, &mut posted);
         a.eng.progress();
         b.eng.progress();
-        most = most.max(b.eng.unexp_bytes);
+        most = most.max(b.eng.unexp.bytes);
     }
-    assert!(b.eng.unexp_bytes > 0, "some messages are kept");
+    assert!(b.eng.unexp.bytes > 0, "some messages are kept");
     assert!(
         most <= (128 << 10) + LEN + 2 * size_of::<Unexpected>(),
         "b kept {most} bytes of unexpected messages; the bound is 128 KiB (one message over)"
@@ -1295,7 +1295,7 @@ fn unexpected_messages_past_their_bound_hold_the_sender_back_and_none_is_lost() 
     for (i, buf) in bufs.iter().enumerate() {
         assert!(buf.iter().all(|&x| x == i as u8), "message {i} whole");
     }
-    assert_eq!(b.eng.unexp_bytes, 0);
+    assert_eq!(b.eng.unexp.bytes, 0);
 }
 
 #[test]
