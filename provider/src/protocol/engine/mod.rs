@@ -1,20 +1,34 @@
 //! An RDM endpoint's data engine: posts operations as messages, and turns
 //! the messages it receives into matches, copies, checks and completions.
+//! It drives every wire through `wire::Link` and `wire::Inbox`, and decides
+//! by what a link's wire is (`Link::props`: its largest frame, eager limit,
+//! whether it buffers, spreads, reaches the peer's memory, shares copies,
+//! how it proves a sender), never by which wire it is (docs/wire.md).
 //!
-//! Protocol by size (docs/wire.md):
-//! - sends up to `EAGER_MAX` bytes go inline in one queue cell; larger ones
+//! Protocol by size:
+//! - sends up to the link's eager limit go inline in one frame (a queue
+//!   cell on shared memory, `EAGER_MAX`; larger over TCP); larger ones
 //!   send an RTS naming the sender's buffers, and the receiver copies them
-//!   once with process_vm_readv when a receive matches, then ACKs;
-//! - RMA writes up to `EAGER_MAX` carry their data inline; larger writes and
-//!   all reads name the initiator's buffers. The *target* checks every access
-//!   against its registrations (key, bounds, rights) before it copies, on
-//!   every path, and ACKs with the result; RMA completes on that ACK, so a
-//!   refused access is an error completion at the initiator.
+//!   once when a receive matches (process_vm_readv, where the wire reaches
+//!   the peer's memory), or asks the sender to push them (PULL -> DATA),
+//!   then ACKs;
+//! - RMA writes up to `EAGER_MAX` carry their data inline; larger writes
+//!   and all reads name the initiator's buffers (a wire that never reaches
+//!   the peer's memory streams a write's data behind it). The *target*
+//!   checks every access against its registrations (key, bounds, rights)
+//!   before it copies, on every path, and ACKs with the result; RMA
+//!   completes on that ACK, so a refused access is an error completion at
+//!   the initiator.
+//! - on shared memory, large copies are shared by both processes
+//!   (`shared.rs`, the wire's `Copies`).
 //!
-//! Completion levels: an inline send completes when its cell is written
+//! Completion levels: an inline send completes when its frame is written
 //! (the data has left the buffer: inject/transmit complete) unless
 //! FI_DELIVERY_COMPLETE asks for the receiver's ACK; RTS sends and RMA
 //! complete on the ACK (delivery complete).
+//!
+//! State: the `Engine` holds the endpoint's own fields and one struct per
+//! file that manages a part of it (see `Engine`).
 //!
 //! Manual progress: `progress` runs from CQ and counter reads.
 //! Locking: the engine's lock (a `sys::SpinLock` in its cell) is taken
