@@ -1,7 +1,13 @@
 //! Completions: CQ entries, error entries and counters for the operations
 //! that finish, and the receiver's answer to a sender that waits for it.
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{total, Engine, HeldRecv, Kind, Pending, Posted, C_RECV};
+use crate::protocol::{flag, op, Hdr};
+use crate::queues::cq::{CqEntry, CqError, Credit};
 
 /// The order receives are matched and reported in (`Engine::order`): the
 /// next place to give, the next to report, and the completions that wait

@@ -2,7 +2,13 @@
 //! through the link's copy of the sender's memory, as a shared copy, or
 //! pulled from the sender when the wire cannot reach its memory).
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{clip, total, Engine, Job, JobFor, Paired, Posted, Pull, PullFor, Unexpected};
+use crate::protocol::{flag, op, Hdr};
+use crate::wire::{Copied, SharedCopy, Span};
 
 impl Engine {
     /// Put a matched message into a posted receive and complete both ends.

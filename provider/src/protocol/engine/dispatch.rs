@@ -2,7 +2,14 @@
 //! order in which they are handled (control frames at once, copies kept
 //! and served one per progress call, RMA held behind a stalled job).
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{matches, total, Engine, Job, JobFor, Kind, Unexpected};
+use crate::info::addr;
+use crate::protocol::{decode_iovs, flag, op, Hdr};
+use crate::wire::Arrival;
 
 impl Engine {
     pub(super) fn on_message(&mut self, msg: &[u8]) {

@@ -3,7 +3,17 @@
 //! answer -FI_EAGAIN when the peer's queue is full, and control frames
 //! (answers) that must not be lost, queued per peer until they fit.
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::peers::TxPeer;
+use super::{peers, Engine, Pending, Stream, TxDone};
+use crate::error::{Error, Result};
+use crate::fail;
+use crate::protocol::{Hdr, Iovs, HDR_MAX};
+use crate::queues::cq::Credit;
+use crate::wire::{KeyMismatch, Link, LinkState, OpenError, WireError};
 
 impl Engine {
     pub(super) fn peer(&mut self, to: SocketAddr) -> Result<&TxPeer> {

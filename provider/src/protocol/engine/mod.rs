@@ -44,18 +44,14 @@ use std::time::{Duration, Instant};
 use oxmr_ffi as ffi;
 
 use super::hash::FastMap;
-use super::{decode_iovs, encode_iovs, flag, op, Hdr, Iovs, HDR_MAX};
+use super::{flag, op, Hdr, Iovs, HDR_MAX};
 use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::fail;
+use crate::error::Result;
 use crate::info::addr;
 use crate::mr::MrDomain;
 use crate::queues::cntr::Counter;
-use crate::queues::cq::{CqCore, CqEntry, CqError, Credit};
-use crate::wire::{
-    Arrival, Copied, Copies, Dial, Inbox, KeyMismatch, Link, LinkState, OpenError, Props, SharedCopy, Span, WireError,
-    FRAME_FLOOR,
-};
+use crate::queues::cq::{CqCore, Credit};
+use crate::wire::{Dial, Inbox, SharedCopy, FRAME_FLOOR};
 
 mod addressing;
 mod completion;
@@ -71,8 +67,7 @@ mod shared;
 #[cfg(test)]
 mod tests;
 use addressing::AvCache;
-use peers::{Peers, TxPeer};
-use shared::{halves, runs_apart};
+use peers::Peers;
 
 /// Marks an operation posted by an fi_inject* call (no CQ entry). A bit
 /// above every flag libfabric defines (its highest is 1 << 59).

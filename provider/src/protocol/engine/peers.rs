@@ -4,7 +4,15 @@
 //! (the link's record of its owner, not the header's word), and what
 //! happens when a peer's endpoint closes or its process dies.
 
-use super::*;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{Engine, Gone, Pull, PullFor, Stream};
+use crate::protocol::hash::FastMap;
+use crate::protocol::op;
+use crate::wire::{Link, LinkState};
 
 /// A peer we send to: its address, our link to it (which knows its epoch
 /// and its owner), and what we still owe it: the control frames that found

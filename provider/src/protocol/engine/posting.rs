@@ -1,7 +1,19 @@
 //! Posting: the application's sends, RMA and receives, turned into frames
 //! (inline or rendezvous by size) or posted receives, and fi_cancel.
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{
+    frame_payload, matches, total, Engine, Kind, Offer, Pending, Posted, RmaOp, Stream, TxDone, TxOp, Unexpected,
+    C_SEND, EAGER_MAX, SPREAD_WRITE_MIN,
+};
+use crate::error::{Error, Result};
+use crate::fail;
+use crate::protocol::{encode_iovs, flag, op, Hdr, Iovs};
+use crate::queues::cq::{CqEntry, CqError, Credit};
+use crate::wire::Props;
 
 /// What the unexpected messages may hold (`Engine::unexp`): the bytes
 /// they hold (`Unexpected::bytes`), the most they may (FI_OXMR_UNEXP_MAX),

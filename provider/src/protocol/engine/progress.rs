@@ -2,7 +2,12 @@
 //! (answers, streams, stalled copies), serves kept copies and, now and
 //! then, looks for peers that closed or died.
 
-use super::*;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use super::{Engine, DEFER_MAX, LIVENESS_CALLS, LIVENESS_EVERY, SERVE_EVERY};
+use crate::protocol::{op, Hdr};
+use crate::wire::Props;
 
 /// When the progress loop last did its periodic work (`Engine::pace`).
 pub(super) struct Pace {

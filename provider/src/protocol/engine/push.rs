@@ -2,7 +2,13 @@
 //! own bytes because the other side cannot reach them (device memory on
 //! shm; every large transfer on a wire without remote copies).
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{clip, frame_payload, region_slice, total, Engine, Kind, Pull, PullFor, Stream, EAGER_MAX};
+use crate::protocol::hash::FastMap;
+use crate::protocol::{op, Hdr};
 
 /// The transfers peers push to us because we could not reach their
 /// memory, where their DATA may land, and the streamed writes whose DATA

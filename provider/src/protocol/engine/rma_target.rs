@@ -3,7 +3,21 @@
 //! before any copy, then copied, counted and answered; runs of writes
 //! copied with one call.
 
-use super::*;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oxmr_ffi as ffi;
+
+use super::shared::{halves, runs_apart};
+use super::{
+    clip, region_slice, total, Engine, JobFor, Kind, Pull, PullFor, QueuedWrite, Stream, ACKS_MAX, C_RREAD, C_RWRITE,
+};
+use crate::config::Config;
+use crate::protocol::hash::FastMap;
+use crate::protocol::{decode_iovs, flag, op, Hdr};
+use crate::queues::cq::CqEntry;
+use crate::wire::{Copied, Span};
 
 /// What remote accesses may do to us, and the refusals so far
 /// (`Engine::target`).

@@ -6,7 +6,13 @@
 //! Everything here runs inside the engine's progress or posting calls,
 //! under the endpoint's lock, like the rest of `Engine`.
 
-use super::*;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use super::{clip, region_slice, total, Engine, Job, JobFor, Kind, Offer, Paired, Pending, JOB_WAIT, LONE_SKEW};
+use crate::config::Config;
+use crate::protocol::{flag, op, Hdr};
+use crate::wire::{Copies, SharedCopy, Span};
 
 /// The shared copies (an offload of the shm wire: both processes copy
 /// chunks of one transfer) and what decides them (`Engine::sharing`).

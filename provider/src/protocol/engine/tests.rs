@@ -20,7 +20,10 @@ use crate::mr::pin::{PinMode, Pinner};
 use crate::mr::registry::Ranges;
 use crate::mr::{CacheConfig, Request};
 use crate::protocol::av::AddrTable;
+use crate::protocol::encode_iovs;
+use crate::queues::cq::{CqEntry, CqError};
 use crate::wire::loopback;
+use crate::wire::{Link, LinkState};
 
 /// A fresh address for each endpoint (loopback inboxes of one process
 /// must not share one; tests run in parallel).
