@@ -20,7 +20,9 @@
 //! step at a time: only `protocol` drives a wire, and only
 //! `objects` drive the protocol. A file that names a room
 //! above its own fails the test with the file, line and name, so an upward
-//! import is caught the day it is written.
+//! import is caught the day it is written. And the protocol names no
+//! wire in particular (`the_protocol_names_no_wire`): it decides by what a
+//! wire is, so adding one is a folder under `wire/`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -231,6 +233,83 @@ fn mr_lines_naming_tcp() -> Vec<String> {
 fn mr_names_no_tcp() {
     let bad = mr_lines_naming_tcp();
     assert!(bad.is_empty(), "{} lines of mr/ name TCP (it belongs in wire/):\n{}", bad.len(), bad.join("\n"));
+}
+
+/// What names one wire in particular: the protocol decides by what a wire
+/// is (`wire::Props`), never by which one it is, so a new wire needs no
+/// edit there.
+fn names_a_wire(line: &str) -> bool {
+    ["Tcp", "tcp_", "MAX_FRAME"].iter().any(|w| line.contains(w))
+}
+
+/// The lines of `text` that are not test code, numbered from 1: an item
+/// under `#[cfg(test)]` (a `mod tests { .. }`, or a `mod tests;` whose
+/// file is test code as a whole) is skipped to its end, where its braces
+/// close (or its `;` ends it).
+fn code_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let (mut skipping, mut depth, mut opened) = (false, 0i32, false);
+    for (n, line) in text.lines().enumerate() {
+        if !skipping && line.trim_start().starts_with("#[cfg(test)]") {
+            (skipping, depth, opened) = (true, 0, false);
+            continue;
+        }
+        if !skipping {
+            out.push((n + 1, line));
+            continue;
+        }
+        let code = line.find("//").map_or(line, |i| &line[..i]);
+        for c in code.chars() {
+            match c {
+                '{' => (depth, opened) = (depth + 1, true),
+                '}' => depth -= 1,
+                _ => {}
+            }
+        }
+        let t = code.trim_end();
+        if (opened && depth <= 0) || (!opened && !t.trim_start().starts_with("#[") && t.ends_with(';')) {
+            skipping = false;
+        }
+    }
+    out
+}
+
+/// Every non-test line of `src/protocol` that names a wire (files named
+/// `tests.rs` are tests; so is an item under `#[cfg(test)]`).
+fn protocol_lines_naming_a_wire(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rs_files(&src.join("protocol"), &mut files);
+    files.sort();
+    let mut bad = Vec::new();
+    for f in files.iter().filter(|f| !f.ends_with("tests.rs")) {
+        let text = std::fs::read_to_string(f).expect("read source");
+        for (n, line) in code_lines(&text) {
+            if names_a_wire(line) {
+                bad.push(format!("{}:{n}: {}", f.strip_prefix(src).unwrap_or(f).display(), line.trim()));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_protocol_names_no_wire() {
+    let bad = protocol_lines_naming_a_wire(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(
+        bad.is_empty(),
+        "{} lines of protocol/ name a wire (ask the link's `props()`, or move the code into wire/):\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    assert!(names_a_wire("Wire::Tcp") && names_a_wire("cfg.tcp_lanes") && !names_a_wire("FRAME_FLOOR"));
+}
+
+#[test]
+fn test_items_are_skipped_to_their_end() {
+    let text =
+        "a\n#[cfg(test)]\nmod tests;\nb\n#[cfg(test)]\n#[allow(x)]\nfn t() {\n  {x}\n}\nc\n#[cfg(test)]\nmod m {\n}";
+    let kept: Vec<&str> = code_lines(text).into_iter().map(|(_, l)| l).collect();
+    assert_eq!(kept, ["a", "b", "c"]);
 }
 
 #[test]

@@ -402,7 +402,7 @@ impl Ep {
         let s = self.state();
         if self.domain.fabric.config.wire != crate::config::Wire::Shm {
             if let Some(l) = &s.listener {
-                region.take_tcp(l, self.auth_key.clone(), &self.domain.fabric.config, "fi_enable")?;
+                region.take_connections(l, self.auth_key.clone(), &self.domain.fabric.config, "fi_enable")?;
             }
         }
         let b = Bindings {

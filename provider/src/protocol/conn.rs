@@ -19,7 +19,7 @@
 //! [`Incoming`] (a Request, until fi_endpoint takes it or fi_reject
 //! answers it).
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use oxmr_ffi as ffi;
@@ -28,6 +28,7 @@ use crate::error::Result;
 use crate::fail;
 use crate::sys::WakeFd;
 use crate::wire::cm::{self, CmConn, CmError, Dialing, Frame, Kind};
+use crate::wire::Listener;
 
 /// How long a last frame (reject, shutdown) may take to write.
 const LAST_WRITE: Duration = Duration::from_secs(1);
@@ -83,31 +84,20 @@ impl Arrivals {
     /// and return the complete requests with their cm_data. A connection
     /// that sends anything but a Request, or nothing for `timeout`, is
     /// closed with a log line.
-    pub fn poll(&mut self, l: &TcpListener, timeout: Duration) -> Vec<(Incoming, Vec<u8>)> {
-        loop {
-            match l.accept() {
-                Ok((st, from)) => match CmConn::new(st)
-                    .map_err(CmError::Io)
-                    .and_then(|c| c.with_key(self.key.clone(), cm::Role::Acceptor))
-                {
-                    Ok(c) => {
-                        if self.waiting.len() >= ARRIVALS_MAX {
-                            let (old, _) = self.waiting.remove(0);
-                            tracing::warn!(
-                                "passive endpoint: {ARRIVALS_MAX} connections wait for their request; closing the oldest, from {}",
-                                old.peer()
-                            );
-                        }
-                        self.waiting.push((c, Instant::now()))
+    pub fn poll(&mut self, l: &Listener, timeout: Duration) -> Vec<(Incoming, Vec<u8>)> {
+        for (from, c) in cm::accept(l, self.key.as_ref()) {
+            match c {
+                Ok(c) => {
+                    if self.waiting.len() >= ARRIVALS_MAX {
+                        let (old, _) = self.waiting.remove(0);
+                        tracing::warn!(
+                            "passive endpoint: {ARRIVALS_MAX} connections wait for their request; closing the oldest, from {}",
+                            old.peer()
+                        );
                     }
-                    Err(e) => tracing::info!("passive endpoint: connection from {from} dropped: {e}"),
-                },
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    tracing::warn!("passive endpoint: accept failed: {e}");
-                    break;
+                    self.waiting.push((c, Instant::now()))
                 }
+                Err(e) => tracing::info!("passive endpoint: connection from {from} dropped: {e}"),
             }
         }
         let mut ready = Vec::new();
@@ -452,7 +442,7 @@ mod tests {
     }
 
     /// The next request at `l`, while `c` (the connector) is driven.
-    fn request(a: &mut Arrivals, l: &TcpListener, c: &mut Conn, name: SocketAddr) -> (Incoming, Vec<u8>) {
+    fn request(a: &mut Arrivals, l: &Listener, c: &mut Conn, name: SocketAddr) -> (Incoming, Vec<u8>) {
         let start = Instant::now();
         while start.elapsed() < T {
             assert_eq!(c.progress(name, T), None, "no event before the answer");
@@ -465,7 +455,7 @@ mod tests {
 
     #[test]
     fn reject_then_accept_ack_and_shutdown() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = Listener::bind("127.0.0.1:0").unwrap();
         l.set_nonblocking(true).unwrap();
         let to = l.local_addr().unwrap();
         let (me, them): (SocketAddr, SocketAddr) = ("127.0.0.1:11".parse().unwrap(), "127.0.0.1:12".parse().unwrap());
@@ -512,7 +502,7 @@ mod tests {
         let mut c = Conn::default();
         let e = c.connect("127.0.0.1:1".parse().unwrap(), &[0; cm::CM_DATA_MAX + 1], T).unwrap_err();
         assert_eq!(e.code(), ffi::FI_EINVAL);
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = Listener::bind("127.0.0.1:0").unwrap();
         let to = l.local_addr().unwrap();
         drop(l);
         c.connect(to, b"", T).unwrap();

@@ -14,26 +14,21 @@ use crate::fail;
 pub struct Inbox(pub(crate) crate::wire::Inbox);
 
 impl Inbox {
-    /// Take frames over TCP too, at the endpoint's listener (FI_OXMR_WIRE
-    /// =tcp), from peers that prove `key` where there is one, within the
-    /// bounds `cfg` gives; `call` as for `create`.
-    pub fn take_tcp(
+    /// Take frames over connections too, those the endpoint's `listener`
+    /// accepts (FI_OXMR_WIRE other than shm), from peers that prove `key`
+    /// where there is one, within the bounds `cfg` gives; `call` as for
+    /// `create`.
+    pub fn take_connections(
         &mut self,
-        listener: &std::net::TcpListener,
+        listener: &crate::wire::Listener,
         key: Option<crate::auth::JobKey>,
         cfg: &crate::config::Config,
         call: &str,
     ) -> Result<()> {
-        let bounds = crate::wire::Bounds {
-            conn_max: cfg.tcp_conn_max,
-            hello_wait: cfg.tcp_hello_wait,
-            partial_max: cfg.tcp_partial_max,
-            ban: cfg.refuse_ban,
-        };
         listener
             .try_clone()
-            .and_then(|l| self.0.take_tcp(l, key, bounds))
-            .map_err(|e| fail!(ffi::FI_EIO, "{call}: cannot take TCP connections at the endpoint's listener: {e}"))
+            .and_then(|l| self.0.take_connections(l, key, cfg))
+            .map_err(|e| fail!(ffi::FI_EIO, "{call}: cannot take connections at the endpoint's listener: {e}"))
     }
 
     /// The inbox of the endpoint named `name`, reaching its peers over

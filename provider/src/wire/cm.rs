@@ -191,6 +191,29 @@ struct Auth {
 const PROOF_ACCEPT: &[u8] = b"oxmr cm: the passive endpoint holds the job key";
 const PROOF_CONNECT: &[u8] = b"oxmr cm: the connector holds the job key";
 
+/// The connections the (non-blocking) listener `l` has waiting, each with
+/// the address it came from, made a `CmConn` proving `key` (if any) as the
+/// acceptor, or why it could not be; stops when none waits, or at an
+/// accept error (with a log line).
+pub fn accept(l: &super::Listener, key: Option<&crate::auth::JobKey>) -> Vec<(SocketAddr, Result<CmConn, CmError>)> {
+    let mut out = Vec::new();
+    loop {
+        match l.accept() {
+            Ok((st, from)) => out.push((
+                from,
+                CmConn::new(st).map_err(CmError::Io).and_then(|c| c.with_key(key.cloned(), Role::Acceptor)),
+            )),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::warn!("passive endpoint: accept failed: {e}");
+                break;
+            }
+        }
+    }
+    out
+}
+
 impl CmConn {
     /// Wrap a connected stream (made non-blocking).
     pub fn new(stream: TcpStream) -> io::Result<CmConn> {

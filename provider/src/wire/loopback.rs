@@ -13,7 +13,24 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::WireError;
+use super::{Proof, Props, Wire, WireError};
+
+/// What the loopback wire is: shm's frames and proof (so the engine's
+/// same-host rules are the ones tested), copies that always push, and no
+/// eager limit of its own (the endpoint's, FI_OXMR_SHM_EAGER_MAX, holds).
+pub(crate) const PROPS: Props = Props {
+    wire: Wire::Shm,
+    name: "loopback",
+    max_frame: super::FRAME_FLOOR,
+    eager_max: 0,
+    eager_setting: "FI_OXMR_SHM_EAGER_MAX",
+    buffers: false,
+    spreads: false,
+    reaches_memory: false,
+    streams_writes: false,
+    shares: false,
+    proof: Proof::Owner,
+};
 
 /// Frames a queue holds before a send to it answers `Full`.
 pub(crate) const DEPTH: usize = 64;

@@ -26,16 +26,22 @@ pub mod land;
 pub mod loopback;
 pub mod shm;
 pub mod tcp;
+mod types;
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 
 pub use crate::config::Wire;
 pub use land::{Head as LandHead, Landings};
-pub use tcp::{DomainWires, TcpSend};
+pub use tcp::DomainWires;
+pub(crate) use types::FRAME_FLOOR;
+pub use types::{Arrival, Copied, LinkState, OpenError, Proof, Props, WireError};
 
 pub use shm::region::KeyMismatch;
 pub use shm::share::{Copies, SharedCopy, Span};
+/// A listener of connections (an endpoint's, a passive endpoint's): the
+/// objects make it, the wires read it.
+pub use std::net::TcpListener as Listener;
 /// A TCP hello's bytes, for tests that speak the wire by hand.
 #[cfg(test)]
 pub(crate) use tcp::hello_bytes;
@@ -46,82 +52,9 @@ pub(crate) use tcp::CONNECT_WAIT;
 #[cfg(test)]
 pub(crate) use tcp::HELLO_LEN;
 
-/// The largest frame any wire carries (the shm queue's cell): the
-/// protocol sizes its inline payloads and batched answers by it.
-pub(crate) const MAX_FRAME: usize = shm::region::CELL_DATA;
-
-/// Why a frame was not sent.
-#[derive(Debug)]
-pub enum WireError {
-    /// The peer's queue (or socket buffer) is full: try again after
-    /// progress (flow control, -FI_EAGAIN to the application).
-    Full,
-    /// The endpoint this link reached has closed (another may have opened
-    /// at its address since).
-    Closed,
-    /// Anything else the kernel said.
-    Io(io::Error),
-}
-
-impl std::fmt::Display for WireError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WireError::Full => write!(f, "the peer's queue is full"),
-            WireError::Closed => write!(f, "the peer's endpoint closed"),
-            WireError::Io(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-/// Why a link could not be opened.
-#[derive(Debug)]
-pub enum OpenError {
-    /// Nothing listens at the address (the error, for the log line).
-    Unreachable(io::Error),
-    /// An endpoint was there, but its process exited without closing it.
-    Dead { owner: u32 },
-    /// The endpoint there speaks another version of the wire.
-    Version { theirs: u32, ours: u32 },
-    /// What holds the peer's queue name is not a queue this process may
-    /// use (what is wrong, naming the file).
-    Refused(String),
-    /// The peer's queue does not prove the job key this endpoint holds,
-    /// or proves one where this endpoint holds none (docs/security.md,
-    /// "The shared-memory wire").
-    Key(shm::region::KeyMismatch),
-}
-
-/// Where a link stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinkState {
-    /// The peer's endpoint is there and reads its frames.
-    Open,
-    /// The peer closed its endpoint.
-    Closed,
-    /// The peer's process is gone (it exited without closing).
-    Dead,
-    /// The connection never came up (TCP: the errno of the failed or
-    /// timed-out connect): nothing we sent reached the peer.
-    Unreachable(i32),
-}
-
-/// What a copy of the peer's memory did.
-#[derive(Debug)]
-pub enum Copied {
-    /// This many bytes moved (all of them, unless the peer's buffers are
-    /// shorter than they said).
-    Done(usize),
-    /// This wire cannot reach the peer's memory (shm: memory CMA cannot
-    /// reach, such as device or secret memory; TCP: never): the side that
-    /// owns it must push it (PULL -> DATA, or DATA chunks for a read).
-    Push,
-    /// The copy failed otherwise (the peer's process gone, ptrace rules).
-    Failed(io::Error),
-}
-
 /// How an endpoint reaches its peers: the wire for each (FI_OXMR_WIRE,
-/// and under `auto` this network namespace's own addresses), and who it
-/// says it is.
+/// and under `auto` this network namespace's own addresses), who it
+/// says it is, and what each wire is under its configuration.
 #[derive(Clone, Debug)]
 pub struct Dial {
     pub wire: Wire,
@@ -131,14 +64,18 @@ pub struct Dial {
     /// is on this host and gets shared memory).
     local: std::sync::Arc<[IpAddr]>,
     /// How TCP links send (the domain's ring for SEND_ZC, its counters).
-    pub tcp: tcp::TcpSend,
+    tcp: tcp::TcpSend,
     /// The endpoint's TCP connections, shared with its inbox (one per pair
     /// of endpoints: `tcp::Pairs`); None without a TCP inbox.
-    pub pairs: Option<std::sync::Arc<tcp::Pairs>>,
+    pairs: Option<std::sync::Arc<tcp::Pairs>>,
+    /// What each wire is (its links start from these).
+    shm_props: Props,
+    tcp_props: Props,
 }
 
 impl Dial {
-    /// The dial of the endpoint named `name` (its epoch and process).
+    /// The dial of the endpoint named `name` (its epoch and process), its
+    /// wires as the default configuration makes them.
     pub fn new(wire: Wire, name: &SocketAddr, epoch: u32) -> Dial {
         let mut n = [0u8; 28];
         let e = crate::info::addr::encode(name);
@@ -159,7 +96,29 @@ impl Dial {
             local,
             tcp: tcp::TcpSend::default(),
             pairs: None,
+            shm_props: shm::props(crate::config::EAGER_MAX),
+            tcp_props: tcp::props(crate::config::TCP_EAGER_MAX),
         }
+    }
+
+    /// The dial of an endpoint's engine: as `new`, its wires as `cfg`
+    /// makes them, its TCP links sending on the domain's ring and counting
+    /// into its counters (`wires`), and proving `key`.
+    pub fn for_endpoint(
+        cfg: &crate::config::Config,
+        name: &SocketAddr,
+        epoch: u32,
+        wires: &DomainWires,
+        key: Option<crate::auth::JobKey>,
+    ) -> Dial {
+        let d = Dial::new(cfg.wire, name, epoch).with_tcp(tcp::TcpSend {
+            ring: wires.tcp_ring.clone(),
+            stats: wires.tcp_stats.clone(),
+            copied_off: cfg.tcp_zc_copied,
+            lanes: cfg.tcp_lanes,
+            key,
+        });
+        Dial { shm_props: shm::props(cfg.eager_max), tcp_props: tcp::props(cfg.tcp_eager_max), ..d }
     }
 
     /// The same dial, its TCP links sharing connections with the inbox
@@ -189,6 +148,58 @@ impl Dial {
             w => w,
         }
     }
+
+    /// What the wire `w` (a `route`) is.
+    pub fn props(&self, w: Wire) -> &Props {
+        match w {
+            Wire::Tcp => &self.tcp_props,
+            Wire::Shm | Wire::Auto => &self.shm_props,
+        }
+    }
+
+    /// FI_OXMR_WIRE as this dial took it, for log lines.
+    pub fn setting(&self) -> &'static str {
+        match self.wire {
+            Wire::Auto => "auto",
+            Wire::Shm => "shm",
+            Wire::Tcp => "tcp",
+        }
+    }
+
+    /// Why opening a link to `to` found no endpoint there (`e`: opening
+    /// its queue, or connecting), and what to do about it.
+    pub fn unreachable_why(&self, to: &SocketAddr, e: &io::Error) -> String {
+        unreachable_why(to, e, self.route(to))
+    }
+}
+
+/// `Dial::unreachable_why`, over the wire `wire`.
+fn unreachable_why(to: &SocketAddr, e: &io::Error, wire: Wire) -> String {
+    let local = to.ip().is_loopback()
+        || crate::info::addr::local_ifaces(None).iter().any(|i| i.ip == to.ip())
+        || crate::info::addr::route_source(to).is_some_and(|ip| ip == to.ip());
+    if wire == Wire::Tcp {
+        return format!(
+            "no oxmr endpoint answers at {to} over TCP ({e}): is the peer running, its endpoint still open, and its address reachable from here (firewall, route)?"
+        );
+    }
+    if !local {
+        return format!(
+            "no oxmr endpoint at {to}: it is not an address of this host, and FI_OXMR_WIRE=shm reaches only this host's endpoints; unset FI_OXMR_WIRE (auto: TCP to other hosts) or set it to tcp"
+        );
+    }
+    let mut others = shm::region::endpoints_on_port(to.port());
+    others.retain(|a| a != &to.to_string());
+    if others.is_empty() {
+        format!("no oxmr endpoint at {to} on this host ({e}): is the peer running, and its endpoint still open?")
+    } else {
+        format!(
+            "no oxmr endpoint at {to} on this host ({e}), but {} listens on that port: an endpoint is reached only at the address it was opened on; send there, or open the peer's endpoint on {} (fabtests: -s {})",
+            others.join(", "),
+            to.ip(),
+            to.ip()
+        )
+    }
 }
 
 /// Whether `ip` is on this host: a loopback address (all of 127.0.0.0/8
@@ -201,11 +212,18 @@ fn is_local(ip: IpAddr, local: &[IpAddr]) -> bool {
     ip.is_loopback() || local.contains(&ip)
 }
 
-/// A link to one peer's endpoint.
+/// A link to one peer's endpoint: what its wire is (`props`, read from
+/// this field on the data path) and the wire's own link.
+pub struct Link {
+    props: Props,
+    via: Carrier,
+}
+
+/// The wire's own link.
 // (The shm queue inline, not boxed: it is the same-host data path, one
 // per peer, and a box would add a pointer chase to every frame.)
 #[allow(clippy::large_enum_variant)]
-pub enum Link {
+enum Carrier {
     /// The peer's shared-memory queue.
     Shm(shm::region::Region),
     /// The connection that carries our frames to the peer (one per pair of
@@ -220,10 +238,18 @@ impl Link {
     pub fn open(to: &SocketAddr, dial: &Dial) -> Result<Link, OpenError> {
         #[cfg(test)]
         if let Some(q) = loopback::Queue::find(to) {
-            return Ok(Link::Loop(q));
+            return Ok(Link { props: loopback::PROPS, via: Carrier::Loop(q) });
         }
-        if dial.route(to) == Wire::Tcp {
-            return tcp::Link::open(to, &dial.hello, &dial.tcp, dial.pairs.as_ref()).map(Link::Tcp);
+        let props = *dial.props(dial.route(to));
+        if props.wire == Wire::Tcp {
+            return match tcp::Link::open(to, &dial.hello, &dial.tcp, dial.pairs.as_ref()) {
+                Ok(t) => Ok(Link { props: Props { spreads: t.spreads(), ..props }, via: Carrier::Tcp(t) }),
+                // (Refused at once: nothing listens at the peer's port.)
+                Err(OpenError::Unreachable(e)) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    Err(OpenError::ConnectRefused)
+                }
+                Err(e) => Err(e),
+            };
         }
         let region = shm::region::Region::open(to, dial.key()).map_err(|e| {
             if let Some(m) = shm::region::KeyMismatch::of(&e) {
@@ -245,65 +271,62 @@ impl Link {
         if !region.closed() && !region.reachable() {
             return Err(OpenError::Dead { owner: region.owner() });
         }
-        Ok(Link::Shm(region))
+        Ok(Link { props, via: Carrier::Shm(region) })
+    }
+
+    /// What this link's wire is.
+    #[inline]
+    pub fn props(&self) -> &Props {
+        &self.props
     }
 
     /// Send one frame, given in parts (header, body...): all or nothing.
     pub fn send(&self, parts: &[&[u8]]) -> Result<(), WireError> {
-        match self {
-            Link::Shm(r) => r.push(parts).map_err(|e| match e.raw_os_error() {
+        match &self.via {
+            Carrier::Shm(r) => r.push(parts).map_err(|e| match e.raw_os_error() {
                 Some(libc::EAGAIN) => WireError::Full,
                 Some(libc::ECONNRESET) => WireError::Closed,
                 _ => WireError::Io(e),
             }),
-            Link::Tcp(t) => t.send(parts),
+            Carrier::Tcp(t) => t.send(parts),
             #[cfg(test)]
-            Link::Loop(q) => q.send(parts),
+            Carrier::Loop(q) => q.send(parts),
         }
     }
 
     /// Send one frame whose order among the link's frames does not matter
-    /// (DATA answering a PULL): TCP may put it on another connection to
-    /// the same peer (a lane, FI_OXMR_TCP_LANES), `Full` when every one has
-    /// something queued; other wires send it as `send`.
+    /// (DATA answering a PULL): a link that `spreads` may put it on another
+    /// connection to the same peer (a lane, FI_OXMR_TCP_LANES), `Full`
+    /// when every one has something queued; other links send it as `send`.
     pub fn send_spread(&self, parts: &[&[u8]]) -> Result<(), WireError> {
-        match self {
-            Link::Tcp(t) => t.send_spread(parts),
-            l => l.send(parts),
+        match &self.via {
+            Carrier::Tcp(t) => t.send_spread(parts),
+            _ => self.send(parts),
         }
-    }
-
-    /// Whether `send_spread` may use several connections (TCP with lanes).
-    pub fn spreads(&self) -> bool {
-        matches!(self, Link::Tcp(t) if t.spreads())
     }
 
     /// Whether `send_spread` would answer `Full` now (every connection that
     /// takes such frames has something queued; written as far as it goes).
     pub fn spread_full(&self) -> bool {
-        match self {
-            Link::Tcp(t) => t.spread_full(),
+        match &self.via {
+            Carrier::Tcp(t) => t.spread_full(),
             _ => false,
         }
     }
 
     /// Copy the peer's `remote` buffers into our `local` ones.
     pub fn read(&self, local: &[(usize, usize)], remote: &[(usize, usize)]) -> Copied {
-        match self {
-            Link::Shm(r) => copied(shm::cma::read_from(r.owner(), local, remote)),
-            Link::Tcp(_) => Copied::Push,
-            #[cfg(test)]
-            Link::Loop(_) => Copied::Push,
+        match &self.via {
+            Carrier::Shm(r) => copied(shm::cma::read_from(r.owner(), local, remote)),
+            _ => Copied::Push,
         }
     }
 
     /// Copy our `local` buffers into the peer's `remote` ones.
     pub fn write(&self, local: &[(usize, usize)], remote: &[(usize, usize)]) -> Copied {
-        match self {
-            Link::Shm(r) => copied(shm::cma::write_to(r.owner(), local, remote)),
-            Link::Tcp(_) => Copied::Push,
-            #[cfg(test)]
-            Link::Loop(_) => Copied::Push,
+        match &self.via {
+            Carrier::Shm(r) => copied(shm::cma::write_to(r.owner(), local, remote)),
+            _ => Copied::Push,
         }
     }
 
@@ -316,11 +339,11 @@ impl Link {
     /// The epoch of the endpoint this link reached (a new endpoint at the
     /// same address has another).
     pub fn epoch(&self) -> u32 {
-        match self {
-            Link::Shm(r) => r.epoch(),
-            Link::Tcp(t) => t.epoch(),
+        match &self.via {
+            Carrier::Shm(r) => r.epoch(),
+            Carrier::Tcp(t) => t.epoch(),
             #[cfg(test)]
-            Link::Loop(q) => q.epoch(),
+            Carrier::Loop(q) => q.epoch(),
         }
     }
 
@@ -328,46 +351,37 @@ impl Link {
     /// header on shm: cheap enough for the data path; `state` also asks
     /// whether its process lives).
     pub fn closed(&self) -> bool {
-        match self {
-            Link::Shm(r) => r.closed(),
-            Link::Tcp(t) => t.closed(),
+        match &self.via {
+            Carrier::Shm(r) => r.closed(),
+            Carrier::Tcp(t) => t.closed(),
             #[cfg(test)]
-            Link::Loop(q) => q.closed(),
+            Carrier::Loop(q) => q.closed(),
         }
     }
 
     /// Where the link stands now (a liveness check of the peer's process
     /// on shm: for the periodic sweep, not the data path).
     pub fn state(&self) -> LinkState {
-        match self {
-            Link::Shm(r) if r.closed() => LinkState::Closed,
-            Link::Shm(r) if !r.reachable() => LinkState::Dead,
-            Link::Shm(_) => LinkState::Open,
-            Link::Tcp(t) => t.state(),
+        match &self.via {
+            Carrier::Shm(r) if r.closed() => LinkState::Closed,
+            Carrier::Shm(r) if !r.reachable() => LinkState::Dead,
+            Carrier::Shm(_) => LinkState::Open,
+            Carrier::Tcp(t) => t.state(),
             #[cfg(test)]
-            Link::Loop(q) if q.closed() => LinkState::Closed,
+            Carrier::Loop(q) if q.closed() => LinkState::Closed,
             #[cfg(test)]
-            Link::Loop(_) => LinkState::Open,
+            Carrier::Loop(_) => LinkState::Open,
         }
     }
 
     /// Whether the peer says it has nothing of its own to do (a hint for
     /// sharing work with it: see the shared copies).
     pub fn idle(&self) -> bool {
-        match self {
-            Link::Shm(r) => r.idle(),
-            Link::Tcp(_) => false,
+        match &self.via {
+            Carrier::Shm(r) => r.idle(),
+            Carrier::Tcp(_) => false,
             #[cfg(test)]
-            Link::Loop(q) => q.idle(),
-        }
-    }
-
-    /// The largest frame a send takes (every link takes `MAX_FRAME`;
-    /// TCP more, for the push path's DATA frames).
-    pub fn max_frame(&self) -> usize {
-        match self {
-            Link::Tcp(_) => tcp::TCP_MAX_FRAME,
-            _ => MAX_FRAME,
+            Carrier::Loop(q) => q.idle(),
         }
     }
 
@@ -375,41 +389,31 @@ impl Link {
     /// records it (shm: the owner in the peer's queue header), not as a
     /// message header claims it: the process every copy reads or writes.
     pub fn owner(&self) -> u32 {
-        match self {
-            Link::Shm(r) => r.owner(),
-            Link::Tcp(t) => t.owner(),
+        match &self.via {
+            Carrier::Shm(r) => r.owner(),
+            Carrier::Tcp(t) => t.owner(),
             #[cfg(test)]
-            Link::Loop(_) => std::process::id(),
+            Carrier::Loop(_) => std::process::id(),
         }
     }
 
-    /// Whether RMA writes to this peer stream their data with the request
-    /// (TCP: the target can never copy it from us, so it need not ask).
-    pub fn streams_writes(&self) -> bool {
-        matches!(self, Link::Tcp(_))
-    }
-
-    /// Whether the wire offers shared copies with this peer (shm).
-    pub fn shares(&self) -> bool {
-        matches!(self, Link::Shm(_))
-    }
-
     /// Whether a frame naming process `pid` as its sender may be taken as
-    /// this peer's: on shm, `pid` must own the peer's queue (what its queue
-    /// file records); on TCP every frame was checked against its
-    /// connection's hello already (`Inbox::pop`'s `via`), and no copy ever
-    /// uses a pid.
+    /// this peer's: under `Proof::Owner`, `pid` must own the peer's
+    /// endpoint (shm: what its queue file records); under `Proof::Hello`
+    /// every frame was checked against its connection's hello already
+    /// (`Arrival::via`), and no copy ever uses a pid.
+    #[inline]
     pub fn vouches(&self, pid: u32) -> bool {
-        match self {
-            Link::Tcp(_) => true,
-            l => l.owner() == pid,
+        match self.props.proof {
+            Proof::Hello => true,
+            Proof::Owner => self.owner() == pid,
         }
     }
 
     /// The peer's table of shared copies, where the wire offers them (shm).
     pub fn jobs(&self) -> Option<shm::jobs::JobTable> {
-        match self {
-            Link::Shm(r) => Some(r.jobs()),
+        match &self.via {
+            Carrier::Shm(r) => Some(r.jobs()),
             _ => None,
         }
     }
@@ -418,22 +422,17 @@ impl Link {
     /// connect, or the peer's answer to our hello; frames sent meanwhile
     /// queue; `state` says `Unreachable` if it fails).
     pub fn connecting(&self) -> bool {
-        match self {
-            Link::Tcp(t) => t.connecting(),
+        match &self.via {
+            Carrier::Tcp(t) => t.connecting(),
             _ => false,
         }
     }
 
-    /// Whether the link queues frames behind a full socket, which
-    /// `flush` writes later (TCP).
-    pub fn buffers(&self) -> bool {
-        matches!(self, Link::Tcp(_))
-    }
-
-    /// Write what the link queued; whether something still waits.
+    /// Write what the link queued (a link that `buffers`); whether
+    /// something still waits.
     pub fn flush(&self) -> bool {
-        match self {
-            Link::Tcp(t) => t.flush(),
+        match &self.via {
+            Carrier::Tcp(t) => t.flush(),
             _ => false,
         }
     }
@@ -467,6 +466,10 @@ pub struct Inbox {
     rings: bool,
     /// Where TCP payloads may land straight from the socket (`land`).
     lands: Landings,
+    /// What the queue's wire and the connections' wire are (each frame
+    /// `pop` hands up names one).
+    shm_props: Props,
+    tcp_props: Props,
 }
 
 impl Inbox {
@@ -509,6 +512,8 @@ impl Inbox {
             wake,
             rings,
             lands: Landings::default(),
+            shm_props: shm::props(crate::config::EAGER_MAX),
+            tcp_props: tcp::props(crate::config::TCP_EAGER_MAX),
         })
     }
 
@@ -526,29 +531,55 @@ impl Inbox {
             wake: None,
             rings: false,
             lands: Landings::default(),
+            shm_props: loopback::PROPS,
+            tcp_props: tcp::props(crate::config::TCP_EAGER_MAX),
         })
     }
 
     /// An inbox of the TCP wire alone, at `listener` (tests).
     #[cfg(test)]
-    pub fn tcp_only(listener: TcpListener) -> io::Result<Inbox> {
+    pub fn tcp_only(listener: Listener) -> io::Result<Inbox> {
         let name = listener.local_addr()?;
         let epoch = crate::sys::random_u32().max(1);
         let wake = Some(std::sync::Arc::new(crate::sys::Epoll::new()?));
-        let mut i =
-            Inbox { shm: None, tcp: None, lo: None, name, epoch, wake, rings: true, lands: Landings::default() };
-        i.take_tcp(listener, None, tcp::Bounds::default())?;
+        let mut i = Inbox {
+            shm: None,
+            tcp: None,
+            lo: None,
+            name,
+            epoch,
+            wake,
+            rings: true,
+            lands: Landings::default(),
+            shm_props: shm::props(crate::config::EAGER_MAX),
+            tcp_props: tcp::props(crate::config::TCP_EAGER_MAX),
+        };
+        i.listen(listener, None, tcp::Bounds::default(), crate::config::TCP_EAGER_MAX)?;
         Ok(i)
     }
 
-    /// Take frames over TCP too, from the connections `listener` (bound at
-    /// the endpoint's name) accepts.
-    pub fn take_tcp(
+    /// Take frames over connections too, those `listener` (bound at the
+    /// endpoint's name) accepts, from peers that prove `key` where there
+    /// is one, within the bounds and limits `cfg` gives.
+    pub fn take_connections(
         &mut self,
-        listener: TcpListener,
+        listener: Listener,
+        key: Option<crate::auth::JobKey>,
+        cfg: &crate::config::Config,
+    ) -> io::Result<()> {
+        self.listen(listener, key, tcp::Bounds::of(cfg), cfg.tcp_eager_max)
+    }
+
+    /// `take_connections`, within `bounds`, its TCP frames' eager limit
+    /// `eager_max`.
+    fn listen(
+        &mut self,
+        listener: Listener,
         key: Option<crate::auth::JobKey>,
         bounds: tcp::Bounds,
+        eager_max: usize,
     ) -> io::Result<()> {
+        self.tcp_props = tcp::props(eager_max);
         let hello = Dial::new(Wire::Tcp, &self.name, self.epoch).hello;
         let wake = match &self.wake {
             Some(w) => w.clone(),
@@ -561,12 +592,6 @@ impl Inbox {
     /// Where the inbox of `name` lives, for log lines.
     pub fn place(name: &SocketAddr) -> String {
         format!("the shared-memory queue {}", shm::region::path_for(name))
-    }
-
-    /// The addresses of this host's endpoints on `port` (for the log line
-    /// of a send that found nobody at its address).
-    pub fn others_on_port(port: u16) -> Vec<String> {
-        shm::region::endpoints_on_port(port)
     }
 
     /// This endpoint's epoch (a new one at the same address has another).
@@ -583,24 +608,33 @@ impl Inbox {
         self.shm.as_ref().is_some_and(|r| r.ready()) || self.tcp.as_mut().is_some_and(|t| t.ready())
     }
 
-    /// Hand one frame to `f(frame, more, via)`, `more` saying whether
-    /// another waits behind it, `via` the sender its connection's hello
-    /// named (TCP; None on a wire whose frames carry no such proof), and
-    /// `landed` the payload bytes that went straight to their landing zone
-    /// (`landings`; the frame is then its header alone; 0 on other wires);
-    /// false when none waits. The frame is consumed even if `f` panics.
-    pub fn pop(&mut self, f: impl FnOnce(&[u8], bool, Option<SocketAddr>, usize)) -> bool {
+    /// Hand one frame to `f(frame, how)`, `how` saying how it arrived
+    /// (`Arrival`: whether another waits behind it, the sender its
+    /// connection proved, its payload bytes that landed, its wire); false
+    /// when none waits. The frame is consumed even if `f` panics.
+    #[inline]
+    pub fn pop(&mut self, f: impl FnOnce(&[u8], Arrival<'_>)) -> bool {
         #[cfg(test)]
         if let Some(l) = &mut self.lo {
-            return l.pop(|m, more| f(m, more, None, 0));
+            let wire = &self.shm_props;
+            return l.pop(|m, more| f(m, Arrival { more, via: None, landed: 0, wire }));
         }
         if let Some(r) = self.shm.as_mut().filter(|r| r.ready()) {
-            return r.pop(|m, more| f(m, more, None, 0));
+            let wire = &self.shm_props;
+            return r.pop(|m, more| f(m, Arrival { more, via: None, landed: 0, wire }));
         }
         match &mut self.tcp {
-            Some(t) => t.pop(|m, more, from, landed| f(m, more, Some(from), landed)),
+            Some(t) => {
+                let wire = &self.tcp_props;
+                t.pop(|m, more, from, landed| f(m, Arrival { more, via: Some(from), landed, wire }))
+            }
             None => false,
         }
+    }
+
+    /// What the wires this inbox takes frames over are.
+    pub fn wires(&self) -> impl Iterator<Item = &Props> {
+        [self.shm.as_ref().map(|_| &self.shm_props), self.tcp.as_ref().map(|_| &self.tcp_props)].into_iter().flatten()
     }
 
     /// The TCP connections this inbox shares with the endpoint's links
@@ -713,6 +747,7 @@ impl Inbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tcp::TcpSend;
 
     #[test]
     fn the_wire_is_chosen_per_peer_by_its_address() {
@@ -736,7 +771,7 @@ mod tests {
 
     #[test]
     fn an_endpoint_whose_queue_names_are_all_taken_takes_tcp_alone_unless_the_wire_is_shm() {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = Listener::bind("127.0.0.1:0").unwrap();
         let name = port.local_addr().unwrap();
         let dir = shm::dir::Dir::user().expect("this user's directory");
         let names: Vec<String> = shm::region::queue_names(&name).collect();
@@ -750,7 +785,7 @@ mod tests {
         }
         let mut i = auto.expect("a taken name never fails the endpoint");
         assert!(i.shm.is_none() && i.copies().is_none(), "no queue");
-        i.take_tcp(port, None, tcp::Bounds::default()).expect("its listener");
+        i.take_connections(port, None, &crate::config::Config::default()).expect("its listener");
         assert!(i.wake_fd().is_some(), "its TCP sockets ring the wake fd");
         assert!(shm_only.is_err(), "FI_OXMR_WIRE=shm: no queue, no endpoint");
     }
@@ -801,5 +836,23 @@ mod tests {
         };
         assert_ne!(ours, 99);
         drop(own);
+    }
+
+    #[test]
+    fn a_send_to_nobody_says_why_and_what_to_do() {
+        let e = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let there: SocketAddr = "127.0.0.1:40123".parse().unwrap();
+        let elsewhere: SocketAddr = "127.0.0.2:40123".parse().unwrap();
+        let why = unreachable_why(&elsewhere, &e, Wire::Shm);
+        assert!(why.contains("is the peer running"), "{why}");
+        let _own = Inbox::create(&there, Wire::Shm, None).unwrap();
+        let why = unreachable_why(&elsewhere, &e, Wire::Shm);
+        assert!(why.contains("but 127.0.0.1:40123 listens on that port"), "{why}");
+        assert!(why.contains("-s 127.0.0.2"), "{why}");
+        let far: SocketAddr = "198.51.100.7:40123".parse().unwrap();
+        let why = unreachable_why(&far, &e, Wire::Shm);
+        assert!(why.contains("not an address of this host") && why.contains("FI_OXMR_WIRE"), "{why}");
+        let why = unreachable_why(&far, &e, Wire::Tcp);
+        assert!(why.contains("over TCP") && why.contains("reachable"), "{why}");
     }
 }

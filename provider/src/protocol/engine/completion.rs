@@ -1,7 +1,30 @@
 //! Completions: CQ entries, error entries and counters for the operations
 //! that finish, and the receiver's answer to a sender that waits for it.
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{total, Engine, HeldRecv, Kind, Pending, Posted, C_RECV};
+use crate::protocol::{flag, op, Hdr};
+use crate::queues::cq::{CqEntry, CqError, Credit};
+
+/// The order receives are matched and reported in (`Engine::order`): the
+/// next place to give, the next to report, and the completions that wait
+/// for earlier ones (a receive whose data is pulled completes after
+/// receives matched later whose data was inline; it is still reported
+/// first).
+pub(super) struct RecvOrder {
+    pub(super) next_match: u64,
+    pub(super) next_report: u64,
+    pub(super) held: std::collections::BTreeMap<u64, HeldRecv>,
+}
+
+impl Default for RecvOrder {
+    fn default() -> Self {
+        RecvOrder { next_match: 1, next_report: 1, held: Default::default() }
+    }
+}
 
 impl Engine {
     pub(super) fn complete_tx(
@@ -39,7 +62,7 @@ impl Engine {
         // fi_cq(3), "error completions are generated for all operations".
         // (Error entries take no credit: `push_error` is never refused.)
         drop(p.credit);
-        if let Some(cq) = &self.b.tx_cq {
+        if let Some(cq) = &self.bound.tx_cq {
             cq.push_error(CqError {
                 op_context: p.ctx,
                 flags: cflags,
@@ -64,8 +87,8 @@ impl Engine {
 
     /// A place in matching order, for a receive a message just matched.
     pub(super) fn matched(&mut self) -> u64 {
-        let s = self.match_next;
-        self.match_next += 1;
+        let s = self.order.next_match;
+        self.order.next_match += 1;
         s
     }
 
@@ -78,17 +101,17 @@ impl Engine {
     /// (One order for all peers: a pull from one peer holds back another
     /// peer's receives too, for as long as it takes.)
     pub(super) fn complete_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
-        if p.seq != self.report_next && p.seq != 0 {
-            self.held_recvs.insert(p.seq, (p, hdr, from, status));
+        if p.seq != self.order.next_report && p.seq != 0 {
+            self.order.held.insert(p.seq, (p, hdr, from, status));
             return;
         }
         if p.seq != 0 {
-            self.report_next += 1;
+            self.order.next_report += 1;
         }
         self.report_recv(p, hdr, from, status);
-        while let Some(e) = self.held_recvs.first_entry().filter(|e| *e.key() == self.report_next) {
+        while let Some(e) = self.order.held.first_entry().filter(|e| *e.key() == self.order.next_report) {
             let (p, hdr, from, status) = e.remove();
-            self.report_next += 1;
+            self.order.next_report += 1;
             self.report_recv(p, hdr, from, status);
         }
     }
@@ -123,7 +146,7 @@ impl Engine {
             // (An error completion whether or not one was asked for: see
             // `fail_tx`.)
             drop(p.credit);
-            if let Some(cq) = &self.b.rx_cq {
+            if let Some(cq) = &self.bound.rx_cq {
                 cq.push_error(CqError {
                     op_context: p.ctx,
                     flags: cflags,

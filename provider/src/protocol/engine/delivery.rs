@@ -2,7 +2,13 @@
 //! through the link's copy of the sender's memory, as a shared copy, or
 //! pulled from the sender when the wire cannot reach its memory).
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{clip, total, Engine, Job, JobFor, Paired, Posted, Pull, PullFor, Unexpected};
+use crate::protocol::{flag, op, Hdr};
+use crate::wire::{Copied, SharedCopy, Span};
 
 impl Engine {
     /// Put a matched message into a posted receive and complete both ends.
@@ -51,12 +57,12 @@ impl Engine {
         }
         let src = clip(&u.iovs, n);
         let r = Box::new(Paired { p, hdr: u.hdr, pid: u.pid, from: u.from, dest, src, gone: false });
-        if self.pair_recv
+        if self.sharing.pair_recv
             && n == len
             && n.is_multiple_of(2)
-            && n < self.share_min
+            && n < self.sharing.share_min
             && 2 * n >= self.share_from(&r.from)
-            && (self.busy || self.kept.is_some())
+            && (self.busy || self.sharing.unpaired.is_some())
         {
             return self.pair_recv(r);
         }

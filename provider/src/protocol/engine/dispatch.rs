@@ -2,7 +2,14 @@
 //! order in which they are handled (control frames at once, copies kept
 //! and served one per progress call, RMA held behind a stalled job).
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{matches, total, Engine, Job, JobFor, Kind, Unexpected};
+use crate::info::addr;
+use crate::protocol::{decode_iovs, flag, op, Hdr};
+use crate::wire::Arrival;
 
 impl Engine {
     pub(super) fn on_message(&mut self, msg: &[u8]) {
@@ -124,42 +131,40 @@ impl Engine {
     }
 
     /// Whether a frame's header names the sender its connection proved
-    /// (`via`: the name in the TCP hello; None on a wire whose frames are
-    /// checked against the sender's queue owner instead, `owns_its_queue`),
-    /// and whether it came on the wire we reach that sender by
-    /// (`Dial::route`): a frame over shared memory naming an endpoint we
-    /// reach over TCP (or the reverse) could not be checked the way its
-    /// sender's answers and copies are. A frame claiming another sender,
-    /// or on the other wire, is dropped here, before it can be kept,
-    /// batched or answered.
-    pub(super) fn sent_by(&mut self, msg: &[u8], via: Option<SocketAddr>) -> bool {
-        if self.b.one_peer && !self.is_from_our_peer(msg) {
+    /// (`how.via`: the name in the connection's hello; None on a wire
+    /// whose frames are checked against the sender's queue owner instead,
+    /// `owns_its_queue`), and whether it came on the wire we reach that
+    /// sender by (`Dial::route`): a frame over shared memory naming an
+    /// endpoint we reach over TCP (or the reverse) could not be checked
+    /// the way its sender's answers and copies are. A frame claiming
+    /// another sender, or on the other wire, is dropped here, before it
+    /// can be kept, batched or answered.
+    pub(super) fn sent_by(&mut self, msg: &[u8], how: &Arrival<'_>) -> bool {
+        if self.bound.one_peer && !self.is_from_our_peer(msg) {
             return false;
         }
-        if via.is_none() && self.dial.wire == Wire::Shm {
+        let (via, came) = (how.via, how.wire.wire);
+        // (Every peer is reached over the wire of this unproven frame.)
+        if via.is_none() && self.dial.wire == came {
             return true;
         }
         // (The common case first, without decoding the header: a frame
         // in our queue from an IPv4 sender on this host.)
         if via.is_none() {
             if let Some(ip) = crate::protocol::Hdr::sender_v4(msg) {
-                if self.dial.route(&SocketAddr::from((ip, 0))) == Wire::Shm {
+                if self.dial.route(&SocketAddr::from((ip, 0))) == came {
                     return true;
                 }
             }
         }
         let claimed = Hdr::decode(msg).and_then(|(h, _)| self.sender(&h.name));
-        let came = if via.is_some() { Wire::Tcp } else { Wire::Shm };
         match (claimed, via) {
             (Some(c), _) if self.dial.route(&c) != came => {
-                let (wire, other) = if came == Wire::Tcp { ("TCP", "shared memory") } else { ("shared memory", "TCP") };
                 tracing::warn!(
-                    "dropping a frame from {c} that came over {wire}: this endpoint reaches {c} over {other} (FI_OXMR_WIRE={}); set FI_OXMR_WIRE alike on both sides",
-                    match self.dial.wire {
-                        Wire::Auto => "auto",
-                        Wire::Shm => "shm",
-                        Wire::Tcp => "tcp",
-                    }
+                    "dropping a frame from {c} that came over {}: this endpoint reaches {c} over {} (FI_OXMR_WIRE={}); set FI_OXMR_WIRE alike on both sides",
+                    how.wire.name,
+                    self.dial.props(self.dial.route(&c)).name,
+                    self.dial.setting()
                 );
                 false
             }
@@ -167,8 +172,9 @@ impl Engine {
             (Some(c), Some(v)) if c == v => true,
             (_, Some(v)) => {
                 tracing::warn!(
-                    "dropping a frame from {v} that names {} as its sender, and closing its TCP connection: a forged or broken frame",
-                    claimed.map_or("nobody valid".to_string(), |c| c.to_string())
+                    "dropping a frame from {v} that names {} as its sender, and closing its {} connection: a forged or broken frame",
+                    claimed.map_or("nobody valid".to_string(), |c| c.to_string()),
+                    how.wire.name
                 );
                 false
             }
@@ -179,7 +185,7 @@ impl Engine {
     /// with a log line: someone else found our name).
     fn is_from_our_peer(&mut self, msg: &[u8]) -> bool {
         let claimed = Hdr::decode(msg).and_then(|(h, _)| self.sender(&h.name));
-        let ok = claimed.is_some_and(|c| self.b.av.as_ref().is_some_and(|av| av.reverse(&c).is_some()));
+        let ok = claimed.is_some_and(|c| self.bound.av.as_ref().is_some_and(|av| av.reverse(&c).is_some()));
         if !ok {
             tracing::warn!(
                 "dropping a frame from {} at a connected endpoint: it is not the endpoint's peer",
@@ -216,7 +222,8 @@ impl Engine {
         // (Not READ: two-way reads copy into the buffer the peer's copy
         // reads from, and overlap less served in order; docs/architecture.md.)
         let copy = matches!(op, Some(op::RTS | op::WRITE))
-            && Hdr::decode(msg).is_some_and(|(h, _)| self.share_min == 0 || (h.len as usize) < self.share_min);
+            && Hdr::decode(msg)
+                .is_some_and(|(h, _)| self.sharing.share_min == 0 || (h.len as usize) < self.sharing.share_min);
         if control || (self.deferred.is_empty() && !(copy && more)) {
             return self.on_message(msg);
         }
@@ -230,7 +237,7 @@ impl Engine {
     /// read would see a write posted after it). (Nothing is parsed unless
     /// some job is stalled.)
     pub(super) fn rma_held(&self, msg: &[u8]) -> bool {
-        !self.stalled.is_empty()
+        !self.sharing.stalled.is_empty()
             && matches!(msg.first(), Some(&(op::WRITE | op::WRITE_INLINE | op::READ)))
             && self.sent_by_stalled(msg)
     }
@@ -241,7 +248,7 @@ impl Engine {
         let rma = |j: &Job| matches!(j.what, JobFor::Rma { .. } | JobFor::Writes { .. });
         Hdr::decode(msg)
             .and_then(|(h, _)| addr::parse(&h.name))
-            .is_some_and(|from| self.stalled.iter().any(|j| j.peer == from && rma(j)))
+            .is_some_and(|from| self.sharing.stalled.iter().any(|j| j.peer == from && rma(j)))
     }
 
     /// Handle kept messages, up to and including one copy (or one batch of
@@ -268,7 +275,7 @@ impl Engine {
             self.on_message(&m);
             // (A receive kept for pairing has not copied yet: go on to its
             // partner; one that copied another on its way counts.)
-            if copy && (self.kept.is_none() || self.delivered != delivered) {
+            if copy && (self.sharing.unpaired.is_none() || self.delivered != delivered) {
                 break;
             }
         }

@@ -3,52 +3,31 @@
 //! answer -FI_EAGAIN when the peer's queue is full, and control frames
 //! (answers) that must not be lost, queued per peer until they fit.
 
-use super::*;
+use std::net::SocketAddr;
 
-/// Why a send to `to` found no endpoint there (`e`: opening its queue,
-/// or connecting, over `wire`), and what to do about it.
-fn unreachable_why(to: &SocketAddr, e: &std::io::Error, wire: Wire) -> String {
-    let local = to.ip().is_loopback()
-        || crate::info::addr::local_ifaces(None).iter().any(|i| i.ip == to.ip())
-        || crate::info::addr::route_source(to).is_some_and(|ip| ip == to.ip());
-    if wire == Wire::Tcp {
-        return format!(
-            "no oxmr endpoint answers at {to} over TCP ({e}): is the peer running, its endpoint still open, and its address reachable from here (firewall, route)?"
-        );
-    }
-    if !local {
-        return format!(
-            "no oxmr endpoint at {to}: it is not an address of this host, and FI_OXMR_WIRE=shm reaches only this host's endpoints; unset FI_OXMR_WIRE (auto: TCP to other hosts) or set it to tcp"
-        );
-    }
-    let mut others = Inbox::others_on_port(to.port());
-    others.retain(|a| a != &to.to_string());
-    if others.is_empty() {
-        format!("no oxmr endpoint at {to} on this host ({e}): is the peer running, and its endpoint still open?")
-    } else {
-        format!(
-            "no oxmr endpoint at {to} on this host ({e}), but {} listens on that port: an endpoint is reached only at the address it was opened on; send there, or open the peer's endpoint on {} (fabtests: -s {})",
-            others.join(", "),
-            to.ip(),
-            to.ip()
-        )
-    }
-}
+use oxmr_ffi as ffi;
+
+use super::peers::TxPeer;
+use super::{peers, Engine, Pending, Stream, TxDone};
+use crate::error::{Error, Result};
+use crate::fail;
+use crate::protocol::{Hdr, Iovs, HDR_MAX};
+use crate::queues::cq::Credit;
+use crate::wire::{KeyMismatch, Link, LinkState, OpenError, WireError};
 
 impl Engine {
     pub(super) fn peer(&mut self, to: SocketAddr) -> Result<&TxPeer> {
         if let Some(i) = self.peers.find(&to) {
             return Ok(&self.peers.list[i]);
         }
-        let route = self.dial.route(&to);
-        let wire = if route == Wire::Tcp { "TCP" } else { "shm" };
+        let wire = self.dial.props(self.dial.route(&to)).name;
         let link = Link::open(&to, &self.dial).map_err(|e| match e {
-            // (A TCP connect the kernel refused at once: failed, and said,
-            // as one refused later, `link_down`.)
-            OpenError::Unreachable(e) if route == Wire::Tcp && e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+            // (A connect the kernel refused at once: failed, and said, as
+            // one refused later, `link_down`.)
+            OpenError::ConnectRefused => {
                 fail!(ffi::FI_ECONNREFUSED, "peer {to} {}", peers::unreachable(libc::ECONNREFUSED).1)
             }
-            OpenError::Unreachable(e) => fail!(ffi::FI_EHOSTUNREACH, "{}", unreachable_why(&to, &e, route)),
+            OpenError::Unreachable(e) => fail!(ffi::FI_EHOSTUNREACH, "{}", self.dial.unreachable_why(&to, &e)),
             OpenError::Version { theirs, ours } => fail!(
                 ffi::FI_EHOSTUNREACH,
                 "the endpoint at {to} speaks {wire} wire version {theirs}, this oxmr speaks version {ours}: run one oxmr build on both sides"
@@ -272,28 +251,5 @@ impl Engine {
                 self.peer_gone(a, "closed its endpoint");
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_send_to_nobody_says_why_and_what_to_do() {
-        let e = std::io::Error::from_raw_os_error(libc::ENOENT);
-        let there: SocketAddr = "127.0.0.1:40123".parse().unwrap();
-        let elsewhere: SocketAddr = "127.0.0.2:40123".parse().unwrap();
-        let why = unreachable_why(&elsewhere, &e, Wire::Shm);
-        assert!(why.contains("is the peer running"), "{why}");
-        let _own = Inbox::create(&there, Wire::Shm, None).unwrap();
-        let why = unreachable_why(&elsewhere, &e, Wire::Shm);
-        assert!(why.contains("but 127.0.0.1:40123 listens on that port"), "{why}");
-        assert!(why.contains("-s 127.0.0.2"), "{why}");
-        let far: SocketAddr = "198.51.100.7:40123".parse().unwrap();
-        let why = unreachable_why(&far, &e, Wire::Shm);
-        assert!(why.contains("not an address of this host") && why.contains("FI_OXMR_WIRE"), "{why}");
-        let why = unreachable_why(&far, &e, Wire::Tcp);
-        assert!(why.contains("over TCP") && why.contains("reachable"), "{why}");
     }
 }

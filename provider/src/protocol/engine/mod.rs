@@ -1,20 +1,34 @@
 //! An RDM endpoint's data engine: posts operations as messages, and turns
 //! the messages it receives into matches, copies, checks and completions.
+//! It drives every wire through `wire::Link` and `wire::Inbox`, and decides
+//! by what a link's wire is (`Link::props`: its largest frame, eager limit,
+//! whether it buffers, spreads, reaches the peer's memory, shares copies,
+//! how it proves a sender), never by which wire it is (docs/wire.md).
 //!
-//! Protocol by size (docs/wire.md):
-//! - sends up to `EAGER_MAX` bytes go inline in one queue cell; larger ones
+//! Protocol by size:
+//! - sends up to the link's eager limit go inline in one frame (a queue
+//!   cell on shared memory, `EAGER_MAX`; larger over TCP); larger ones
 //!   send an RTS naming the sender's buffers, and the receiver copies them
-//!   once with process_vm_readv when a receive matches, then ACKs;
-//! - RMA writes up to `EAGER_MAX` carry their data inline; larger writes and
-//!   all reads name the initiator's buffers. The *target* checks every access
-//!   against its registrations (key, bounds, rights) before it copies, on
-//!   every path, and ACKs with the result; RMA completes on that ACK, so a
-//!   refused access is an error completion at the initiator.
+//!   once when a receive matches (process_vm_readv, where the wire reaches
+//!   the peer's memory), or asks the sender to push them (PULL -> DATA),
+//!   then ACKs;
+//! - RMA writes up to `EAGER_MAX` carry their data inline; larger writes
+//!   and all reads name the initiator's buffers (a wire that never reaches
+//!   the peer's memory streams a write's data behind it). The *target*
+//!   checks every access against its registrations (key, bounds, rights)
+//!   before it copies, on every path, and ACKs with the result; RMA
+//!   completes on that ACK, so a refused access is an error completion at
+//!   the initiator.
+//! - on shared memory, large copies are shared by both processes
+//!   (`shared.rs`, the wire's `Copies`).
 //!
-//! Completion levels: an inline send completes when its cell is written
+//! Completion levels: an inline send completes when its frame is written
 //! (the data has left the buffer: inject/transmit complete) unless
 //! FI_DELIVERY_COMPLETE asks for the receiver's ACK; RTS sends and RMA
 //! complete on the ACK (delivery complete).
+//!
+//! State: the `Engine` holds the endpoint's own fields and one struct per
+//! file that manages a part of it (see `Engine`).
 //!
 //! Manual progress: `progress` runs from CQ and counter reads.
 //! Locking: the engine's lock (a `sys::SpinLock` in its cell) is taken
@@ -30,17 +44,14 @@ use std::time::{Duration, Instant};
 use oxmr_ffi as ffi;
 
 use super::hash::FastMap;
-use super::{decode_iovs, encode_iovs, flag, op, Hdr, Iovs, HDR_MAX};
+use super::{flag, op, Hdr, Iovs, HDR_MAX};
 use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::fail;
+use crate::error::Result;
 use crate::info::addr;
 use crate::mr::MrDomain;
 use crate::queues::cntr::Counter;
-use crate::queues::cq::{CqCore, CqEntry, CqError, Credit};
-use crate::wire::{
-    Copied, Copies, Dial, Inbox, KeyMismatch, Link, LinkState, OpenError, SharedCopy, Span, Wire, WireError, MAX_FRAME,
-};
+use crate::queues::cq::{CqCore, Credit};
+use crate::wire::{Dial, Inbox, SharedCopy, FRAME_FLOOR};
 
 mod addressing;
 mod completion;
@@ -56,8 +67,7 @@ mod shared;
 #[cfg(test)]
 mod tests;
 use addressing::AvCache;
-use peers::{Peers, TxPeer};
-use shared::{halves, runs_apart};
+use peers::Peers;
 
 /// Marks an operation posted by an fi_inject* call (no CQ entry). A bit
 /// above every flag libfabric defines (its highest is 1 << 59).
@@ -66,7 +76,15 @@ pub(crate) const INJECT_CALL: u64 = 1 << 63;
 /// Largest payload sent inline (docs/wire.md; a cell holds the largest
 /// header and this).
 pub(crate) use crate::config::EAGER_MAX;
-const _: () = assert!(EAGER_MAX + HDR_MAX <= MAX_FRAME);
+const _: () = assert!(EAGER_MAX + HDR_MAX <= FRAME_FLOOR);
+const _: () = assert!(frame_payload(FRAME_FLOOR) == EAGER_MAX);
+
+/// The payload one frame of `max_frame` bytes carries behind the largest
+/// header, in whole 16-byte units (a stream's chunks keep their
+/// alignment): a queue cell's is `EAGER_MAX`.
+const fn frame_payload(max_frame: usize) -> usize {
+    (max_frame - HDR_MAX) & !15
+}
 /// RMA writes of at least this many bytes over a link with lanes wait for
 /// the target's PULL instead of streaming their data behind the request
 /// (`Stream::spread`): one round trip more, then every lane at once.
@@ -84,8 +102,8 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// Progress calls between two looks at the clock for the liveness check.
 const LIVENESS_CALLS: u32 = 64;
 /// The most operation ids one ACKS message carries (it fits a queue cell).
-const ACKS_MAX: usize = (MAX_FRAME - HDR_MAX) / 8;
-const _: () = assert!(HDR_MAX + ACKS_MAX * 8 <= MAX_FRAME);
+const ACKS_MAX: usize = (FRAME_FLOOR - HDR_MAX) / 8;
+const _: () = assert!(HDR_MAX + ACKS_MAX * 8 <= FRAME_FLOOR);
 /// Progress calls that may leave kept copies unserved in a row (see
 /// `Engine::progress_with`).
 const SERVE_EVERY: u32 = 64;
@@ -336,32 +354,29 @@ pub struct RmaOp {
 /// is left to fill (and the peer to see -FI_EAGAIN: flow control).
 const DEFER_MAX: usize = 256;
 
-/// The engine of one RDM endpoint.
+/// The engine of one RDM endpoint. The state each file manages is its
+/// own struct, defined there: `sharing` (shared.rs), `target`
+/// (rma_target.rs), `pulls` (push.rs), `order` (completion.rs), `unexp`
+/// (posting.rs), `pace` (progress.rs), `peers` (peers.rs), `av_cache`
+/// (addressing.rs); the rest is the endpoint's own.
 pub struct Engine {
     /// Our queue; `None` only while `progress` reads it.
     rx: Option<Inbox>,
     name: [u8; 28],
     pid: u32,
-    /// How we reach peers (the wire, and our hello on TCP).
+    /// How we reach peers (the wire for each, our hello, what each wire
+    /// is).
     dial: Dial,
     /// The domain's registrations, which every remote access is checked
     /// against.
     mr: Arc<MrDomain>,
-    b: Bindings,
+    /// What the endpoint is bound to (CQs, counters, AV, op flags).
+    bound: Bindings,
     peers: Peers,
-    /// Refused remote accesses per peer in the current burst window (the
-    /// count, when the window opened), the most allowed in one
-    /// (FI_OXMR_REFUSE_MAX; 0: no limit), and the peers found over it
-    /// while the inbox was out (banned at the end of the poll).
-    refusals: FastMap<SocketAddr, (u32, Instant)>,
-    refuse_max: u32,
-    to_ban: Vec<SocketAddr>,
-    /// Bytes the unexpected messages hold (`Unexpected::bytes`), the most
-    /// they may (FI_OXMR_UNEXP_MAX), and the peers whose reading stopped
-    /// because their message found it spent (resumed below 3/4 of it).
-    unexp_bytes: usize,
-    unexp_max: usize,
-    unexp_paused: Vec<SocketAddr>,
+    /// What a remote access may do to us, and the refusals so far.
+    target: rma_target::Target,
+    /// The unexpected messages' budget.
+    unexp: posting::UnexpectedBudget,
     /// The most bytes of answers queued for one peer that does not read
     /// them (FI_OXMR_OUTBOX_MAX; past it, that peer's reading stops until
     /// half have gone).
@@ -372,70 +387,30 @@ pub struct Engine {
     unexpected: [VecDeque<Unexpected>; 2],
     pending: FastMap<u64, Pending>,
     next_id: u64,
-    last_check: Instant,
-    /// Progress calls since the last liveness check (the clock is read
-    /// only every `LIVENESS_CALLS` calls: it costs more than a poll).
-    ticks: u32,
-    pulls: FastMap<(SocketAddr, u64), Pull>,
-    /// Where a pull's DATA may land straight from a TCP socket (each pull
-    /// of host memory has its zone while it is in `pulls`: `start_pull`,
-    /// `take_pull`), and the payload bytes of the frame being handled that
-    /// landed so (`on_data`).
-    lands: crate::wire::Landings,
-    landed: usize,
-    /// Streamed writes we refused (or stopped midway): how many of their
-    /// bytes are still to come in DATA frames, which we drop, and the
-    /// status we answer once they have (at most `DROPPING_MAX` of them;
-    /// past that, a refusal is answered at once, and its DATA logged as
-    /// unknown).
-    dropping: FastMap<(SocketAddr, u64), (u64, u32)>,
+    /// The transfers the peers push to us, and the streamed writes we drop.
+    pulls: push::Pulls,
     /// Gone peers' operations, failed once their last messages are read.
     gone: Vec<Gone>,
-    /// Our shared copies' slots, when our wire offers them (shm), and the
-    /// jobs whose peer did not settle its chunk in time.
-    copies: Option<Copies>,
-    /// Jobs our pending sends offer (FI_OXMR_SHM_SENDER_JOBS).
-    offers: Vec<Offer>,
-    sender_jobs: bool,
-    stalled: Vec<Job>,
-    /// A receive's shared copy whose helper may still hold a chunk, left
-    /// open while the next copy starts (see `share`), and the progress
-    /// calls since it was opened.
-    open_job: Option<Job>,
-    open_calls: u32,
-    /// A rendezvous receive kept for the next one to pair with (see
-    /// `pair_recv`); it completes before anything matched after it.
-    kept: Option<Box<Paired>>,
-    pair_recv: bool,
+    /// The shared copies (shm's offload) and what decides them.
+    sharing: shared::Sharing,
     /// Rendezvous receives sent their way so far (`deliver_rts`): tells
     /// `serve_deferred` whether a message it handled started a copy.
     delivered: u64,
     /// More messages wait behind the one being handled.
     busy: bool,
-    /// What our region's `idle` word says (written on change only).
-    idle_shown: bool,
-    share_min: usize,
-    share_chunk: usize,
-    /// Most bytes of a peer's RMA writes copied by one call (`write_batch`;
-    /// 0: off).
-    write_batch_max: usize,
-    /// Sends up to this many bytes go inline (FI_OXMR_SHM_EAGER_MAX; over
-    /// TCP, FI_OXMR_TCP_EAGER_MAX within the link's frame).
+    /// Sends up to this many bytes go inline over every link
+    /// (FI_OXMR_SHM_EAGER_MAX: every wire's frames hold that much); a link
+    /// whose wire allows more sends more inline (`Props::eager_max`,
+    /// within its frame).
     eager_max: usize,
-    tcp_eager_max: usize,
-    avc: AvCache,
+    av_cache: AvCache,
     /// Messages taken from the queue, to handle after the control messages
     /// behind them (see `take_message`).
     deferred: VecDeque<Vec<u8>>,
-    /// Matching order of receives: the next place to give, the next to
-    /// report, and the completions that wait for earlier ones (a receive
-    /// whose data is pulled completes after receives matched later whose
-    /// data was inline; it is still reported first).
-    match_next: u64,
-    report_next: u64,
-    held_recvs: std::collections::BTreeMap<u64, HeldRecv>,
-    /// Progress calls in a row that left `deferred` unserved.
-    unserved: u32,
+    /// The order receives are matched and reported in.
+    order: completion::RecvOrder,
+    /// When the progress loop last did its periodic work.
+    pace: progress::Pace,
 }
 
 /// A frame's landing head (`wire::land`): a DATA frame's transfer (our
@@ -500,18 +475,18 @@ impl Drop for Engine {
         // application may free once fi_close returns. We copy what is
         // unclaimed and wait, for a bounded time, for the chunks in flight.
         let start = Instant::now();
-        for j in &self.stalled {
+        for j in &self.sharing.stalled {
             self.work(j, usize::MAX);
         }
-        while !self.stalled.is_empty() {
+        while !self.sharing.stalled.is_empty() {
             self.check_stalled(start.elapsed() >= Duration::from_millis(10));
-            if self.stalled.is_empty() {
+            if self.sharing.stalled.is_empty() {
                 break;
             }
             if start.elapsed() >= CLOSE_WAIT {
                 tracing::warn!(
                     "closing with {} shared copies whose peer still holds a chunk (stopped?); it may still write into their buffers",
-                    self.stalled.len()
+                    self.sharing.stalled.len()
                 );
                 break;
             }
@@ -542,31 +517,11 @@ impl Engine {
         // us to open its zone before it cuts them, so they land.)
         lands.set_barrier(|b| b.first() == Some(&op::WRITE) && b.get(1).is_some_and(|f| f & flag::STREAM != 0));
         Engine {
-            dial: Dial::new(cfg.wire, &name, epoch)
-                .with_tcp(crate::wire::TcpSend {
-                    ring: wires.tcp_ring.clone(),
-                    stats: wires.tcp_stats.clone(),
-                    copied_off: cfg.tcp_zc_copied,
-                    lanes: cfg.tcp_lanes,
-                    key,
-                })
-                .with_pairs(rx.pairs()),
-            copies: rx.copies(),
-            offers: Vec::new(),
-            sender_jobs: cfg.sender_jobs,
-            stalled: Vec::new(),
-            open_job: None,
-            open_calls: 0,
-            kept: None,
-            pair_recv: cfg.pair_recv,
+            dial: Dial::for_endpoint(cfg, &name, epoch, wires, key).with_pairs(rx.pairs()),
+            sharing: shared::Sharing::new(rx.copies(), cfg),
             delivered: 0,
             busy: false,
-            idle_shown: false,
-            share_min: cfg.share_min,
-            share_chunk: cfg.share_chunk,
-            write_batch_max: cfg.write_batch,
             eager_max: cfg.eager_max.min(EAGER_MAX),
-            tcp_eager_max: cfg.tcp_eager_max,
             rx: Some(rx),
             name: {
                 let mut n = [0u8; 28];
@@ -576,14 +531,10 @@ impl Engine {
             },
             pid: std::process::id(),
             mr,
-            b,
+            bound: b,
             peers: Peers::default(),
-            refusals: FastMap::default(),
-            refuse_max: cfg.refuse_max,
-            to_ban: Vec::new(),
-            unexp_bytes: 0,
-            unexp_max: cfg.unexp_max,
-            unexp_paused: Vec::new(),
+            target: rma_target::Target::new(cfg),
+            unexp: posting::UnexpectedBudget::new(cfg.unexp_max),
             outbox_max: cfg.outbox_max,
             to_pause: Vec::new(),
             posted: [VecDeque::new(), VecDeque::new()],
@@ -595,48 +546,22 @@ impl Engine {
             // nothing here, and peers tell our messages from its
             // (`closed_peer`).
             next_id: (epoch as u64) << 32 | 1,
-            last_check: Instant::now(),
-            avc: AvCache::default(),
+            av_cache: AvCache::default(),
             deferred: VecDeque::new(),
-            match_next: 1,
-            report_next: 1,
-            held_recvs: Default::default(),
-            unserved: 0,
-            ticks: 0,
-            pulls: FastMap::default(),
-            lands,
-            landed: 0,
-            dropping: FastMap::default(),
+            order: completion::RecvOrder::default(),
+            pace: progress::Pace::default(),
+            pulls: push::Pulls::new(lands),
             gone: Vec::new(),
         }
-    }
-
-    /// Pull `key`'s data into `pull.dest`: its zone, if host memory, lets
-    /// DATA over TCP land there straight from the socket.
-    fn start_pull(&mut self, key: (SocketAddr, u64), pull: Pull) {
-        if pull.dest.iter().all(|&(a, l)| l == 0 || !crate::mr::phys::is_device(a, l)) {
-            // SAFETY: `dest` is a posted receive buffer or a registration
-            // checked for this write and held by the pull; the zone is
-            // forgotten (`take_pull`) before either is given back.
-            unsafe { self.lands.expect(key.0, key.1, pull.dest.clone()) };
-        }
-        self.pulls.insert(key, pull);
-    }
-
-    /// Take pull `key` out (done, failed, its peer gone): nothing lands
-    /// for it any more.
-    fn take_pull(&mut self, key: &(SocketAddr, u64)) -> Option<Pull> {
-        self.lands.forget(key.0, key.1);
-        self.pulls.remove(key)
     }
 
     /// FI_SETOPSFLAG on an enabled endpoint: the flags that calls without
     /// their own (every call but the `*msg` ones) use from now on.
     pub fn set_op_flags(&mut self, tx: bool, flags: u64) {
         if tx {
-            self.b.tx_op_flags = flags;
+            self.bound.tx_op_flags = flags;
         } else {
-            self.b.rx_op_flags = flags;
+            self.bound.rx_op_flags = flags;
         }
     }
 
@@ -646,7 +571,11 @@ impl Engine {
         if flags & INJECT_CALL != 0 {
             return false;
         }
-        let (cq, sel) = if tx { (&self.b.tx_cq, self.b.tx_selective) } else { (&self.b.rx_cq, self.b.rx_selective) };
+        let (cq, sel) = if tx {
+            (&self.bound.tx_cq, self.bound.tx_selective)
+        } else {
+            (&self.bound.rx_cq, self.bound.rx_selective)
+        };
         cq.is_some() && (!sel || flags & ffi::FI_COMPLETION as u64 != 0)
     }
 
@@ -654,12 +583,12 @@ impl Engine {
         if !self.wants(tx, flags) {
             return Ok(None);
         }
-        let cq = if tx { &self.b.tx_cq } else { &self.b.rx_cq };
+        let cq = if tx { &self.bound.tx_cq } else { &self.bound.rx_cq };
         cq.as_ref().map(|c| c.reserve()).transpose()
     }
 
     fn count(&self, slot: usize, ok: bool) {
-        if let Some(c) = &self.b.cntrs[slot] {
+        if let Some(c) = &self.bound.cntrs[slot] {
             if ok {
                 c.add(1);
             } else {
@@ -670,12 +599,12 @@ impl Engine {
 
     /// Forget cached AV entries if the AV changed since they were read.
     fn resolve(&mut self, fi_addr: u64) -> Result<SocketAddr> {
-        self.avc.resolve(self.b.av.as_deref(), fi_addr)
+        self.av_cache.resolve(self.bound.av.as_deref(), fi_addr)
     }
 
     /// The address a message's sender name encodes (None: malformed).
     fn sender(&mut self, name: &[u8; 28]) -> Option<SocketAddr> {
-        self.avc.sender(name)
+        self.av_cache.sender(name)
     }
 
     fn new_id(&mut self) -> u64 {
@@ -686,6 +615,6 @@ impl Engine {
 
     /// The fi_addr of a sender (FI_SOURCE), FI_ADDR_NOTAVAIL if not in the AV.
     fn src_fi_addr(&mut self, from: &SocketAddr) -> u64 {
-        self.avc.src_fi_addr(self.b.av.as_deref(), from)
+        self.av_cache.src_fi_addr(self.bound.av.as_deref(), from)
     }
 }

@@ -4,7 +4,15 @@
 //! (the link's record of its owner, not the header's word), and what
 //! happens when a peer's endpoint closes or its process dies.
 
-use super::*;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{Engine, Gone, Pull, PullFor, Stream};
+use crate::protocol::hash::FastMap;
+use crate::protocol::op;
+use crate::wire::{Link, LinkState};
 
 /// A peer we send to: its address, our link to it (which knows its epoch
 /// and its owner), and what we still owe it: the control frames that found
@@ -71,7 +79,7 @@ impl Peers {
     }
 
     pub(super) fn insert(&mut self, p: TxPeer) -> &TxPeer {
-        self.buffering += p.link.buffers() as usize;
+        self.buffering += p.link.props().buffers as usize;
         self.index.insert(p.addr, self.list.len());
         self.list.push(p);
         self.last = self.list.len() - 1;
@@ -105,7 +113,7 @@ impl Peers {
     pub(super) fn remove(&mut self, to: &SocketAddr) {
         if let Some(i) = self.index.remove(to) {
             let gone = self.list.swap_remove(i);
-            self.buffering -= gone.link.buffers() as usize;
+            self.buffering -= gone.link.props().buffers as usize;
             self.owed -= gone.outbox.len() + gone.streams.len();
             if let Some(moved) = self.list.get(i) {
                 self.index.insert(moved.addr, i);
@@ -137,7 +145,7 @@ impl Engine {
     pub(super) fn settle_gone(&mut self) {
         // A send whose sender job the peer finished before it went away
         // is complete: its answer is in our slot, not our queue.
-        if !self.offers.is_empty() {
+        if !self.sharing.offers.is_empty() {
             self.poll_offers();
         }
         let Some(rx) = &self.rx else { return };
@@ -254,8 +262,8 @@ impl Engine {
     pub(super) fn peer_failed(&mut self, a: SocketAddr, why: &str, err: u32, until: Option<u64>) {
         let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.peer == a).map(|(id, _)| *id).collect();
         self.peers.remove(&a);
-        self.dropping.retain(|k, _| k.0 != a);
-        let pulls: Vec<(SocketAddr, u64)> = self.pulls.keys().filter(|k| k.0 == a).copied().collect();
+        self.pulls.dropping.retain(|k, _| k.0 != a);
+        let pulls: Vec<(SocketAddr, u64)> = self.pulls.open.keys().filter(|k| k.0 == a).copied().collect();
         // (A peer that goes with nothing pending is the usual end of a
         // job, every rank closing: no warning for it. A rendezvous of its
         // still unmatched is something: its receive will fail.)
@@ -277,7 +285,7 @@ impl Engine {
                 u.gone = true;
             }
         }
-        if let Some(k) = self.kept.as_mut().filter(|k| k.from == a) {
+        if let Some(k) = self.sharing.unpaired.as_mut().filter(|k| k.from == a) {
             k.gone = true;
         }
     }

@@ -1,7 +1,41 @@
 //! Posting: the application's sends, RMA and receives, turned into frames
 //! (inline or rendezvous by size) or posted receives, and fi_cancel.
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{
+    frame_payload, matches, total, Engine, Kind, Offer, Pending, Posted, RmaOp, Stream, TxDone, TxOp, Unexpected,
+    C_SEND, EAGER_MAX, SPREAD_WRITE_MIN,
+};
+use crate::error::{Error, Result};
+use crate::fail;
+use crate::protocol::{encode_iovs, flag, op, Hdr, Iovs};
+use crate::queues::cq::{CqEntry, CqError, Credit};
+use crate::wire::Props;
+
+/// What the unexpected messages may hold (`Engine::unexp`): the bytes
+/// they hold (`Unexpected::bytes`), the most they may (FI_OXMR_UNEXP_MAX),
+/// and the peers whose reading stopped because their message found it
+/// spent (resumed below 3/4 of it).
+pub(super) struct UnexpectedBudget {
+    pub(super) bytes: usize,
+    pub(super) max: usize,
+    pub(super) paused: Vec<SocketAddr>,
+}
+
+impl UnexpectedBudget {
+    pub(super) fn new(max: usize) -> UnexpectedBudget {
+        UnexpectedBudget { bytes: 0, max, paused: Vec::new() }
+    }
+}
+
+/// The most payload a send over a link of `props` puts inline: its
+/// wire's eager limit, within one of its frames.
+fn link_eager_max(props: &Props) -> usize {
+    props.eager_max.min(frame_payload(props.max_frame))
+}
 
 impl Engine {
     /// An operation just pushed to `to` waits for its answer, with the
@@ -17,7 +51,7 @@ impl Engine {
     pub fn send(&mut self, o: TxOp) -> Result<()> {
         let to = self.resolve(o.dest)?;
         let len = total(&o.iovs);
-        let flags = o.flags.unwrap_or(self.b.tx_op_flags);
+        let flags = o.flags.unwrap_or(self.bound.tx_op_flags);
         let tagged = o.tag.is_some();
         let credit = self.credit(true, flags)?;
         let mut hdr = Hdr {
@@ -31,16 +65,13 @@ impl Engine {
         // Injects (up to inject_size) always go inline: their buffer is
         // the application's again when the call returns.
         let inject = flags & ffi::FI_INJECT as u64 != 0;
-        // (A link with frames larger than the shm cell, TCP: one round
-        // trip costs more there than a copy of a few dozen KiB.)
+        // (A wire whose eager limit is larger, within its frames, TCP's:
+        // one round trip costs more there than a copy of a few dozen KiB.)
         let eager_max = match len > self.eager_max {
-            true => match self.peer(to)?.link.max_frame() {
-                m if m > MAX_FRAME => self.tcp_eager_max.min(m - HDR_MAX),
-                _ => self.eager_max,
-            },
+            true => self.eager_max.max(link_eager_max(self.peer(to)?.link.props())),
             false => self.eager_max,
         };
-        // (`tcp_inline_max` is the receiving side's mirror of this rule.)
+        // (`inline_accepted` is the receiving side's mirror of this rule.)
         if len <= eager_max || (inject && len <= EAGER_MAX) {
             hdr.op = op::EAGER;
             let mut data = Vec::new();
@@ -56,7 +87,7 @@ impl Engine {
             // (Delivery complete: the CQ entry or the counter update waits
             // for the receiver's ACK; with neither there is nothing to
             // report, and no ACK is asked for.)
-            if delivery && (credit.is_some() || self.b.cntrs[C_SEND].is_some()) {
+            if delivery && (credit.is_some() || self.bound.cntrs[C_SEND].is_some()) {
                 hdr.flags |= flag::NEED_ACK;
                 hdr.msg_id = self.new_id();
             }
@@ -92,7 +123,7 @@ impl Engine {
             hdr.rma_key = gen as u64;
         }
         if let Err(e) = self.push(to, hdr, &[&encode_iovs(&o.iovs)]) {
-            if let (Some((slot, _)), Some(c)) = (offer, self.copies.as_mut()) {
+            if let (Some((slot, _)), Some(c)) = (offer, self.sharing.copies.as_mut()) {
                 c.give_back(slot);
             }
             return Err(e);
@@ -100,7 +131,7 @@ impl Engine {
         if let Some((slot, gen)) = offer {
             // (The queue it went to, which the push has opened.)
             let pid = self.peers.get(&to).map_or(0, |x| x.link.owner());
-            self.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, pid, helped: 0 });
+            self.sharing.offers.push(Offer { msg_id: hdr.msg_id, slot, gen, pid, helped: 0 });
         }
         self.await_answer(hdr.msg_id, TxDone { ctx: o.ctx, kind: Kind::Send, tagged, len }, credit, to, o.iovs);
         Ok(())
@@ -110,7 +141,7 @@ impl Engine {
     pub fn rma(&mut self, o: RmaOp) -> Result<()> {
         let to = self.resolve(o.dest)?;
         let len = total(&o.iovs);
-        let flags = o.flags.unwrap_or(self.b.tx_op_flags);
+        let flags = o.flags.unwrap_or(self.bound.tx_op_flags);
         // (FI_INJECT applies to writes only: fi_rma(3).)
         let inject = !o.read && flags & ffi::FI_INJECT as u64 != 0;
         let credit = self.credit(true, flags)?;
@@ -145,7 +176,8 @@ impl Engine {
             // instead: its chunks then go on every lane at once (streamed,
             // they must follow the request on its connection).
             let link = &self.peer(to)?.link;
-            let stream = !o.read && link.streams_writes() && !(link.spreads() && len >= SPREAD_WRITE_MIN);
+            let props = link.props();
+            let stream = !o.read && props.streams_writes && !(props.spreads && len >= SPREAD_WRITE_MIN);
             if stream {
                 hdr.flags |= flag::STREAM;
             }
@@ -176,8 +208,8 @@ impl Engine {
         tag: Option<(u64, u64)>,
         flags: Option<u64>,
     ) -> Result<()> {
-        let flags = flags.unwrap_or(self.b.rx_op_flags);
-        let src = if src == ffi::FI_ADDR_UNSPEC || !self.b.directed { None } else { Some(self.resolve(src)?) };
+        let flags = flags.unwrap_or(self.bound.rx_op_flags);
+        let src = if src == ffi::FI_ADDR_UNSPEC || !self.bound.directed { None } else { Some(self.resolve(src)?) };
         let credit = self.credit(false, flags)?;
         let tagged = tag.is_some();
         let (t, ignore) = tag.unwrap_or((0, 0));
@@ -215,7 +247,7 @@ impl Engine {
         if !peek && flags & ffi::FI_CLAIM as u64 == 0 {
             return Err(fail!(ffi::FI_EINVAL, "fi_trecvmsg: FI_DISCARD needs FI_PEEK or FI_CLAIM with it"));
         }
-        let cq = self.b.rx_cq.clone().ok_or_else(|| {
+        let cq = self.bound.rx_cq.clone().ok_or_else(|| {
             fail!(ffi::FI_ENOCQ, "fi_trecvmsg: FI_PEEK/FI_CLAIM report through a CQ bound for FI_RECV; bind one")
         })?;
         // (-FI_EAGAIN while the CQ has no room: the report must fit.)
@@ -240,7 +272,7 @@ impl Engine {
             self.deliver(p, u);
             return Ok(());
         }
-        let src = if src == ffi::FI_ADDR_UNSPEC || !self.b.directed { None } else { Some(self.resolve(src)?) };
+        let src = if src == ffi::FI_ADDR_UNSPEC || !self.bound.directed { None } else { Some(self.resolve(src)?) };
         self.progress();
         let want = Posted { ctx, iovs, src, tag: tag.0, ignore: tag.1, credit: None, seq: 0 };
         let Some(i) =
@@ -299,7 +331,7 @@ impl Engine {
                 // (An error completion whether or not one was asked for:
                 // see `fail_tx`.)
                 drop(p.credit);
-                if let Some(cq) = &self.b.rx_cq {
+                if let Some(cq) = &self.bound.rx_cq {
                     cq.push_error(CqError {
                         op_context: ctx,
                         flags,
@@ -318,11 +350,11 @@ impl Engine {
 
 impl Engine {
     /// The most payload an oxmr sender puts inline in an EAGER frame over
-    /// TCP (`send`: the TCP eager limit, within a frame, which the wire
-    /// bounds already; injects up to the shm cell's): a larger one is
-    /// refused (`frame_sound`).
-    pub(super) fn tcp_inline_max(&self) -> usize {
-        self.tcp_eager_max.max(EAGER_MAX)
+    /// the wire `came` (`send`: its eager limit, within a frame, which the
+    /// wire bounds already; injects up to the shm cell's): a larger one
+    /// from a sender its connection proved is refused (`frame_sound`).
+    pub(super) fn inline_accepted(came: &Props) -> usize {
+        came.eager_max.max(EAGER_MAX)
     }
 }
 
@@ -333,15 +365,15 @@ impl Engine {
     /// pushes back on the sender, and nothing is lost (a peer on the
     /// shared-memory wire is this user's and is not held: docs/security.md).
     pub(super) fn keep_unexpected(&mut self, q: usize, u: Unexpected) {
-        self.unexp_bytes += u.bytes();
-        if self.unexp_bytes > self.unexp_max && !self.unexp_paused.contains(&u.from) {
+        self.unexp.bytes += u.bytes();
+        if self.unexp.bytes > self.unexp.max && !self.unexp.paused.contains(&u.from) {
             tracing::warn!(
                 "unexpected messages hold {} bytes, more than FI_OXMR_UNEXP_MAX ({}): not reading what {} sends until receives take some (post receives, or raise the bound)",
-                self.unexp_bytes,
-                self.unexp_max,
+                self.unexp.bytes,
+                self.unexp.max,
                 u.from
             );
-            self.unexp_paused.push(u.from);
+            self.unexp.paused.push(u.from);
             self.set_paused(u.from, true);
         }
         self.unexpected[q].push_back(u);
@@ -351,9 +383,9 @@ impl Engine {
     /// discarded it).
     pub(super) fn take_unexpected(&mut self, q: usize, i: usize) -> Unexpected {
         let u = self.unexpected[q].remove(i).expect("position is in range");
-        self.unexp_bytes -= u.bytes();
-        if !self.unexp_paused.is_empty() && self.unexp_bytes <= self.unexp_max / 4 * 3 {
-            for a in std::mem::take(&mut self.unexp_paused) {
+        self.unexp.bytes -= u.bytes();
+        if !self.unexp.paused.is_empty() && self.unexp.bytes <= self.unexp.max / 4 * 3 {
+            for a in std::mem::take(&mut self.unexp.paused) {
                 self.set_paused(a, false);
             }
         }

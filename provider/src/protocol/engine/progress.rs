@@ -2,15 +2,40 @@
 //! (answers, streams, stalled copies), serves kept copies and, now and
 //! then, looks for peers that closed or died.
 
-use super::*;
+use std::net::SocketAddr;
+use std::time::Instant;
 
-/// Whether a frame that came over TCP from the connection whose hello
-/// named `via` holds together (its header decodes, its body is what the
-/// header says, an eager message carries at most `eager_max` bytes: what
-/// an oxmr sender puts inline, so a peer cannot make us keep larger
-/// unexpected messages than we advertise); if not, one log line says what
-/// was wrong.
-fn frame_sound(msg: &[u8], via: &SocketAddr, eager_max: usize) -> bool {
+use super::{Engine, DEFER_MAX, LIVENESS_CALLS, LIVENESS_EVERY, SERVE_EVERY};
+use crate::protocol::{op, Hdr};
+use crate::wire::Props;
+
+/// When the progress loop last did its periodic work (`Engine::pace`).
+pub(super) struct Pace {
+    /// The last liveness check, and the progress calls since (the clock
+    /// is read only every `LIVENESS_CALLS` calls: it costs more than a
+    /// poll).
+    pub(super) last_liveness: Instant,
+    pub(super) ticks: u32,
+    /// Progress calls in a row that left `deferred` unserved.
+    pub(super) unserved: u32,
+    /// What our region's `idle` word says (written on change only).
+    pub(super) idle_shown: bool,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace { last_liveness: Instant::now(), ticks: 0, unserved: 0, idle_shown: false }
+    }
+}
+
+/// Whether a frame that came over the wire `came` from the connection
+/// that proved `via` (`Proof::Hello`) holds together (its header decodes,
+/// its body is what the header says, an eager message carries at most
+/// what an oxmr sender puts inline over that wire, `inline_accepted`, so a
+/// peer cannot make us keep larger unexpected messages than we
+/// advertise); if not, one log line says what was wrong.
+fn frame_sound(msg: &[u8], via: &SocketAddr, came: &Props) -> bool {
+    let eager_max = Engine::inline_accepted(came);
     let why = match Hdr::decode(msg) {
         None => match Hdr::version_of(msg) {
             Some(v) if msg.len() >= crate::protocol::HDR_BASE && v != crate::protocol::PROTO_VERSION => format!(
@@ -21,14 +46,15 @@ fn frame_sound(msg: &[u8], via: &SocketAddr, eager_max: usize) -> bool {
         },
         Some((h, hlen)) => match crate::protocol::frame_lies(&h, &msg[hlen..]) {
             None if h.op == op::EAGER && msg.len() - hlen > eager_max => format!(
-                "an eager message of {} bytes, over this endpoint's eager limit of {eager_max} (FI_OXMR_TCP_EAGER_MAX: set it alike on both sides)",
-                msg.len() - hlen
+                "an eager message of {} bytes, over this endpoint's eager limit of {eager_max} ({}: set it alike on both sides)",
+                msg.len() - hlen,
+                came.eager_setting
             ),
             None => return true,
             Some(why) => why,
         },
     };
-    tracing::warn!("closing the TCP connection from {via}: it sent {why}; a broken or hostile peer");
+    tracing::warn!("closing the {} connection from {via}: it sent {why}; a broken or hostile peer", came.name);
     false
 }
 
@@ -46,7 +72,7 @@ impl Engine {
     pub fn progress_with(&mut self, serve: bool) {
         self.flush_outbox();
         self.run_streams();
-        if !self.stalled.is_empty() {
+        if !self.sharing.stalled.is_empty() {
             self.check_stalled(false);
         }
         // Messages are handled in place, in their queue cell (which no
@@ -77,20 +103,20 @@ impl Engine {
                     && !drained
                     && self.deferred.len() < DEFER_MAX
                     && self.to_pause.is_empty()
-                    && self.to_ban.is_empty()
-                    && rx.pop(|msg, more, via, landed| {
-                        drained = !more && via.is_some();
-                        self.busy = more || !self.deferred.is_empty();
-                        if via.is_some_and(|v| !frame_sound(msg, &v, self.tcp_inline_max())) {
+                    && self.target.to_ban.is_empty()
+                    && rx.pop(|msg, how| {
+                        drained = !how.more && how.via.is_some();
+                        self.busy = how.more || !self.deferred.is_empty();
+                        if how.via.is_some_and(|v| !frame_sound(msg, &v, how.wire)) {
                             reject = true;
-                        } else if self.sent_by(msg, via) {
+                        } else if self.sent_by(msg, &how) {
                             // (A DATA frame whose payload landed: on_data
                             // counts it; DATA is never kept for later.)
-                            self.landed = landed;
-                            self.take_message(msg, more);
-                            self.landed = 0;
+                            self.pulls.landed = how.landed;
+                            self.take_message(msg, how.more);
+                            self.pulls.landed = 0;
                         } else {
-                            reject = via.is_some();
+                            reject = how.via.is_some();
                         }
                     })
                 {
@@ -112,9 +138,9 @@ impl Engine {
                 }
             }
         }
-        if !self.to_ban.is_empty() {
+        if !self.target.to_ban.is_empty() {
             if let Some(rx) = self.rx.as_mut() {
-                for a in self.to_ban.drain(..) {
+                for a in self.target.to_ban.drain(..) {
                     rx.ban_peer(a);
                 }
             }
@@ -122,19 +148,19 @@ impl Engine {
         if let Some(hellos) = self.rx.as_mut().map(|r| r.take_hellos()).filter(|h| !h.is_empty()) {
             self.peers_restarted(hellos);
         }
-        if serve || self.unserved >= SERVE_EVERY {
-            self.unserved = 0;
+        if serve || self.pace.unserved >= SERVE_EVERY {
+            self.pace.unserved = 0;
             self.serve_deferred();
         } else if !self.deferred.is_empty() {
-            self.unserved += 1;
+            self.pace.unserved += 1;
         }
-        if self.open_job.is_some() || self.kept.is_some() {
-            self.open_calls += 1;
+        if self.sharing.open_job.is_some() || self.sharing.unpaired.is_some() {
+            self.sharing.open_calls += 1;
             // Nothing to overlap it with, or open for long enough: a stream
             // of messages that start no copy must not hold its completion
             // back for good.
             if (self.deferred.is_empty() && !self.rx.as_mut().is_some_and(|r| r.ready()))
-                || self.open_calls > SERVE_EVERY
+                || self.sharing.open_calls > SERVE_EVERY
             {
                 self.finish_open_job();
             }
@@ -142,30 +168,30 @@ impl Engine {
         if !self.gone.is_empty() {
             self.settle_gone();
         }
-        if !self.offers.is_empty() {
+        if !self.sharing.offers.is_empty() {
             self.poll_offers();
         }
         // Idle: no copy of our own waiting, so a peer's shared copy gets
         // our core at once.
         let idle = self.deferred.is_empty();
-        if idle != self.idle_shown {
+        if idle != self.pace.idle_shown {
             if let Some(rx) = &self.rx {
                 rx.set_idle(idle);
-                self.idle_shown = idle;
+                self.pace.idle_shown = idle;
             }
         }
-        self.ticks += 1;
-        if self.ticks >= LIVENESS_CALLS {
-            self.ticks = 0;
-            if self.last_check.elapsed() < LIVENESS_EVERY {
+        self.pace.ticks += 1;
+        if self.pace.ticks >= LIVENESS_CALLS {
+            self.pace.ticks = 0;
+            if self.pace.last_liveness.elapsed() < LIVENESS_EVERY {
                 return;
             }
-            self.last_check = Instant::now();
+            self.pace.last_liveness = Instant::now();
             self.reap_dead_peers();
             if let Some(rx) = self.rx.as_mut() {
                 rx.unstick();
             }
-            if !self.stalled.is_empty() {
+            if !self.sharing.stalled.is_empty() {
                 self.check_stalled(true);
             }
         }
@@ -193,11 +219,11 @@ impl Engine {
         }
         self.peers.owed == 0
             && self.deferred.is_empty()
-            && self.stalled.is_empty()
-            && self.open_job.is_none()
-            && self.kept.is_none()
+            && self.sharing.stalled.is_empty()
+            && self.sharing.open_job.is_none()
+            && self.sharing.unpaired.is_none()
             && self.gone.is_empty()
-            && self.offers.is_empty()
+            && self.sharing.offers.is_empty()
             && (self.peers.buffering == 0
                 || !self.peers.list.iter().any(|p| !p.waiting.is_empty() || p.link.connecting() || p.link.flush()))
     }

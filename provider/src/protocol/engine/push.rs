@@ -2,7 +2,60 @@
 //! own bytes because the other side cannot reach them (device memory on
 //! shm; every large transfer on a wire without remote copies).
 
-use super::*;
+use std::net::SocketAddr;
+
+use oxmr_ffi as ffi;
+
+use super::{clip, frame_payload, region_slice, total, Engine, Kind, Pull, PullFor, Stream, EAGER_MAX};
+use crate::protocol::hash::FastMap;
+use crate::protocol::{op, Hdr};
+
+/// The transfers peers push to us because we could not reach their
+/// memory, where their DATA may land, and the streamed writes whose DATA
+/// we drop (`Engine::pulls`).
+pub(super) struct Pulls {
+    /// Each pull, by (peer, our operation's id).
+    pub(super) open: FastMap<(SocketAddr, u64), Pull>,
+    /// Where a pull's DATA may land straight from a TCP socket (each pull
+    /// of host memory has its zone while it is in `open`: `start_pull`,
+    /// `take_pull`), and the payload bytes of the frame being handled that
+    /// landed so (`on_data`).
+    pub(super) lands: crate::wire::Landings,
+    pub(super) landed: usize,
+    /// Streamed writes we refused (or stopped midway): how many of their
+    /// bytes are still to come in DATA frames, which we drop, and the
+    /// status we answer once they have (at most `DROPPING_MAX` of them;
+    /// past that, a refusal is answered at once, and its DATA logged as
+    /// unknown).
+    pub(super) dropping: FastMap<(SocketAddr, u64), (u64, u32)>,
+}
+
+impl Pulls {
+    pub(super) fn new(lands: crate::wire::Landings) -> Pulls {
+        Pulls { open: FastMap::default(), lands, landed: 0, dropping: FastMap::default() }
+    }
+}
+
+impl Engine {
+    /// Pull `key`'s data into `pull.dest`: its zone, if host memory, lets
+    /// DATA over TCP land there straight from the socket.
+    pub(super) fn start_pull(&mut self, key: (SocketAddr, u64), pull: Pull) {
+        if pull.dest.iter().all(|&(a, l)| l == 0 || !crate::mr::phys::is_device(a, l)) {
+            // SAFETY: `dest` is a posted receive buffer or a registration
+            // checked for this write and held by the pull; the zone is
+            // forgotten (`take_pull`) before either is given back.
+            unsafe { self.pulls.lands.expect(key.0, key.1, pull.dest.clone()) };
+        }
+        self.pulls.open.insert(key, pull);
+    }
+
+    /// Take pull `key` out (done, failed, its peer gone): nothing lands
+    /// for it any more.
+    pub(super) fn take_pull(&mut self, key: &(SocketAddr, u64)) -> Option<Pull> {
+        self.pulls.lands.forget(key.0, key.1);
+        self.pulls.open.remove(key)
+    }
+}
 
 impl Engine {
     /// The owner's side of a pull: push our own bytes of operation `msg_id`.
@@ -36,8 +89,8 @@ impl Engine {
         let chunk = &body[..(h.len as usize).min(body.len())];
         // (Bytes the TCP inbox read straight into the pull's zone, which
         // holds them wholly: nothing left to copy.)
-        let landed = std::mem::take(&mut self.landed);
-        if let Some(pull) = self.pulls.get_mut(&(from, h.msg_id)) {
+        let landed = std::mem::take(&mut self.pulls.landed);
+        if let Some(pull) = self.pulls.open.get_mut(&(from, h.msg_id)) {
             if let PullFor::Write { hdr, _hold } = &pull.what {
                 if !self.mr.phys_live(_hold) {
                     tracing::warn!(
@@ -74,13 +127,13 @@ impl Engine {
             let dest = region_slice(&p.iovs, off, chunk.len());
             // SAFETY: the destination buffers of our pending read.
             unsafe { crate::mr::local::scatter(&dest, chunk) };
-        } else if let Some((left, status)) = self.dropping.get_mut(&(from, h.msg_id)) {
+        } else if let Some((left, status)) = self.pulls.dropping.get_mut(&(from, h.msg_id)) {
             // A streamed write we refused or stopped: its data goes
             // nowhere; answered once the last of it came.
             *left = left.saturating_sub(chunk.len().max(landed) as u64);
             if *left == 0 {
                 let status = *status;
-                self.dropping.remove(&(from, h.msg_id));
+                self.pulls.dropping.remove(&(from, h.msg_id));
                 self.push_ctrl(from, Hdr { op: op::ACK, msg_id: h.msg_id, status, ..Default::default() });
             }
         } else {
@@ -96,10 +149,10 @@ impl Engine {
     /// they came; false when it is answered now instead (nothing to come,
     /// or too many such writes already).
     pub(super) fn drop_stream(&mut self, from: SocketAddr, msg_id: u64, left: u64, status: u32) -> bool {
-        if left == 0 || self.dropping.len() >= Self::DROPPING_MAX {
+        if left == 0 || self.pulls.dropping.len() >= Self::DROPPING_MAX {
             return false;
         }
-        self.dropping.insert((from, msg_id), (left, status));
+        self.pulls.dropping.insert((from, msg_id), (left, status));
         true
     }
 
@@ -162,12 +215,10 @@ impl Engine {
         }
         // (As much as one frame of the link takes: 8 KiB cells on shared
         // memory, larger frames on TCP.)
-        let chunk = match self.peers.get(&st.to).map(|p| p.link.max_frame()) {
-            Some(m) if m > MAX_FRAME => m - HDR_MAX,
-            _ => EAGER_MAX,
-        };
-        let buffers = self.peers.get(&st.to).is_some_and(|p| p.link.buffers());
-        let spread = st.spread && self.peers.get(&st.to).is_some_and(|p| p.link.spreads());
+        let props = self.peers.get(&st.to).map(|p| *p.link.props());
+        let chunk = props.map_or(EAGER_MAX, |p| frame_payload(p.max_frame));
+        let buffers = props.is_some_and(|p| p.buffers);
+        let spread = st.spread && props.is_some_and(|p| p.spreads);
         while st.off < st.total {
             // A link that queues behind a full socket (TCP) takes the next
             // chunk only once its queue is written: data queued there

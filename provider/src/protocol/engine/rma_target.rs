@@ -3,7 +3,47 @@
 //! before any copy, then copied, counted and answered; runs of writes
 //! copied with one call.
 
-use super::*;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oxmr_ffi as ffi;
+
+use super::shared::{halves, runs_apart};
+use super::{
+    clip, region_slice, total, Engine, JobFor, Kind, Pull, PullFor, QueuedWrite, Stream, ACKS_MAX, C_RREAD, C_RWRITE,
+};
+use crate::config::Config;
+use crate::protocol::hash::FastMap;
+use crate::protocol::{decode_iovs, flag, op, Hdr};
+use crate::queues::cq::CqEntry;
+use crate::wire::{Copied, Span};
+
+/// What remote accesses may do to us, and the refusals so far
+/// (`Engine::target`).
+pub(super) struct Target {
+    /// Refused remote accesses per peer in the current burst window (the
+    /// count, when the window opened), the most allowed in one
+    /// (FI_OXMR_REFUSE_MAX; 0: no limit), and the peers found over it
+    /// while the inbox was out (banned at the end of the poll).
+    pub(super) refusals: FastMap<SocketAddr, (u32, Instant)>,
+    pub(super) refuse_max: u32,
+    pub(super) to_ban: Vec<SocketAddr>,
+    /// Most bytes of a peer's RMA writes copied by one call (`write_batch`;
+    /// 0: off).
+    pub(super) write_batch_max: usize,
+}
+
+impl Target {
+    pub(super) fn new(cfg: &Config) -> Target {
+        Target {
+            refusals: FastMap::default(),
+            refuse_max: cfg.refuse_max,
+            to_ban: Vec::new(),
+            write_batch_max: cfg.write_batch,
+        }
+    }
+}
 use crate::mr::registry::REFUSED;
 
 /// The window in which `Engine::refused` counts a peer's refusals.
@@ -88,7 +128,7 @@ impl Engine {
         // copied with one call (write_batch). Measured (64 KiB, 6
         // alternating runs, same build, medians): two-way fi_rma_bw -o
         // write 12.7 -> 13.8 GB/s, one-way -o writedata 12.2 -> 13.7.
-        let batched = !read && self.busy && len < self.share_min;
+        let batched = !read && self.busy && len < self.sharing.share_min;
         if h.msg_id != 0 && !batched && self.can_share(len, &local, &from) {
             let what = JobFor::Rma { hdr: h, hold: g.region };
             return self.share(Span { total: len, pid, local, remote }, !read, from, h.msg_id, what);
@@ -187,16 +227,16 @@ impl Engine {
     /// application's mistake), its TCP connections are closed and its
     /// source refused for a while (`wire::Inbox::ban_peer`).
     fn refused(&mut self, from: SocketAddr) {
-        if self.refuse_max == 0 {
+        if self.target.refuse_max == 0 {
             return;
         }
         let now = Instant::now();
-        let e = self.refusals.entry(from).or_insert((0, now));
+        let e = self.target.refusals.entry(from).or_insert((0, now));
         if now.duration_since(e.1) >= REFUSE_WINDOW {
             *e = (0, now);
         }
         e.0 += 1;
-        if e.0 < self.refuse_max {
+        if e.0 < self.target.refuse_max {
             return;
         }
         tracing::warn!(
@@ -204,10 +244,10 @@ impl Engine {
             e.0,
             REFUSE_WINDOW.as_secs()
         );
-        self.refusals.remove(&from);
+        self.target.refusals.remove(&from);
         match self.rx.as_mut() {
             Some(rx) => rx.ban_peer(from),
-            None => self.to_ban.push(from),
+            None => self.target.to_ban.push(from),
         }
     }
 
@@ -225,7 +265,7 @@ impl Engine {
         // claims some is not reported as a write it was not.)
         if h.flags & flag::CQ_DATA != 0 && !read {
             let src = self.src_fi_addr(&from);
-            if let Some(cq) = &self.b.rx_cq {
+            if let Some(cq) = &self.bound.rx_cq {
                 let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
                 cq.push_unsolicited(CqEntry { flags, len: h.len as usize, data: h.data, src, ..Default::default() });
             }
@@ -243,7 +283,7 @@ impl Engine {
     /// plain, which is then handled alone, so writes take effect and are
     /// answered in the order sent. Returns whether it copied.
     pub(super) fn write_batch(&mut self) -> bool {
-        if self.write_batch_max == 0 || self.deferred.len() < 2 {
+        if self.target.write_batch_max == 0 || self.deferred.len() < 2 {
             return false;
         }
         let Some((first, _)) = self.deferred.front().and_then(|m| Hdr::decode(m)) else { return false };
@@ -266,7 +306,8 @@ impl Engine {
         self.busy = true;
         // (Writes under the shared-copy size are batched even when the
         // initiator is idle: see rma_target.)
-        let limit = if self.share_min == 0 { usize::MAX } else { self.share_min }.min(self.write_batch_max + 1);
+        let limit = if self.sharing.share_min == 0 { usize::MAX } else { self.sharing.share_min }
+            .min(self.target.write_batch_max + 1);
         let batchable = |h: &Hdr| {
             // (One endpoint: same name, process and epoch.)
             h.op == op::WRITE
@@ -288,7 +329,7 @@ impl Engine {
         // (A run is answered by one ACKS message, which must fit a cell:
         // writes are over EAGER_MAX bytes, so a 256 KiB run holds 33 at
         // most, but the cap holds whatever a peer sends.)
-        while bytes < self.write_batch_max && run.len() < ACKS_MAX {
+        while bytes < self.target.write_batch_max && run.len() < ACKS_MAX {
             let Some(m) = self.deferred.front() else { break };
             let Some((h, hlen)) = Hdr::decode(m).filter(|(h, _)| batchable(h)) else { break };
             let len = h.len as usize;

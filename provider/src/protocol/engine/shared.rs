@@ -6,7 +6,56 @@
 //! Everything here runs inside the engine's progress or posting calls,
 //! under the endpoint's lock, like the rest of `Engine`.
 
-use super::*;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use super::{clip, region_slice, total, Engine, Job, JobFor, Kind, Offer, Paired, Pending, JOB_WAIT, LONE_SKEW};
+use crate::config::Config;
+use crate::protocol::{flag, op, Hdr};
+use crate::wire::{Copies, SharedCopy, Span};
+
+/// The shared copies (an offload of the shm wire: both processes copy
+/// chunks of one transfer) and what decides them (`Engine::sharing`).
+pub(super) struct Sharing {
+    /// Our shared copies' slots, when our wire offers them (shm).
+    pub(super) copies: Option<Copies>,
+    /// Jobs our pending sends offer (FI_OXMR_SHM_SENDER_JOBS).
+    pub(super) offers: Vec<Offer>,
+    pub(super) sender_jobs: bool,
+    /// The jobs whose peer did not settle its chunk in time.
+    pub(super) stalled: Vec<Job>,
+    /// A receive's shared copy whose helper may still hold a chunk, left
+    /// open while the next copy starts (see `share`), and the progress
+    /// calls since it was opened.
+    pub(super) open_job: Option<Job>,
+    pub(super) open_calls: u32,
+    /// A rendezvous receive kept for the next one to pair with (see
+    /// `pair_recv`, FI_OXMR_SHM_PAIR_RECV, `pair_recv` here); it completes
+    /// before anything matched after it.
+    pub(super) unpaired: Option<Box<Paired>>,
+    pub(super) pair_recv: bool,
+    /// Transfers of at least `share_min` bytes are shared, in chunks of
+    /// `share_chunk` (FI_OXMR_SHM_SHARE_MIN, _CHUNK).
+    pub(super) share_min: usize,
+    pub(super) share_chunk: usize,
+}
+
+impl Sharing {
+    pub(super) fn new(copies: Option<Copies>, cfg: &Config) -> Sharing {
+        Sharing {
+            copies,
+            offers: Vec::new(),
+            sender_jobs: cfg.sender_jobs,
+            stalled: Vec::new(),
+            open_job: None,
+            open_calls: 0,
+            unpaired: None,
+            pair_recv: cfg.pair_recv,
+            share_min: cfg.share_min,
+            share_chunk: cfg.share_chunk,
+        }
+    }
+}
 
 /// The byte layout of a job over several operations (a pair of
 /// receives, a run of writes; docs/wire-shm.md "Jobs over several
@@ -78,7 +127,7 @@ impl Engine {
     /// one: the per-call work is paid once for both).
     pub(super) fn pair_recv(&mut self, r: Box<Paired>) {
         let n = total(&r.dest);
-        match self.kept.take() {
+        match self.sharing.unpaired.take() {
             // (One sender endpoint: address, process and epoch.)
             Some(k)
                 if k.from == r.from
@@ -106,10 +155,10 @@ impl Engine {
                 self.pair_recv(r);
             }
             None if self.busy => {
-                if self.open_job.is_none() {
-                    self.open_calls = 0;
+                if self.sharing.open_job.is_none() {
+                    self.sharing.open_calls = 0;
                 }
-                self.kept = Some(r);
+                self.sharing.unpaired = Some(r);
             }
             None => self.deliver_rts(r),
         }
@@ -122,17 +171,17 @@ impl Engine {
     pub(super) fn offer(&mut self, len: usize, iovs: &[(usize, usize)]) -> Option<(u32, u32)> {
         // (At most half the slots: an offer holds its slot until the
         // receive is posted, and our own receives and RMA need the rest.)
-        if !self.sender_jobs
-            || self.share_min == 0
-            || len < self.share_min / 4
-            || self.offers.len() >= Copies::SLOTS / 2
+        if !self.sharing.sender_jobs
+            || self.sharing.share_min == 0
+            || len < self.sharing.share_min / 4
+            || self.sharing.offers.len() >= Copies::SLOTS / 2
         {
             return None;
         }
         if iovs.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l)) {
             return None;
         }
-        self.copies.as_mut()?.offer(len)
+        self.sharing.copies.as_mut()?.offer(len)
     }
 
     /// Our side of the jobs our pending sends offered: once a receiver
@@ -143,11 +192,11 @@ impl Engine {
     /// redid a failed job; its peer gone) gives its slot back.
     pub(super) fn poll_offers(&mut self) {
         let mut i = 0;
-        while i < self.offers.len() {
-            let o = self.offers[i];
-            let Some(c) = self.copies.as_mut() else { return };
+        while i < self.sharing.offers.len() {
+            let o = self.sharing.offers[i];
+            let Some(c) = self.sharing.copies.as_mut() else { return };
             let Some(p) = self.pending.get(&o.msg_id) else {
-                self.offers.swap_remove(i);
+                self.sharing.offers.swap_remove(i);
                 c.give_back(o.slot);
                 continue;
             };
@@ -164,7 +213,7 @@ impl Engine {
                     i += 1;
                     continue;
                 };
-                self.offers[i].helped = v.nchunks;
+                self.sharing.offers[i].helped = v.nchunks;
                 if !v.helper_writes || v.total > total(&p.iovs) {
                     tracing::warn!("the receiver of send {} filled its job wrongly; not helping", o.msg_id);
                 } else {
@@ -173,12 +222,12 @@ impl Engine {
             }
             if !done {
                 let (settled, failed) = t.progress(o.slot);
-                done = !failed && settled == self.offers[i].helped;
+                done = !failed && settled == self.sharing.offers[i].helped;
             }
             if done {
                 // Every chunk copied: the data is in the posted receive.
-                self.offers.swap_remove(i);
-                if let Some(c) = self.copies.as_mut() {
+                self.sharing.offers.swap_remove(i);
+                if let Some(c) = self.sharing.copies.as_mut() {
                     c.give_back(o.slot);
                 }
                 if let Some(p) = self.pending.remove(&o.msg_id) {
@@ -202,8 +251,8 @@ impl Engine {
     /// `base` (`page_split`).
     pub(super) fn job_chunk(&self, n: usize, skew: bool, base: usize) -> usize {
         let half = n.div_ceil(2).clamp(16 << 10, 1 << 20);
-        let chunk = if self.share_chunk != 0 {
-            return self.share_chunk.max(n.div_ceil(Copies::MAX_CHUNKS));
+        let chunk = if self.sharing.share_chunk != 0 {
+            return self.sharing.share_chunk.max(n.div_ceil(Copies::MAX_CHUNKS));
         } else if skew && n <= 2 * half && n / 2 >= 16 << 10 {
             half + LONE_SKEW
         } else {
@@ -228,8 +277,8 @@ impl Engine {
     /// may touch).
     pub(super) fn can_share(&mut self, n: usize, local: &[(usize, usize)], peer: &SocketAddr) -> bool {
         n >= self.share_from(peer)
-            && self.copies.as_ref().is_some_and(|c| c.has_free())
-            && self.peers.get(peer).is_some_and(|p| p.link.shares())
+            && self.sharing.copies.as_ref().is_some_and(|c| c.has_free())
+            && self.peers.get(peer).is_some_and(|p| p.link.props().shares)
             && local.len() <= Copies::MAX_IOVS
             && !local.iter().any(|&(a, l)| crate::mr::phys::is_device(a, l))
     }
@@ -243,12 +292,12 @@ impl Engine {
         // is idle (one-way streams: its core would only spin; when both
         // sides have copies of their own, as in two-way RMA, splitting
         // 64 KiB copies only adds messages and waits).
-        if self.share_min == 0 {
+        if self.sharing.share_min == 0 {
             usize::MAX
         } else if !self.busy || self.peers.get(peer).is_some_and(|p| p.link.idle()) {
-            self.share_min / 4
+            self.sharing.share_min / 4
         } else {
-            self.share_min
+            self.sharing.share_min
         }
     }
 
@@ -273,7 +322,7 @@ impl Engine {
             JobFor::Writes { run } => first_halves(run.iter().map(|w| w.0.len as usize)),
             _ => self.job_chunk(n, lone, span.local.first().map_or(0, |l| l.0)),
         };
-        let (copy, opened) = match self.copies.as_mut() {
+        let (copy, opened) = match self.sharing.copies.as_mut() {
             Some(c) => c.open(span, chunk, we_read),
             None => (SharedCopy::alone(span, we_read), false),
         };
@@ -314,8 +363,8 @@ impl Engine {
             // The previous receive's job completes first: receives
             // complete in matching order.
             self.finish_open_job();
-            self.open_job = Some(job);
-            self.open_calls = 0;
+            self.sharing.open_job = Some(job);
+            self.sharing.open_calls = 0;
         } else {
             self.work(&job, usize::MAX);
             self.finish_open_job();
@@ -332,8 +381,8 @@ impl Engine {
         // (A kept receive, when there is an open job too, was matched after
         // it: taken first, so that the job's own completion, which
         // completes what came before it, does not deliver it.)
-        let kept = self.kept.take();
-        if let Some(j) = self.open_job.take() {
+        let kept = self.sharing.unpaired.take();
+        if let Some(j) = self.sharing.open_job.take() {
             self.work(&j, usize::MAX);
             self.finish_job(j);
         }
@@ -348,7 +397,7 @@ impl Engine {
     /// Copy every chunk of `j` nobody has claimed yet (`max`: at most that
     /// many).
     pub(super) fn work(&self, j: &Job, max: usize) {
-        if let Some(c) = &self.copies {
+        if let Some(c) = &self.sharing.copies {
             c.work(&j.copy, max);
         }
     }
@@ -380,24 +429,24 @@ impl Engine {
             }
         }
         tracing::debug!("shared copy with {} stalled (its peer holds a chunk); completing it later", j.peer);
-        self.stalled.push(j);
+        self.sharing.stalled.push(j);
     }
 
     /// Whether a job is over: Some(true) all chunks copied, Some(false)
     /// some chunk failed or (`alive_check`) its copier is gone, None still
     /// copying.
     pub(super) fn job_state(&self, j: &Job, alive_check: bool) -> Option<bool> {
-        self.copies.as_ref().map_or(Some(false), |c| c.state(&j.copy, alive_check))
+        self.sharing.copies.as_ref().map_or(Some(false), |c| c.state(&j.copy, alive_check))
     }
 
     /// Complete stalled jobs that are over (`alive_check`: also those whose
     /// peer died; on the liveness tick).
     pub(super) fn check_stalled(&mut self, alive_check: bool) {
         let mut i = 0;
-        while i < self.stalled.len() {
-            match self.job_state(&self.stalled[i], alive_check) {
+        while i < self.sharing.stalled.len() {
+            match self.job_state(&self.sharing.stalled[i], alive_check) {
                 Some(ok) => {
-                    let j = self.stalled.swap_remove(i);
+                    let j = self.sharing.stalled.swap_remove(i);
                     self.complete_job(j, ok);
                 }
                 None => i += 1,
@@ -409,7 +458,7 @@ impl Engine {
     /// copier is dead) and complete the transfer, or redo it alone.
     pub(super) fn complete_job(&mut self, j: Job, ok: bool) {
         let Job { copy, peer, what } = j;
-        if let Some(c) = self.copies.as_mut() {
+        if let Some(c) = self.sharing.copies.as_mut() {
             c.finish(&copy);
         }
         // (The helper settled the last chunk, or the job was a sender's.)

@@ -20,7 +20,10 @@ use crate::mr::pin::{PinMode, Pinner};
 use crate::mr::registry::Ranges;
 use crate::mr::{CacheConfig, Request};
 use crate::protocol::av::AddrTable;
+use crate::protocol::encode_iovs;
+use crate::queues::cq::{CqEntry, CqError};
 use crate::wire::loopback;
+use crate::wire::{Link, LinkState};
 
 /// A fresh address for each endpoint (loopback inboxes of one process
 /// must not share one; tests run in parallel).
@@ -252,7 +255,7 @@ fn a_rendezvous_send_goes_through_pull_and_data_and_completes_both_sides() {
     assert!(dst == src, "the receive holds the sender's bytes");
     assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 2, "the send completes on the ACK");
     let tcp = VIA.with(|c| c.get()) == Via::Tcp;
-    assert!(a.eng.peers.list.iter().all(|p| p.link.buffers() == tcp), "the links are of the wire asked for");
+    assert!(a.eng.peers.list.iter().all(|p| p.link.props().buffers == tcp), "the links are of the wire asked for");
     // A send over the shm cell but under FI_OXMR_TCP_EAGER_MAX: inline over
     // TCP (complete as soon as it is written, before b has even looked),
     // rendezvous elsewhere (complete at b's ACK).
@@ -340,7 +343,7 @@ fn refusal(a: &mut Side, b: &mut Side, target: &[u8], ask: Ask) -> u32 {
     // (Over TCP a large write streams its data with the request: the
     // target drops all of it and answers once it came, so nothing of it
     // is still expected there, nor still pushed here.)
-    assert!(b.eng.dropping.is_empty(), "the target still waits for a refused write's data");
+    assert!(b.eng.pulls.dropping.is_empty(), "the target still waits for a refused write's data");
     assert_eq!(a.eng.peers.owed, 0, "the initiator still pushes a refused write's data");
     if read {
         assert!(buf.iter().all(|&x| x == 0x5a), "a refused read wrote into the initiator's buffer");
@@ -1091,7 +1094,7 @@ fn random_frames_over_tcp_never_panic_and_an_unsound_one_closes_its_connection()
                 let i = (rnd() as usize) % f.len();
                 f[i] ^= 1 << (rnd() % 8);
             }
-            f.truncate(MAX_FRAME);
+            f.truncate(FRAME_FLOOR);
             let sound = Hdr::decode(&f).is_some_and(|(h, hl)| {
                 crate::protocol::frame_lies(&h, &f[hl..]).is_none() && crate::info::addr::parse(&h.name) == Some(a.addr)
             });
@@ -1137,7 +1140,7 @@ fn random_frames_over_tcp_never_panic_and_an_unsound_one_closes_its_connection()
 #[test]
 fn a_connected_endpoint_takes_frames_from_its_peer_only() {
     let (mut a, mut b) = pair();
-    b.eng.b.one_peer = true;
+    b.eng.bound.one_peer = true;
     let mut c = side();
     c.av.insert(&[Some(b.addr)]);
     let mut buf = [0u8; 8];
@@ -1161,7 +1164,9 @@ fn an_eager_frame_over_the_eager_limit_closes_its_connection_and_is_never_kept()
     // the connection, and keeps nothing of it (nor of what follows).
     VIA.with(|c| c.set(Via::Tcp));
     let (a, mut b) = pair();
-    let max = b.eng.tcp_inline_max();
+    let rx = b.eng.rx.as_ref().expect("b's inbox");
+    let proven = rx.wires().find(|w| w.proof == crate::wire::Proof::Hello).expect("b takes connections");
+    let max = Engine::inline_accepted(proven);
     let mut raw = std::net::TcpStream::connect(b.addr).expect("b's listener");
     std::io::Write::write_all(&mut raw, &crate::wire::hello_bytes(&a.eng.dial.hello)).unwrap();
     let frame = |len: usize, tag: u64| {
@@ -1264,9 +1269,9 @@ fn unexpected_messages_past_their_bound_hold_the_sender_back_and_none_is_lost() 
         post_more(&mut a, &mut posted);
         a.eng.progress();
         b.eng.progress();
-        most = most.max(b.eng.unexp_bytes);
+        most = most.max(b.eng.unexp.bytes);
     }
-    assert!(b.eng.unexp_bytes > 0, "some messages are kept");
+    assert!(b.eng.unexp.bytes > 0, "some messages are kept");
     assert!(
         most <= (128 << 10) + LEN + 2 * size_of::<Unexpected>(),
         "b kept {most} bytes of unexpected messages; the bound is 128 KiB (one message over)"
@@ -1293,7 +1298,7 @@ fn unexpected_messages_past_their_bound_hold_the_sender_back_and_none_is_lost() 
     for (i, buf) in bufs.iter().enumerate() {
         assert!(buf.iter().all(|&x| x == i as u8), "message {i} whole");
     }
-    assert_eq!(b.eng.unexp_bytes, 0);
+    assert_eq!(b.eng.unexp.bytes, 0);
 }
 
 #[test]

@@ -15,3 +15,26 @@ pub mod dir;
 pub mod jobs;
 pub mod region;
 pub mod share;
+
+use super::{Proof, Props, Wire};
+
+/// What the shared-memory wire is, sending up to `eager_max` bytes inline
+/// (FI_OXMR_SHM_EAGER_MAX; at most a cell's, `config::EAGER_MAX`): frames
+/// of one queue cell, pushed or refused `Full` (never queued), copies
+/// straight from and into the peer's memory (CMA) and shared by both
+/// processes, the sender proven by the process that owns its queue.
+pub fn props(eager_max: usize) -> Props {
+    Props {
+        wire: Wire::Shm,
+        name: "shared memory",
+        max_frame: super::FRAME_FLOOR,
+        eager_max: eager_max.min(crate::config::EAGER_MAX),
+        eager_setting: "FI_OXMR_SHM_EAGER_MAX",
+        buffers: false,
+        spreads: false,
+        reaches_memory: true,
+        streams_writes: false,
+        shares: true,
+        proof: Proof::Owner,
+    }
+}

@@ -80,14 +80,14 @@ fn stream(r: &mut Rng, me: &Hello) -> (Vec<u8>, Vec<Vec<u8>>, bool, bool) {
             }
             1 => {
                 // Truncated: a length and fewer bytes, then the end.
-                let n = 1 + r.below(MAX_FRAME as u64) as usize;
+                let n = 1 + r.below(FRAME_FLOOR as u64) as usize;
                 b.extend((n as u32).to_le_bytes());
                 let k = r.below(n as u64) as usize;
                 b.extend(r.bytes(k));
                 return (b, want, false, lane);
             }
             _ => {
-                let n = if r.below(4) == 0 { MAX_FRAME } else { r.below(MAX_FRAME as u64 + 1) as usize };
+                let n = if r.below(4) == 0 { FRAME_FLOOR } else { r.below(FRAME_FLOOR as u64 + 1) as usize };
                 let f = r.bytes(n);
                 b.extend((n as u32).to_le_bytes());
                 b.extend(&f);

@@ -51,7 +51,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{LinkState, OpenError, WireError, MAX_FRAME};
+use super::{LinkState, OpenError, Proof, Props, Wire, WireError, FRAME_FLOOR};
 pub use ring::{DomainWires, TcpStats};
 use ring::{Flight, TcpRing};
 
@@ -96,7 +96,29 @@ const OUT_MAX: usize = 4 << 20;
 /// cost a frame header, a queue entry and a wake-up each); a longer
 /// length prefix closes the connection.
 pub(crate) const TCP_MAX_FRAME: usize = 256 << 10;
-const _: () = assert!(TCP_MAX_FRAME >= MAX_FRAME && 2 * TCP_MAX_FRAME <= OUT_MAX);
+const _: () = assert!(TCP_MAX_FRAME >= FRAME_FLOOR && 2 * TCP_MAX_FRAME <= OUT_MAX);
+
+/// What the TCP wire is, sending up to `eager_max` bytes inline
+/// (FI_OXMR_TCP_EAGER_MAX, within a frame): frames of up to
+/// `TCP_MAX_FRAME` (the push path's DATA), queued behind a full socket,
+/// never a copy of the peer's memory (RMA writes stream their data), the
+/// sender proven by its connection's hello. A link's `spreads` is its
+/// own (lanes: `Link::spreads`).
+pub fn props(eager_max: usize) -> Props {
+    Props {
+        wire: Wire::Tcp,
+        name: "TCP",
+        max_frame: TCP_MAX_FRAME,
+        eager_max,
+        eager_setting: "FI_OXMR_TCP_EAGER_MAX",
+        buffers: true,
+        spreads: false,
+        reaches_memory: false,
+        streams_writes: true,
+        shares: false,
+        proof: Proof::Hello,
+    }
+}
 /// How long a connect may stay in progress before the link fails with
 /// ETIMEDOUT (the kernel's own SYN retries take minutes). Nothing waits
 /// for it: frames queue meanwhile.
@@ -283,6 +305,18 @@ pub struct Bounds {
     /// How long a source that was closed for refused accesses is refused
     /// (FI_OXMR_REFUSE_BAN_MS).
     pub ban: Duration,
+}
+
+impl Bounds {
+    /// The bounds the configuration sets.
+    pub fn of(cfg: &crate::config::Config) -> Bounds {
+        Bounds {
+            conn_max: cfg.tcp_conn_max,
+            hello_wait: cfg.tcp_hello_wait,
+            partial_max: cfg.tcp_partial_max,
+            ban: cfg.refuse_ban,
+        }
+    }
 }
 
 impl Default for Bounds {
