@@ -6,6 +6,7 @@
 //! wraps it with its fid, its EQ and the checks of the AV calls; the
 //! engine resolves destinations and sources through it.
 
+use crate::sys::RwLockExt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
@@ -46,7 +47,7 @@ impl AddrTable {
     /// Insert parsed addresses (`None`: not a valid address): per address,
     /// its fi_addr or the error code.
     pub fn insert(&self, addrs: &[Option<SocketAddr>]) -> Vec<std::result::Result<u64, u32>> {
-        let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.table.write_ok();
         let results = addrs
             .iter()
             .map(|a| match a {
@@ -73,7 +74,7 @@ impl AddrTable {
 
     /// Remove entries; all-or-nothing.
     pub fn remove(&self, fi_addrs: &[u64]) -> Result<()> {
-        let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.table.write_ok();
         for &a in fi_addrs {
             if t.slots.get(a as usize).is_none_or(|s| s.is_none()) {
                 return Err(fail!(ffi::FI_EINVAL, "fi_av_remove: fi_addr {a} is not in this AV; nothing was removed"));
@@ -107,7 +108,7 @@ impl AddrTable {
 
     /// The address stored for an fi_addr.
     pub fn lookup(&self, fi_addr: u64) -> Result<SocketAddr> {
-        let t = self.table.read().unwrap_or_else(|p| p.into_inner());
+        let t = self.table.read_ok();
         match t.slots.get(fi_addr as usize) {
             Some(Some(a)) => Ok(*a),
             _ => Err(fail!(ffi::FI_EINVAL, "fi_av_lookup: fi_addr {fi_addr:#x} is not in this AV")),
@@ -116,7 +117,7 @@ impl AddrTable {
 
     /// The fi_addr of an address, if inserted (for FI_SOURCE reporting).
     pub fn reverse(&self, addr: &SocketAddr) -> Option<u64> {
-        let t = self.table.read().unwrap_or_else(|p| p.into_inner());
+        let t = self.table.read_ok();
         t.rev.get(addr).copied()
     }
 }

@@ -19,6 +19,7 @@
 //! before every read into it. Zones hold host memory only (device memory
 //! needs the MMIO-safe copies of `mr::local`, and keeps its frames).
 
+use crate::sys::LockExt;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -75,7 +76,7 @@ pub struct Landings {
 
 impl Landings {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        self.table.lock_ok()
     }
 
     /// How frame headers are read (set once by the engine), and how many

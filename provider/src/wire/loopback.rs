@@ -7,6 +7,7 @@
 //! wire uses for every large transfer. It is built for tests only: no
 //! application can reach it.
 
+use crate::sys::LockExt;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
@@ -50,12 +51,12 @@ pub struct Queue {
 static QUEUES: Mutex<Vec<(SocketAddr, Arc<Queue>)>> = Mutex::new(Vec::new());
 
 fn queues() -> MutexGuard<'static, Vec<(SocketAddr, Arc<Queue>)>> {
-    QUEUES.lock().unwrap_or_else(|p| p.into_inner())
+    QUEUES.lock_ok()
 }
 
 impl Queue {
     fn frames(&self) -> MutexGuard<'_, VecDeque<Vec<u8>>> {
-        self.frames.lock().unwrap_or_else(|p| p.into_inner())
+        self.frames.lock_ok()
     }
 
     /// The open queue at `addr`, if an inbox there is open.

@@ -4,6 +4,7 @@
 //! and its lanes, the extra connections it opens to the peer for frames
 //! whose order does not matter (`Link::send_spread`).
 
+use crate::sys::LockExt;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -467,11 +468,11 @@ impl Link {
 
 impl Core {
     pub(super) fn out(&self) -> std::sync::MutexGuard<'_, Out> {
-        self.out.lock().unwrap_or_else(|p| p.into_inner())
+        self.out.lock_ok()
     }
 
     fn lanes(&self) -> std::sync::MutexGuard<'_, Lanes> {
-        self.lanes.lock().unwrap_or_else(|p| p.into_inner())
+        self.lanes.lock_ok()
     }
 
     /// Open the link's lanes to the peer whose hello gave `epoch` (once

@@ -2,6 +2,7 @@
 //! of endpoints, shared by an endpoint's links and its inbox; the answer
 //! to a peer's hello (adopt, park, or YIELD in a simultaneous open).
 
+use crate::sys::LockExt;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,7 +63,7 @@ impl Pairs {
     }
 
     pub(super) fn table(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Pair>> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        self.table.lock_ok()
     }
 
     pub(super) fn new_id(&self) -> u64 {
@@ -70,7 +71,7 @@ impl Pairs {
     }
 
     pub(super) fn hand_over(&self, c: InConn) {
-        self.handoff.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        self.handoff.lock_ok().push(c);
         self.handing.store(true, Ordering::Release);
     }
 
@@ -80,7 +81,7 @@ impl Pairs {
         if !self.handing.load(Ordering::Relaxed) || !self.handing.swap(false, Ordering::Acquire) {
             return Vec::new();
         }
-        std::mem::take(&mut *self.handoff.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.handoff.lock_ok())
     }
 
     /// The connection `id` ended: a parked one is no longer to be taken.

@@ -15,6 +15,7 @@
 //! A forked child, which shares the ring's queues, never submits or reaps
 //! on them (`owned_here`).
 
+use crate::sys::LockExt;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::RawFd;
@@ -125,7 +126,7 @@ impl TcpRing {
     }
 
     fn flights(&self) -> MutexGuard<'_, Flights> {
-        self.flights.lock().unwrap_or_else(|p| p.into_inner())
+        self.flights.lock_ok()
     }
 
     /// The slot whose pinned piece covers [addr, addr+len) wholly, if one
