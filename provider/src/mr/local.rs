@@ -88,10 +88,10 @@ pub unsafe fn scatter(dst: &[(usize, usize)], src: &[u8]) -> usize {
     for &(a, l) in dst {
         let n = l.min(src.len() - off);
         if let Some(fenced) = crate::mr::phys::device_at(a, n) {
-            // SAFETY: caller's contract; device memory takes aligned words.
+            // SAFETY: `a..a+n` is writable (this fn's contract) device memory, which copy_to_device writes in aligned words.
             unsafe { crate::mr::phys::copy_to_device(a, &src[off..off + n], fenced) };
         } else {
-            // SAFETY: caller's contract for `a..a+l`; `src` has `n` bytes at `off`.
+            // SAFETY: `a..a+l` is writable (this fn's contract), n <= l; `src` has `n` bytes at `off`.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(off), a as *mut u8, n) };
         }
         off += n;
@@ -111,10 +111,10 @@ pub unsafe fn gather(src: &[(usize, usize)], out: &mut Vec<u8>) {
         if l > 0 && crate::mr::phys::is_device(a, l) {
             let at = out.len();
             out.resize(at + l, 0);
-            // SAFETY: caller's contract; device memory takes aligned words.
+            // SAFETY: `a..a+l` is readable (this fn's contract) device memory, read in aligned words; `out[at..]` has l bytes.
             unsafe { crate::mr::phys::copy_from_device(&mut out[at..], a) };
         } else if l > 0 {
-            // SAFETY: caller's contract.
+            // SAFETY: `a..a+l` is readable memory of this process (this fn's contract), l > 0.
             out.extend_from_slice(unsafe { std::slice::from_raw_parts(a as *const u8, l) });
         }
     }
@@ -130,7 +130,7 @@ pub unsafe fn view<'a>((addr, len): (usize, usize)) -> &'a [u8] {
     if len == 0 {
         return &[];
     }
-    // SAFETY: caller's contract.
+    // SAFETY: `addr..addr+len` is readable for the slice's lifetime (this fn's contract), len > 0.
     unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
 }
 

@@ -82,7 +82,8 @@ struct Ring {
 // atomic loads of its head and plain reads of published records, and only
 // one reader at a time runs `drain` (the caller holds its lock).
 unsafe impl Send for Ring {}
-// SAFETY: as above: `pending` only loads atomics.
+// SAFETY: a shared `&Ring` only calls `pending`, which loads atomics;
+// `drain` reads records under the caller's lock.
 unsafe impl Sync for Ring {}
 
 impl Drop for Ring {

@@ -173,7 +173,7 @@ mod tests {
         assert!(l.place(from, 8, 0, 1).is_none(), "another transfer");
         assert!(l.place("127.0.0.1:10".parse().unwrap(), 7, 0, 1).is_none(), "another sender");
         assert!(l.live(from, 7, gen));
-        // SAFETY: as above.
+        // SAFETY: `a` (100 bytes) outlives the zone (forgotten below).
         unsafe { l.expect(from, 7, vec![(pa, 100)]) };
         assert!(!l.live(from, 7, gen), "a new zone under the same key is another generation");
         l.forget(from, 7);

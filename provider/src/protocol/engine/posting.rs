@@ -79,7 +79,7 @@ impl Engine {
                 // SAFETY: the application's send buffer, valid for this call.
                 [one] if !crate::mr::phys::is_device(one.0, one.1) => unsafe { crate::mr::local::view(*one) },
                 many => {
-                    // SAFETY: as above, for every iov.
+                    // SAFETY: each iov is the application's send buffer, readable for this call (fi_tsend(3)).
                     unsafe { crate::mr::local::gather(many, &mut data) };
                     &data
                 }

@@ -77,7 +77,7 @@ fn transfer_bounced(pid: u32, local: &[(usize, usize)], remote: &[(usize, usize)
         } else {
             buf.resize(n, 0);
             let got = transfer_direct(pid, &[(buf.as_mut_ptr() as usize, n)], &r, false)?;
-            // SAFETY: as above.
+            // SAFETY: the local iovs are the caller's own live, writable buffers; `got` <= n bytes.
             unsafe { scatter(&l, &buf[..got]) };
             got
         };

@@ -471,9 +471,9 @@ impl Region {
         // (Mode 0600 as every file of the wire: a memfd is made 0777.)
         // SAFETY: our new fd, throughout.
         cvt(unsafe { libc::fchmod(fd, 0o600) })?;
-        // SAFETY: as above.
+        // SAFETY: ftruncate on the memfd made above, which `memfd` owns.
         cvt(unsafe { libc::ftruncate(fd, REGION_SIZE as libc::off_t) })?;
-        // SAFETY: as above.
+        // SAFETY: F_ADD_SEALS on the memfd made above; takes integer flags only.
         cvt(unsafe {
             libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL)
         })?;

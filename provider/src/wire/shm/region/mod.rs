@@ -178,7 +178,8 @@ pub(super) struct Mapping(*mut u8);
 // SAFETY: process-wide shared memory; everything shared in it is an atomic
 // or written by its single owner (see the queue protocol and shm::jobs).
 unsafe impl Send for Mapping {}
-// SAFETY: as above.
+// SAFETY: `&Mapping` hands out only the base pointer; what is shared
+// through it is atomics or owner-written cells (the queue protocol).
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
