@@ -56,10 +56,10 @@ pub(super) struct Out {
     /// The peer's hello, once it answered (its first bytes so far).
     pub(super) peer: Option<Hello>,
     got: Vec<u8>,
-    /// Whether the inbox reads this connection (then it says, in `tie`,
+    /// Whether the inbox reads this connection (then it says, in `closed_by_inbox`,
     /// when the connection ends; we never read it).
     handed: bool,
-    tie: Tie,
+    closed_by_inbox: ClosedFlag,
     /// Whether the connection comes from our name's IP (the peer adopts
     /// only such a connection: `Pairs::greeted`).
     pub(super) adoptable: bool,
@@ -127,7 +127,7 @@ impl Out {
             peer: None,
             got: Vec::new(),
             handed: false,
-            tie: Tie::default(),
+            closed_by_inbox: ClosedFlag::default(),
             adoptable: false,
             zc_probes: VecDeque::new(),
             zc_copied: 0,
@@ -193,7 +193,7 @@ impl Out {
         self.peer = None;
         self.got.clear();
         self.handed = false;
-        self.tie = Tie::default();
+        self.closed_by_inbox = ClosedFlag::default();
     }
 
     /// Write on `c`, the connection the peer opened (its hello `h`), which
@@ -208,7 +208,7 @@ impl Out {
         self.peer = Some(h);
         self.got.clear();
         self.handed = true;
-        self.tie = c.tie.clone();
+        self.closed_by_inbox = c.closed_by_inbox.clone();
         true
     }
 }
@@ -238,7 +238,7 @@ impl Link {
         let tx = TcpSend { ring: tx.ring.clone().filter(|r| r.sends_zc()), ..tx.clone() };
         let mut table = pairs.map(|p| p.table());
         let parked = match table.as_mut().and_then(|t| t.remove(to)) {
-            Some(Pair::Parked(c, h)) if !c.tie.load(Ordering::Acquire) => Some((*c, h)),
+            Some(Pair::Parked(c, h)) if !c.closed_by_inbox.load(Ordering::Acquire) => Some((*c, h)),
             _ => None,
         };
         let out = match parked {
@@ -247,7 +247,7 @@ impl Link {
                 o.id = c.id;
                 o.peer = Some(h);
                 o.handed = true;
-                o.tie = c.tie;
+                o.closed_by_inbox = c.closed_by_inbox;
                 o
             }
             None => {
@@ -432,17 +432,17 @@ impl Link {
     /// Whether the link is known closed (no system call).
     pub fn closed(&self) -> bool {
         let o = self.0.out();
-        o.state != LinkState::Open || (o.handed && o.tie.load(Ordering::Acquire))
+        o.state != LinkState::Open || (o.handed && o.closed_by_inbox.load(Ordering::Acquire))
     }
 
     /// Where the link stands: a connection the inbox reads ended when the
-    /// inbox says so (`tie`); one we read ourselves (a bare sender's) ended
+    /// inbox says so (`closed_by_inbox`); one we read ourselves (a bare sender's) ended
     /// when a read finds its end or an error (the peer writes nothing on it
     /// after its hello); a connect that failed is `Unreachable`.
     pub fn state(&self) -> LinkState {
         let mut o = self.0.out();
         self.0.step(&mut o);
-        if o.state == LinkState::Open && o.handed && o.tie.load(Ordering::Acquire) {
+        if o.state == LinkState::Open && o.handed && o.closed_by_inbox.load(Ordering::Acquire) {
             o.state = LinkState::Closed;
         } else if o.state == LinkState::Open && o.peer.is_some() && !o.handed {
             let mut b = [0u8; 1];
@@ -711,7 +711,7 @@ impl Core {
                 if let Some(p) = &self.pairs {
                     match o.sock.try_clone() {
                         Ok(sock) => {
-                            p.hand_over(InConn::new(sock, o.id, Some((self.to, h.epoch)), o.tie.clone()));
+                            p.hand_over(InConn::new(sock, o.id, Some((self.to, h.epoch)), o.closed_by_inbox.clone()));
                             o.handed = true;
                         }
                         Err(_) => o.close(),

@@ -39,7 +39,7 @@
 //!
 //! The inbox reads every connection, the links' too (handed to it once
 //! their answer came); a link learns that its connection ended from the
-//! inbox (`Tie`), and shuts its side down when the engine drops it.
+//! inbox (`ClosedFlag`), and shuts its side down when the engine drops it.
 //!
 //! The wire cannot reach the peer's memory: every copy answers `Push`, and
 //! the engine's PULL -> DATA -> ACK path moves rendezvous and RMA data.
@@ -332,7 +332,7 @@ impl Default for Bounds {
 
 /// What a link and the inbox share of the connection the link writes on:
 /// set by the inbox when it found the connection ended (or closed it).
-type Tie = Arc<AtomicBool>;
+type ClosedFlag = Arc<AtomicBool>;
 
 /// The bytes both proofs cover (`transcript`).
 type Transcript = [u8; 2 * (HELLO_LEN - PROOF_LEN)];

@@ -113,7 +113,10 @@ impl Pairs {
             if let (true, Ok(sock)) = (theirs_ok, c.sock.try_clone()) {
                 t.insert(
                     from,
-                    Pair::Parked(Box::new(InConn::new(sock, c.id, Some((from, h.epoch)), c.tie.clone())), *h),
+                    Pair::Parked(
+                        Box::new(InConn::new(sock, c.id, Some((from, h.epoch)), c.closed_by_inbox.clone())),
+                        *h,
+                    ),
                 );
             }
             Answer::Accept

@@ -108,7 +108,7 @@ impl Inbox {
         self.sweep();
     }
 
-    /// Close the connections marked closed: their links learn it (`tie`),
+    /// Close the connections marked closed: their links learn it (`closed_by_inbox`),
     /// a parked one is no longer taken, and the wake fd lets them go
     /// (a link may hold the socket open a while longer).
     ///
@@ -144,7 +144,7 @@ impl Inbox {
             }
         }
         for c in self.conns.iter().filter(|c| c.closed) {
-            c.tie.store(true, Ordering::Release);
+            c.closed_by_inbox.store(true, Ordering::Release);
             self.wake.remove(c.sock.as_raw_fd());
             self.pairs.forget(c.id);
         }

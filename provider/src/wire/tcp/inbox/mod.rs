@@ -43,7 +43,7 @@ pub(super) struct InConn {
     land: Option<Landing>,
     /// Set when the connection ends or is closed here: a link writing on
     /// it learns so.
-    pub(super) tie: Tie,
+    pub(super) closed_by_inbox: ClosedFlag,
     /// Cutting stopped at a barrier frame; the bytes after it (in `buf`)
     /// are cut at the next poll, once the engine has taken it.
     held: bool,
@@ -66,7 +66,12 @@ impl InConn {
         self.buf.len()
     }
 
-    pub(super) fn new(sock: TcpStream, id: u64, peer: Option<(SocketAddr, u32)>, tie: Tie) -> InConn {
+    pub(super) fn new(
+        sock: TcpStream,
+        id: u64,
+        peer: Option<(SocketAddr, u32)>,
+        closed_by_inbox: ClosedFlag,
+    ) -> InConn {
         InConn {
             sock,
             buf: Vec::new(),
@@ -75,7 +80,7 @@ impl InConn {
             closed: false,
             id,
             land: None,
-            tie,
+            closed_by_inbox,
             held: false,
             lane: false,
             challenged: None,
@@ -233,7 +238,7 @@ impl Inbox {
                 self.conns.push(c);
                 self.index_stale = true;
             } else {
-                c.tie.store(true, Ordering::Release);
+                c.closed_by_inbox.store(true, Ordering::Release);
             }
         }
         // With several connections, one epoll_wait says which sockets (and
@@ -271,7 +276,7 @@ impl Inbox {
                     {
                         let _ = sock.set_nodelay(true);
                         self.accepted += 1;
-                        self.conns.push(InConn::new(sock, self.pairs.new_id(), None, Tie::default()));
+                        self.conns.push(InConn::new(sock, self.pairs.new_id(), None, ClosedFlag::default()));
                         self.index_stale = true;
                     }
                 }
