@@ -75,6 +75,11 @@ impl Pairs {
         self.handing.store(true, Ordering::Release);
     }
 
+    /// Whether a connection waits to be handed over (one plain load).
+    pub(super) fn handing(&self) -> bool {
+        self.handing.load(Ordering::Relaxed)
+    }
+
     pub(super) fn take_handed(&self) -> Vec<InConn> {
         // (A load first: this runs on every poll, and a swap is a locked
         // write to the line even when nothing was handed over.)

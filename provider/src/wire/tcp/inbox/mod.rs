@@ -230,6 +230,23 @@ impl Inbox {
     }
     /// Accept what waits, read what the connections hold, cut frames.
     pub(super) fn poll(&mut self) {
+        // No connection yet (an endpoint whose peers are all on this host
+        // spins here on every empty poll): only the listener can have
+        // something, asked by the clock (read every `CLOCK_EVERY`th poll);
+        // nothing else is touched.
+        if self.conns.is_empty() && !self.pairs.handing() {
+            self.polls = self.polls.wrapping_add(1);
+            if self.polls % CLOCK_EVERY == 1 {
+                let now = Instant::now();
+                if now.duration_since(self.accepted_at) >= ACCEPT_GAP {
+                    self.accepted_at = now;
+                    self.accept_waiting();
+                }
+            }
+            if self.conns.is_empty() {
+                return;
+            }
+        }
         // (Our links' connections, once their peer answered: read here.)
         for c in self.pairs.take_handed() {
             // (Not in the wake fd: a sleeper would not wake for its frames;
@@ -263,26 +280,8 @@ impl Inbox {
                 self.accepted_at = now;
             }
         }
-        while accept {
-            match self.listener.accept() {
-                Ok((sock, from)) => {
-                    if !self.admit(&from) {
-                        continue;
-                    }
-                    // (Not in the wake fd: a sleeper would not wake for
-                    // its frames, so the connection is refused.)
-                    if sock.set_nonblocking(true).is_ok()
-                        && self.wake.add(std::os::fd::AsRawFd::as_raw_fd(&sock)).is_ok()
-                    {
-                        let _ = sock.set_nodelay(true);
-                        self.accepted += 1;
-                        self.conns.push(InConn::new(sock, self.pairs.new_id(), None, ClosedFlag::default()));
-                        self.index_stale = true;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => accept = false,
-            }
+        if accept {
+            self.accept_waiting();
         }
         if self.conns.is_empty() {
             return;
@@ -571,6 +570,32 @@ impl Inbox {
         // connection.)
         if any_closed {
             self.sweep();
+        }
+    }
+
+    /// Accept the connections waiting at the listener (those it admits).
+    fn accept_waiting(&mut self) {
+        let mut accept = true;
+        while accept {
+            match self.listener.accept() {
+                Ok((sock, from)) => {
+                    if !self.admit(&from) {
+                        continue;
+                    }
+                    // (Not in the wake fd: a sleeper would not wake for
+                    // its frames, so the connection is refused.)
+                    if sock.set_nonblocking(true).is_ok()
+                        && self.wake.add(std::os::fd::AsRawFd::as_raw_fd(&sock)).is_ok()
+                    {
+                        let _ = sock.set_nodelay(true);
+                        self.accepted += 1;
+                        self.conns.push(InConn::new(sock, self.pairs.new_id(), None, ClosedFlag::default()));
+                        self.index_stale = true;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => accept = false,
+            }
         }
     }
 
