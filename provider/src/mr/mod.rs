@@ -1,6 +1,7 @@
 //! Memory registration: the only room that knows how memory is pinned.
 //!
-//! - `registry`: keys and the remote-access check every wire uses;
+//! - `registry`: keys and the remote-access check every wire uses (`aes`:
+//!   the CPU's AES instructions, its key permutation's round function);
 //! - `pin`, `uring`, `mlock`: how pages are held (io_uring long-term pins,
 //!   mlock fallback with page-interval counts, or none);
 //! - `account`: pinned bytes against RLIMIT_MEMLOCK or FI_OXMR_MR_MAX_PINNED;
@@ -23,6 +24,7 @@
 //! no in-flight operation holds the region.
 
 pub mod account;
+mod aes;
 pub mod cache;
 pub mod device;
 pub mod dmabuf;
