@@ -50,6 +50,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
+use crate::sys::SpinLock;
+
 use oxmr_ffi as ffi;
 
 use super::pin::Pin;
@@ -222,8 +224,8 @@ struct Shard(RwLock<Map>);
 /// A domain's registrations by key.
 pub struct Registry {
     shards: Box<[Shard]>,
-    /// Provider keys made so far: the next key is `permute(prf, counter)`.
-    counter: AtomicU64,
+    /// Provider keys made ahead (see `KeyPool`).
+    keys: SpinLock<KeyPool>,
     /// The key permutation's secret, drawn once (kept for the tests).
     #[cfg(test)]
     secret: (u64, u64),
@@ -232,6 +234,20 @@ pub struct Registry {
     /// Round 0 of the permutation for counters under 2^32 (their high half
     /// is 0): `permute_with`.
     round0: u32,
+}
+
+/// Provider keys are made `KEY_BATCH` at a time: one AES encryption is a
+/// chain of ten dependent instructions (about 40 cycles), and a key two of
+/// them in a row, where eight keys side by side take little longer than
+/// one (the CPU's AES units overlap the chains).
+const KEY_BATCH: usize = 8;
+
+/// The keys of counters `next - KEY_BATCH + at ..` not handed out yet.
+struct KeyPool {
+    keys: [u64; KEY_BATCH],
+    at: usize,
+    /// The counter after the batch: the next batch is its image.
+    next: u64,
 }
 
 /// Rounds of the key permutation: Luby and Rackoff's construction is a
@@ -274,7 +290,8 @@ fn round_fn(prf: &KeyPrf, round: u64, half: u32) -> u32 {
 /// keeps it, so a key costs two round functions, not three). A Feistel
 /// network is a bijection whatever its round function (each round can be
 /// undone: `tests::unpermute`), so distinct counters give distinct keys.
-#[inline]
+/// (The reference the batches of `permute_many` are tested against.)
+#[cfg(test)]
 fn permute_with(prf: &KeyPrf, n: u64, f0: u32) -> u64 {
     let (lo, hi) = (n as u32, (n >> 32) as u32);
     let (mut l, mut r) = (hi, lo ^ f0);
@@ -282,6 +299,27 @@ fn permute_with(prf: &KeyPrf, n: u64, f0: u32) -> u64 {
         (l, r) = (r, l ^ round_fn(prf, round, r));
     }
     (l as u64) << 32 | r as u64
+}
+
+/// `round_fn` of each half, side by side.
+#[inline]
+fn round_fn_many<const N: usize>(prf: &KeyPrf, round: u64, half: &[u32; N]) -> [u32; N] {
+    match prf {
+        KeyPrf::Aes(a) => a.encrypt_lo(&half.map(|x| x as u64), round).map(|x| x as u32),
+        KeyPrf::Sip(..) => half.map(|x| round_fn(prf, round, x)),
+    }
+}
+
+/// `permute_with` of the counters `n .. n + N`, which share their high
+/// half (`n` a multiple of N, a power of two), side by side.
+fn permute_many<const N: usize>(prf: &KeyPrf, n: u64, f0: u32) -> [u64; N] {
+    let mut l = [(n >> 32) as u32; N];
+    let mut r: [u32; N] = std::array::from_fn(|i| (n as u32 + i as u32) ^ f0);
+    for round in 1..ROUNDS {
+        let f = round_fn_many(prf, round, &r);
+        (l, r) = (r, std::array::from_fn(|i| l[i] ^ f[i]));
+    }
+    std::array::from_fn(|i| (l[i] as u64) << 32 | r[i] as u64)
 }
 
 /// `permute_with` computing round 0 itself.
@@ -338,7 +376,7 @@ impl Registry {
         let prf = KeyPrf::new(secret);
         Registry {
             shards,
-            counter: AtomicU64::new(0),
+            keys: SpinLock::new(KeyPool { keys: [0; KEY_BATCH], at: KEY_BATCH, next: 0 }),
             #[cfg(test)]
             secret,
             prf,
@@ -355,10 +393,19 @@ impl Registry {
 
     /// A fresh provider key (never FI_KEY_NOTAVAIL).
     pub fn new_key(&self) -> u64 {
+        let mut p = self.keys.lock();
         loop {
-            let n = self.counter.fetch_add(1, Ordering::Relaxed);
-            let f0 = if n >> 32 == 0 { self.round0 } else { round_fn(&self.prf, 0, (n >> 32) as u32) };
-            let k = permute_with(&self.prf, n, f0);
+            if p.at == KEY_BATCH {
+                // (`next` is a multiple of KEY_BATCH, which divides 2^32:
+                // the batch shares its high half.)
+                let n = p.next;
+                let f0 = if n >> 32 == 0 { self.round0 } else { round_fn(&self.prf, 0, (n >> 32) as u32) };
+                p.keys = permute_many(&self.prf, n, f0);
+                p.next = n.wrapping_add(KEY_BATCH as u64);
+                p.at = 0;
+            }
+            let k = p.keys[p.at];
+            p.at += 1;
             if k != ffi::FI_KEY_NOTAVAIL {
                 return k;
             }
@@ -602,9 +649,20 @@ pub(crate) mod tests {
                 assert_eq!(unpermute(&prf, k), n, "key {k:#x}");
             }
         }
-        // (Fresh keys are the counter's images, in order.)
-        let fresh = r.new_key();
-        assert_eq!(unpermute(&r.prf, fresh), 0);
+        // (Fresh keys are the counter's images, in order, batch after
+        // batch, and a batch's are each counter's alone.)
+        for n in 0..3 * KEY_BATCH as u64 {
+            let fresh = r.new_key();
+            assert_eq!(unpermute(&r.prf, fresh), n);
+            assert_eq!(fresh, permute(&r.prf, n));
+        }
+        for prf in [r.prf, KeyPrf::Sip(r.secret.0, r.secret.1)] {
+            for n in [0, 1 << 32, u64::MAX - KEY_BATCH as u64 + 1] {
+                let f0 = round_fn(&prf, 0, (n >> 32) as u32);
+                let many: [u64; KEY_BATCH] = permute_many(&prf, n, f0);
+                assert!(many.iter().enumerate().all(|(i, &k)| k == permute(&prf, n + i as u64)), "batch at {n:#x}");
+            }
+        }
     }
 
     #[test]
