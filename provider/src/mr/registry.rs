@@ -2,10 +2,14 @@
 //!
 //! `check(key, addr, len, access)` answers with the region and the offset
 //! into it, or a precise [`AccessError`]. It is a hash lookup in one of 64
-//! shards, each under a read-mostly lock (writers: registration and close),
-//! so its cost does not grow with the number of registrations and threads
-//! checking different keys rarely share a cache line (`cargo run --release
-//! -p oxmr --example mr_bench` measures it at 10 k live registrations).
+//! shards, each under a spin lock held for that one lookup (or, for a
+//! registration or a close, one insertion or removal) and released with a
+//! plain store: one locked instruction per check, registration or close
+//! (a read-write lock takes two, to let readers of one shard overlap for
+//! a few nanoseconds). Its cost does not grow with the number of
+//! registrations, and threads checking different keys rarely share a
+//! cache line (`cargo run --release -p oxmr --example mr_bench` measures
+//! it at 10 k live registrations).
 //!
 //! A provider key is a keyed pseudorandom permutation of a per-domain
 //! 64-bit counter: a Feistel network over the counter's two 32-bit halves
@@ -44,11 +48,11 @@
 //! (FI_EACCES), whatever was wrong; the precise [`AccessError`] is for the
 //! target's log.
 
-use crate::sys::RwLockExt;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::sys::SpinLock;
 
@@ -219,7 +223,16 @@ const SHARDS: usize = 64;
 /// One shard, alone on its cache lines.
 #[repr(align(128))]
 #[derive(Default)]
-struct Shard(RwLock<Map>);
+struct Shard(SpinLock<ShardMap>);
+
+/// A shard's registrations, and how many it has taken in (the domain's
+/// registration count: every registration ends with its insertion here,
+/// so the count costs no atomic add of its own).
+#[derive(Default)]
+struct ShardMap {
+    map: Map,
+    inserted: u64,
+}
 
 /// A domain's registrations by key.
 pub struct Registry {
@@ -384,7 +397,7 @@ impl Registry {
         }
     }
 
-    fn shard(&self, key: u64) -> &RwLock<Map> {
+    fn shard(&self, key: u64) -> &SpinLock<ShardMap> {
         // Provider keys are uniform in every bit; application keys are
         // usually small integers, which differ in the low bits: folding
         // the high half onto the low spreads both.
@@ -414,37 +427,48 @@ impl Registry {
 
     /// Whether a key is taken.
     pub fn contains(&self, key: u64) -> bool {
-        self.shard(key).read_ok().contains_key(&key)
+        self.shard(key).lock().map.contains_key(&key)
     }
 
     /// Add a region under its key; `Err(())` if the key is taken.
     #[allow(clippy::result_unit_err)]
     pub fn insert(&self, r: Arc<Region>) -> Result<(), ()> {
-        let mut m = self.shard(r.key).write_ok();
-        if m.contains_key(&r.key) {
-            return Err(());
-        }
-        m.insert(r.key, r);
+        let mut m = self.shard(r.key).lock();
+        match m.map.entry(r.key) {
+            Entry::Occupied(_) => return Err(()),
+            Entry::Vacant(v) => v.insert(r),
+        };
+        m.inserted += 1;
         Ok(())
     }
 
     /// Remove a key: from now on it never validates.
     pub fn remove(&self, key: u64) -> Option<Arc<Region>> {
-        self.shard(key).write_ok().remove(&key)
+        self.shard(key).lock().map.remove(&key)
     }
 
     /// Remove `r`'s key if it still names `r` (a revoked registration's
-    /// key may have been given to a newer one since).
+    /// key may have been given to a newer one since). The region goes
+    /// after the lock (its last reference may be this one).
     pub fn remove_region(&self, r: &Region) {
-        let mut m = self.shard(r.key).write_ok();
-        if m.get(&r.key).is_some_and(|x| std::ptr::eq(Arc::as_ptr(x), r)) {
-            m.remove(&r.key);
-        }
+        let gone = {
+            let mut m = self.shard(r.key).lock();
+            match m.map.entry(r.key) {
+                Entry::Occupied(e) if std::ptr::eq(Arc::as_ptr(e.get()), r) => Some(e.remove()),
+                _ => None,
+            }
+        };
+        drop(gone);
     }
 
     /// Live registrations.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.read_ok().len()).sum()
+        self.shards.iter().map(|s| s.0.lock().map.len()).sum()
+    }
+
+    /// Registrations taken in so far (the extension API's count).
+    pub fn inserted(&self) -> u64 {
+        self.shards.iter().map(|s| s.0.lock().inserted).sum()
     }
 
     /// Whether there are none.
@@ -456,8 +480,8 @@ impl Registry {
     /// bytes at `addr` with `access` (FI_REMOTE_READ / FI_REMOTE_WRITE)?
     pub fn check(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<Granted, AccessError> {
         let region = {
-            let m = self.shard(key).read_ok();
-            m.get(&key).cloned().ok_or(AccessError::UnknownKey)?
+            let m = self.shard(key).lock();
+            m.map.get(&key).cloned().ok_or(AccessError::UnknownKey)?
         };
         if !region.enabled.load(Ordering::Acquire) {
             return Err(AccessError::NotEnabled);
