@@ -162,8 +162,8 @@ impl MrDomain {
     }
 
     /// Register: the region, published under its key.
-    pub fn register(&self, req: Request) -> Result<Arc<Region>> {
-        let r = self.register_inner(req);
+    pub fn register(&self, mut req: Request) -> Result<Arc<Region>> {
+        let r = self.register_inner(&mut req);
         if let Err(e) = &r {
             self.stats.count_failure(*e);
         }
@@ -176,7 +176,7 @@ impl MrDomain {
         self.registry.inserted()
     }
 
-    fn register_inner(&self, req: Request) -> Result<Arc<Region>> {
+    fn register_inner(&self, req: &mut Request) -> Result<Arc<Region>> {
         if req.access & !ACCESS_BITS != 0 {
             return Err(fail!(
                 ffi::FI_EINVAL,
@@ -195,7 +195,6 @@ impl MrDomain {
             ));
         }
         // A dma-buf is mapped first: its mapping is the registered memory.
-        let mut req = req;
         let mut mapped = None;
         let mut dmabuf_iova = None;
         if let Some(d) = req.dmabuf.take() {
@@ -225,7 +224,7 @@ impl MrDomain {
     /// address it under FI_MR_VIRT_ADDR).
     fn register_checked(
         &self,
-        req: Request,
+        req: &mut Request,
         mapped: Option<dmabuf::Mapped>,
         dmabuf_iova: Option<u64>,
     ) -> Result<Arc<Region>> {
@@ -306,7 +305,7 @@ impl MrDomain {
         };
         let region = Arc::new(Region {
             key,
-            iovs: req.iovs,
+            iovs: std::mem::take(&mut req.iovs),
             len,
             iova,
             access: req.access,
@@ -490,7 +489,7 @@ mod peer_tests {
         let m = dmabuf::map(buf, 100, 4000, true).unwrap();
         let mut r = req(0, 0, RW);
         r.iovs = Ranges::One(m.data());
-        let r = d.register_checked(r, Some(m), Some(0x5000_0000 + 100)).unwrap();
+        let r = d.register_checked(&mut r, Some(m), Some(0x5000_0000 + 100)).unwrap();
         assert_eq!(r.iova, 0x5000_0064, "peers address it at base_addr + offset");
         // The caller closes its fd, and the number is reused for another
         // buffer: the registration still speaks for the first.
