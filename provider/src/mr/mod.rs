@@ -283,11 +283,14 @@ impl MrDomain {
             (_, _, Some(m), _) => Pin::Phys(Box::new(phys::PhysPin::dmabuf(m, req.access)?)),
             (_, _, None, Some(id)) => Pin::Phys(Box::new(phys::PhysPin::identified(&req.iovs, req.access, id)?)),
             _ if req.flags & crate::ext::OXMR_MR_PHYS_FALLBACK != 0 => self.pinner.phys_only(&req.iovs, req.access)?,
-            (Some(c), &[(a, l)], None, None) if self.cache_explicit && l > 0 => {
-                let (pin, since) = c.get(&self.pinner, a, l, req.access)?;
-                watch = since;
-                pin
-            }
+            (Some(c), &[(a, l)], None, None) if self.cache_explicit && l > 0 => match c.hit(a, l, req.access) {
+                Some(r) => Pin::Cached(r),
+                None => {
+                    let (pin, since) = c.get(&self.pinner, a, l, req.access)?;
+                    watch = since;
+                    pin
+                }
+            },
             _ => {
                 if let Some(c) = &self.cache {
                     c.stats.uncached.fetch_add(1, Ordering::Relaxed);

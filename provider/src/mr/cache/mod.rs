@@ -514,6 +514,34 @@ impl Cache {
         out
     }
 
+    /// A cached pin for [a, a+l) with `access`, if the cache holds one that
+    /// needs nothing more (what `get` answers first, without the miss's
+    /// machinery; None: ask `get`, which also gives a refusal its error).
+    /// Returned in two registers: a hit's result is not moved through
+    /// memory.
+    #[inline]
+    pub fn hit(self: &Arc<Self>, a: usize, l: usize, access: u64) -> Option<CacheRef> {
+        if crate::sys::process_token() != self.process {
+            return None;
+        }
+        let mut s = self.lock();
+        self.sync(&mut s);
+        let entry = self.lookup(&mut s, a, l, access)?;
+        // (Written only under `state`'s lock, held here: a plain load and
+        // store, no locked add on the hit path.)
+        let hits = self.stats.hits.load(Ordering::Relaxed);
+        self.stats.hits.store(hits + 1, Ordering::Relaxed);
+        let r = CacheRef { cache: self.clone(), entry };
+        drop(s);
+        // (See `get`: without the mprotect watch a hit checks its range as
+        // a miss does; a refusal gives the entry back and lets `get` say
+        // why.)
+        if self.prot.is_none() && super::pin::validate(&[(a, l)], access).is_err() {
+            return None;
+        }
+        Some(r)
+    }
+
     /// A pin for [a, a+l) with `access`: a cached one, or a new one that is
     /// cached, or (for ranges the monitor cannot watch) an uncached one;
     /// with the log position from which the range is watched and the pin
