@@ -463,21 +463,13 @@ impl Cache {
 
     fn lookup(&self, s: &mut State, a: usize, l: usize, access: u64) -> Option<Arc<Entry>> {
         let lo = a.saturating_sub(s.longest);
-        let key = s
-            .index
-            .range((lo, 0)..=(a, u64::MAX))
-            .rev()
-            .find(|(_, v)| {
-                let e = &v.entry;
-                if v.detached {
-                    return false;
-                }
-                e.start <= a && a + l <= e.start + e.len && access & !e.access == 0
-            })
-            .map(|(k, _)| *k)?;
         s.tick += 1;
         let tick = s.tick;
-        let slot = s.index.get_mut(&key)?;
+        // (One descent: the entry found is the one updated.)
+        let (_, slot) = s.index.range_mut((lo, 0)..=(a, u64::MAX)).rev().find(|(_, v)| {
+            let e = &v.entry;
+            !v.detached && e.start <= a && a + l <= e.start + e.len && access & !e.access == 0
+        })?;
         // (An unused entry's LRU element goes stale with this.)
         slot.users += 1;
         slot.last_use = tick;
