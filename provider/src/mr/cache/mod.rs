@@ -660,14 +660,15 @@ impl Cache {
         s.tick += 1;
         let tick = s.tick;
         let key = (entry.start, entry.id);
-        let mut gone = None;
+        // (The entry only, not its slot: a word, not moved through memory.)
+        let mut gone: Option<Arc<Entry>> = None;
         if let Some(slot) = s.index.get_mut(&key) {
             slot.users -= 1;
             if slot.users == 0 && slot.detached {
                 // (Its pin goes with its last user, after the lock.)
-                gone = s.index.remove(&key);
-                if let Some(g) = &gone {
+                if let Some(g) = s.index.remove(&key) {
                     s.bytes -= g.entry.len as u64;
+                    gone = Some(g.entry);
                 }
             } else if slot.users == 0 {
                 slot.last_use = tick;
