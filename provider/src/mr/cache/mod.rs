@@ -508,12 +508,13 @@ impl Cache {
 
     /// A cached pin for [a, a+l) with `access`, if the cache holds one that
     /// needs nothing more (what `get` answers first, without the miss's
-    /// machinery; None: ask `get`, which also gives a refusal its error).
-    /// Returned in two registers: a hit's result is not moved through
-    /// memory.
+    /// machinery; None: ask `get`). Returned in two registers: a hit's
+    /// result is not moved through memory. Without the mprotect watch a
+    /// hit also reads /proc/self/maps, which `get` does (and a refusal
+    /// needs its error): None then.
     #[inline]
     pub fn hit(self: &Arc<Self>, a: usize, l: usize, access: u64) -> Option<CacheRef> {
-        if crate::sys::process_token() != self.process {
+        if self.prot.is_none() || crate::sys::process_token() != self.process {
             return None;
         }
         let mut s = self.lock();
@@ -523,15 +524,10 @@ impl Cache {
         // store, no locked add on the hit path.)
         let hits = self.stats.hits.load(Ordering::Relaxed);
         self.stats.hits.store(hits + 1, Ordering::Relaxed);
-        let r = CacheRef { cache: self.clone(), entry };
-        drop(s);
-        // (See `get`: without the mprotect watch a hit checks its range as
-        // a miss does; a refusal gives the entry back and lets `get` say
-        // why.)
-        if self.prot.is_none() && super::pin::validate(&[(a, l)], access).is_err() {
-            return None;
-        }
-        Some(r)
+        // (As in `get`: an entry in the index is watched and holds its
+        // memory as of the log this sync applied, so a hit needs no
+        // tracking of its own.)
+        Some(CacheRef { cache: self.clone(), entry })
     }
 
     /// A pin for [a, a+l) with `access`: a cached one, or a new one that is
