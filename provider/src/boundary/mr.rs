@@ -312,7 +312,7 @@ unsafe extern "C" fn ext_stats(domain: *mut c_void, stats: *mut oxmr_mr_stats) -
         };
         let v = oxmr_mr_stats {
             size: size_of::<oxmr_mr_stats>(),
-            registrations: s.registrations.load(Ordering::Relaxed),
+            registrations: d.mr.registrations(),
             live: d.mr.registry.len() as u64,
             bytes_pinned: p.acct.pinned(),
             process_bytes_pinned: crate::mr::account::process_pinned(),

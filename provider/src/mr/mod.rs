@@ -1,6 +1,7 @@
 //! Memory registration: the only room that knows how memory is pinned.
 //!
-//! - `registry`: keys and the remote-access check every wire uses;
+//! - `registry`: keys and the remote-access check every wire uses (`aes`:
+//!   the CPU's AES instructions, its key permutation's round function);
 //! - `pin`, `uring`, `mlock`: how pages are held (io_uring long-term pins,
 //!   mlock fallback with page-interval counts, or none);
 //! - `account`: pinned bytes against RLIMIT_MEMLOCK or FI_OXMR_MR_MAX_PINNED;
@@ -23,6 +24,7 @@
 //! no in-flight operation holds the region.
 
 pub mod account;
+mod aes;
 pub mod cache;
 pub mod device;
 pub mod dmabuf;
@@ -72,10 +74,10 @@ impl Request {
     }
 }
 
-/// Registration counters (exported through the extension API).
+/// Registration failure counters (exported through the extension API;
+/// the successes are the registry's count, `MrDomain::registrations`).
 #[derive(Default)]
 pub struct Stats {
-    pub registrations: AtomicU64,
     pub fail_einval: AtomicU64,
     pub fail_efault: AtomicU64,
     pub fail_eacces: AtomicU64,
@@ -160,18 +162,21 @@ impl MrDomain {
     }
 
     /// Register: the region, published under its key.
-    pub fn register(&self, req: Request) -> Result<Arc<Region>> {
-        let r = self.register_inner(req);
-        match &r {
-            Ok(_) => {
-                self.stats.registrations.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => self.stats.count_failure(*e),
+    pub fn register(&self, mut req: Request) -> Result<Arc<Region>> {
+        let r = self.register_inner(&mut req);
+        if let Err(e) = &r {
+            self.stats.count_failure(*e);
         }
         r
     }
 
-    fn register_inner(&self, req: Request) -> Result<Arc<Region>> {
+    /// Successful registrations so far (each ends with its key's
+    /// insertion into the registry, which counts them under its lock).
+    pub fn registrations(&self) -> u64 {
+        self.registry.inserted()
+    }
+
+    fn register_inner(&self, req: &mut Request) -> Result<Arc<Region>> {
         if req.access & !ACCESS_BITS != 0 {
             return Err(fail!(
                 ffi::FI_EINVAL,
@@ -190,7 +195,6 @@ impl MrDomain {
             ));
         }
         // A dma-buf is mapped first: its mapping is the registered memory.
-        let mut req = req;
         let mut mapped = None;
         let mut dmabuf_iova = None;
         if let Some(d) = req.dmabuf.take() {
@@ -220,7 +224,7 @@ impl MrDomain {
     /// address it under FI_MR_VIRT_ADDR).
     fn register_checked(
         &self,
-        req: Request,
+        req: &mut Request,
         mapped: Option<dmabuf::Mapped>,
         dmabuf_iova: Option<u64>,
     ) -> Result<Arc<Region>> {
@@ -279,11 +283,14 @@ impl MrDomain {
             (_, _, Some(m), _) => Pin::Phys(Box::new(phys::PhysPin::dmabuf(m, req.access)?)),
             (_, _, None, Some(id)) => Pin::Phys(Box::new(phys::PhysPin::identified(&req.iovs, req.access, id)?)),
             _ if req.flags & crate::ext::OXMR_MR_PHYS_FALLBACK != 0 => self.pinner.phys_only(&req.iovs, req.access)?,
-            (Some(c), &[(a, l)], None, None) if self.cache_explicit && l > 0 => {
-                let (pin, since) = c.get(&self.pinner, a, l, req.access)?;
-                watch = since;
-                pin
-            }
+            (Some(c), &[(a, l)], None, None) if self.cache_explicit && l > 0 => match c.hit(a, l, req.access) {
+                Some(r) => Pin::Cached(r),
+                None => {
+                    let (pin, since) = c.get(&self.pinner, a, l, req.access)?;
+                    watch = since;
+                    pin
+                }
+            },
             _ => {
                 if let Some(c) = &self.cache {
                     c.stats.uncached.fetch_add(1, Ordering::Relaxed);
@@ -301,7 +308,7 @@ impl MrDomain {
         };
         let region = Arc::new(Region {
             key,
-            iovs: req.iovs,
+            iovs: std::mem::take(&mut req.iovs),
             len,
             iova,
             access: req.access,
@@ -485,7 +492,7 @@ mod peer_tests {
         let m = dmabuf::map(buf, 100, 4000, true).unwrap();
         let mut r = req(0, 0, RW);
         r.iovs = Ranges::One(m.data());
-        let r = d.register_checked(r, Some(m), Some(0x5000_0000 + 100)).unwrap();
+        let r = d.register_checked(&mut r, Some(m), Some(0x5000_0000 + 100)).unwrap();
         assert_eq!(r.iova, 0x5000_0064, "peers address it at base_addr + offset");
         // The caller closes its fd, and the number is reused for another
         // buffer: the registration still speaks for the first.

@@ -48,32 +48,41 @@ pub enum PinClass {
     Phys,
 }
 
-/// The pin a region owns.
+/// The pin a region owns. (Three words: what a miss pins is boxed, so
+/// that a cache hit moves little.)
 pub enum Pin {
     None,
-    Uring {
-        table: Arc<UringTable>,
-        slots: Vec<u32>,
-        bytes: u64,
-        acct: Arc<Account>,
-    },
-    Mlock {
-        iovs: Vec<(usize, usize)>,
-        bytes: u64,
-        acct: Arc<Account>,
-    },
+    Uring(Box<UringPin>),
+    Mlock(Box<MlockPin>),
     /// A pin kept by the registration cache, shared with later hits.
     Cached(CacheRef),
     /// Device memory nothing can pin (the physical-address fallback).
     Phys(Box<PhysPin>),
 }
 
+const _: () = assert!(std::mem::size_of::<Pin>() <= 24);
+
+/// Pages pinned in io_uring buffer slots; unpinned on drop.
+pub struct UringPin {
+    table: Arc<UringTable>,
+    slots: Vec<u32>,
+    bytes: u64,
+    acct: Arc<Account>,
+}
+
+/// Ranges held with mlock; unlocked on drop.
+pub struct MlockPin {
+    iovs: Vec<(usize, usize)>,
+    bytes: u64,
+    acct: Arc<Account>,
+}
+
 impl Pin {
     pub fn class(&self) -> PinClass {
         match self {
             Pin::None => PinClass::Unpinned,
-            Pin::Uring { .. } => PinClass::Uring,
-            Pin::Mlock { .. } => PinClass::Mlock,
+            Pin::Uring(_) => PinClass::Uring,
+            Pin::Mlock(_) => PinClass::Mlock,
             Pin::Cached(c) => c.entry.pin.class(),
             Pin::Phys(_) => PinClass::Phys,
         }
@@ -82,14 +91,15 @@ impl Pin {
     pub fn bytes(&self) -> u64 {
         match self {
             Pin::None | Pin::Phys(_) => 0,
-            Pin::Uring { bytes, .. } | Pin::Mlock { bytes, .. } => *bytes,
+            Pin::Uring(p) => p.bytes,
+            Pin::Mlock(p) => p.bytes,
             Pin::Cached(c) => c.entry.pin.bytes(),
         }
     }
 
     pub fn slots(&self) -> u32 {
         match self {
-            Pin::Uring { slots, .. } => slots.len() as u32,
+            Pin::Uring(p) => p.slots.len() as u32,
             Pin::Cached(c) => c.entry.pin.slots(),
             _ => 0,
         }
@@ -112,25 +122,23 @@ impl Pin {
     }
 }
 
-impl Drop for Pin {
+impl Drop for UringPin {
     fn drop(&mut self) {
-        match self {
-            Pin::None | Pin::Cached(_) | Pin::Phys(_) => {}
-            Pin::Uring { table, slots, bytes, acct } => {
-                // A forked child shares the parent's ring (inherited fd):
-                // emptying its slots would unpin the parent's pages.
-                if table.owned_here() {
-                    table.unpin(slots);
-                }
-                acct.release(*bytes);
-            }
-            Pin::Mlock { iovs, bytes, acct } => {
-                for &(a, l) in iovs.iter() {
-                    mlock::global().unlock(a, l);
-                }
-                acct.release(*bytes);
-            }
+        // A forked child shares the parent's ring (inherited fd):
+        // emptying its slots would unpin the parent's pages.
+        if self.table.owned_here() {
+            self.table.unpin(&self.slots);
         }
+        self.acct.release(self.bytes);
+    }
+}
+
+impl Drop for MlockPin {
+    fn drop(&mut self) {
+        for &(a, l) in self.iovs.iter() {
+            mlock::global().unlock(a, l);
+        }
+        self.acct.release(self.bytes);
     }
 }
 
@@ -293,7 +301,14 @@ impl Pinner {
         if let (PinMode::Uring, Some(t)) = (self.mode, uring) {
             self.acct.reserve(bytes)?;
             match t.pin(iovs) {
-                Ok(slots) => return Ok(Pin::Uring { table: t.clone(), slots, bytes, acct: self.acct.clone() }),
+                Ok(slots) => {
+                    return Ok(Pin::Uring(Box::new(UringPin {
+                        table: t.clone(),
+                        slots,
+                        bytes,
+                        acct: self.acct.clone(),
+                    })))
+                }
                 Err(e) => {
                     self.acct.release(bytes);
                     match e.raw_os_error() {
@@ -357,7 +372,7 @@ impl Pinner {
                 });
             }
         }
-        Ok(Pin::Mlock { iovs: iovs.to_vec(), bytes, acct: self.acct.clone() })
+        Ok(Pin::Mlock(Box::new(MlockPin { iovs: iovs.to_vec(), bytes, acct: self.acct.clone() })))
     }
 
     /// The per-call flag (OXMR_MR_PHYS_FALLBACK): the caller says the range

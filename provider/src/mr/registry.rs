@@ -2,22 +2,45 @@
 //!
 //! `check(key, addr, len, access)` answers with the region and the offset
 //! into it, or a precise [`AccessError`]. It is a hash lookup in one of 64
-//! shards, each under a read-mostly lock (writers: registration and close),
-//! so its cost does not grow with the number of registrations and threads
-//! checking different keys rarely share a cache line (`cargo run --release
-//! -p oxmr --example mr_bench` measures it at 10 k live registrations).
+//! shards, each under a spin lock held for that one lookup (or, for a
+//! registration or a close, one insertion or removal) and released with a
+//! plain store: one locked instruction per check, registration or close
+//! (a read-write lock takes two, to let readers of one shard overlap for
+//! a few nanoseconds). Its cost does not grow with the number of
+//! registrations, and threads checking different keys rarely share a
+//! cache line (`cargo run --release -p oxmr --example mr_bench` measures
+//! it at 10 k live registrations).
 //!
 //! A provider key is a keyed pseudorandom permutation of a per-domain
 //! 64-bit counter: a Feistel network over the counter's two 32-bit halves
-//! whose round function is SipHash-2-4 under a 128-bit secret drawn from
-//! the kernel once per domain. A permutation makes every key of a
-//! domain's lifetime distinct, so a closed MR's key never validates
-//! again, even if a peer still holds it; a pseudorandom one (SipHash is a
-//! PRF; Luby and Rackoff) leaves all 64 bits of every other key
-//! unpredictable to a peer that has seen any number of keys (no visible
-//! counter: no bit range of consecutive keys moves by a constant). Making
-//! a key is two SipHash calls and no system call (a getrandom per key
-//! was the largest cost of a cached registration).
+//! whose round function is a PRF under a 128-bit secret drawn from the
+//! kernel once per domain. A permutation makes every key of a domain's
+//! lifetime distinct, so a closed MR's key never validates again, even if
+//! a peer still holds it; a pseudorandom one (Luby and Rackoff: three
+//! rounds of independent PRFs make a pseudorandom permutation) leaves all
+//! 64 bits of every other key unpredictable to a peer that has seen any
+//! number of keys (no visible counter: no bit range of consecutive keys
+//! moves by a constant).
+//!
+//! The round function, round `i` on half `x`: the low 32 bits of
+//! AES-128 under the secret of the block (x, i) where the CPU has AES
+//! instructions (`aes`), else of SipHash-2-4 under the secret of the word
+//! (i, x). Both are PRFs with independent rounds, as the construction
+//! needs: AES-128 is a pseudorandom permutation of 128-bit blocks (the
+//! standard assumption about it, and the one every AES mode rests on),
+//! so it is a PRF up to the birthday bound (the PRP/PRF switching lemma:
+//! an advantage of at most q^2 / 2^129 after q blocks, nothing for the
+//! 2^64 blocks a domain could ask), truncation to 32 bits keeps it one,
+//! and the round number in the block makes each round's inputs disjoint
+//! from every other round's (so the rounds are independent functions of
+//! one key, as with SipHash's round number in the message). SipHash-2-4
+//! is a PRF by design (Aumasson and Bernstein, 2012). AES was chosen for
+//! cost: two AES-NI encryptions are about a third of the two SipHash
+//! calls a key took, which were a tenth of a cache hit. Round 0 reads the
+//! counter's high half, which changes once in 2^32 keys, and is kept
+//! (`Registry::round0`): a key costs two round functions and no system
+//! call (a getrandom per key was the largest cost of a cached
+//! registration once).
 //! Application-requested keys (no FI_MR_PROV_KEY) are used as given; one
 //! in use is -FI_ENOKEY.
 //!
@@ -25,11 +48,13 @@
 //! (FI_EACCES), whatever was wrong; the precise [`AccessError`] is for the
 //! target's log.
 
-use crate::sys::RwLockExt;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::sys::SpinLock;
 
 use oxmr_ffi as ffi;
 
@@ -198,18 +223,44 @@ const SHARDS: usize = 64;
 /// One shard, alone on its cache lines.
 #[repr(align(128))]
 #[derive(Default)]
-struct Shard(RwLock<Map>);
+struct Shard(SpinLock<ShardMap>);
+
+/// A shard's registrations, and how many it has taken in (the domain's
+/// registration count: every registration ends with its insertion here,
+/// so the count costs no atomic add of its own).
+#[derive(Default)]
+struct ShardMap {
+    map: Map,
+    inserted: u64,
+}
 
 /// A domain's registrations by key.
 pub struct Registry {
     shards: Box<[Shard]>,
-    /// Provider keys made so far: the next key is `permute(secret, counter)`.
-    counter: AtomicU64,
-    /// The key permutation's secret, drawn once.
+    /// Provider keys made ahead (see `KeyPool`).
+    keys: SpinLock<KeyPool>,
+    /// The key permutation's secret, drawn once (kept for the tests).
+    #[cfg(test)]
     secret: (u64, u64),
+    /// Its round function under that secret.
+    prf: KeyPrf,
     /// Round 0 of the permutation for counters under 2^32 (their high half
     /// is 0): `permute_with`.
     round0: u32,
+}
+
+/// Provider keys are made `KEY_BATCH` at a time: one AES encryption is a
+/// chain of ten dependent instructions (about 40 cycles), and a key two of
+/// them in a row, where eight keys side by side take little longer than
+/// one (the CPU's AES units overlap the chains).
+const KEY_BATCH: usize = 8;
+
+/// The keys of counters `next - KEY_BATCH + at ..` not handed out yet.
+struct KeyPool {
+    keys: [u64; KEY_BATCH],
+    at: usize,
+    /// The counter after the batch: the next batch is its image.
+    next: u64,
 }
 
 /// Rounds of the key permutation: Luby and Rackoff's construction is a
@@ -218,31 +269,76 @@ pub struct Registry {
 /// gets a key turned back into a counter, so 3 do).
 const ROUNDS: u64 = 3;
 
-/// Round `round` of the key permutation: SipHash of the round number and
+/// The round function of the key permutation under a domain's secret (see
+/// the module doc).
+#[derive(Clone, Copy)]
+enum KeyPrf {
+    Aes(super::aes::Aes128),
+    Sip(u64, u64),
+}
+
+impl KeyPrf {
+    /// AES where the CPU has it, else SipHash.
+    fn new(secret: (u64, u64)) -> Self {
+        match super::aes::Aes128::new(secret.0, secret.1) {
+            Some(a) => KeyPrf::Aes(a),
+            None => KeyPrf::Sip(secret.0, secret.1),
+        }
+    }
+}
+
+/// Round `round` of the key permutation: the PRF of the round number and
 /// one 32-bit half, so that every round is an independent PRF.
-fn round_fn(secret: (u64, u64), round: u64, half: u32) -> u32 {
-    siphash24(secret.0, secret.1, round << 32 | half as u64) as u32
+#[inline]
+fn round_fn(prf: &KeyPrf, round: u64, half: u32) -> u32 {
+    match prf {
+        KeyPrf::Aes(a) => a.encrypt(half as u64, round).0 as u32,
+        KeyPrf::Sip(k0, k1) => siphash24(*k0, *k1, round << 32 | half as u64) as u32,
+    }
 }
 
 /// The key of counter `n`: a balanced Feistel network on its halves, the
 /// low half on the left, so round 0 reads the high half, which changes once
 /// in 2^32 keys: `f0` is that round's value for it (`Registry::round0`
-/// keeps it, so a key costs two SipHash calls, not three). A Feistel
+/// keeps it, so a key costs two round functions, not three). A Feistel
 /// network is a bijection whatever its round function (each round can be
 /// undone: `tests::unpermute`), so distinct counters give distinct keys.
-fn permute_with(secret: (u64, u64), n: u64, f0: u32) -> u64 {
+/// (The reference the batches of `permute_many` are tested against.)
+#[cfg(test)]
+fn permute_with(prf: &KeyPrf, n: u64, f0: u32) -> u64 {
     let (lo, hi) = (n as u32, (n >> 32) as u32);
     let (mut l, mut r) = (hi, lo ^ f0);
     for round in 1..ROUNDS {
-        (l, r) = (r, l ^ round_fn(secret, round, r));
+        (l, r) = (r, l ^ round_fn(prf, round, r));
     }
     (l as u64) << 32 | r as u64
 }
 
+/// `round_fn` of each half, side by side.
+#[inline]
+fn round_fn_many<const N: usize>(prf: &KeyPrf, round: u64, half: &[u32; N]) -> [u32; N] {
+    match prf {
+        KeyPrf::Aes(a) => a.encrypt_lo(&half.map(|x| x as u64), round).map(|x| x as u32),
+        KeyPrf::Sip(..) => half.map(|x| round_fn(prf, round, x)),
+    }
+}
+
+/// `permute_with` of the counters `n .. n + N`, which share their high
+/// half (`n` a multiple of N, a power of two), side by side.
+fn permute_many<const N: usize>(prf: &KeyPrf, n: u64, f0: u32) -> [u64; N] {
+    let mut l = [(n >> 32) as u32; N];
+    let mut r: [u32; N] = std::array::from_fn(|i| (n as u32 + i as u32) ^ f0);
+    for round in 1..ROUNDS {
+        let f = round_fn_many(prf, round, &r);
+        (l, r) = (r, std::array::from_fn(|i| l[i] ^ f[i]));
+    }
+    std::array::from_fn(|i| (l[i] as u64) << 32 | r[i] as u64)
+}
+
 /// `permute_with` computing round 0 itself.
 #[cfg(test)]
-fn permute(secret: (u64, u64), n: u64) -> u64 {
-    permute_with(secret, n, round_fn(secret, 0, (n >> 32) as u32))
+fn permute(prf: &KeyPrf, n: u64) -> u64 {
+    permute_with(prf, n, round_fn(prf, 0, (n >> 32) as u32))
 }
 
 /// SipHash-2-4 of one 8-byte message under the key (k0, k1) (Aumasson and
@@ -290,10 +386,18 @@ impl Registry {
     pub fn new() -> Self {
         let shards = (0..SHARDS).map(|_| Shard::default()).collect();
         let secret = (crate::sys::random_u64(), crate::sys::random_u64());
-        Registry { shards, counter: AtomicU64::new(0), secret, round0: round_fn(secret, 0, 0) }
+        let prf = KeyPrf::new(secret);
+        Registry {
+            shards,
+            keys: SpinLock::new(KeyPool { keys: [0; KEY_BATCH], at: KEY_BATCH, next: 0 }),
+            #[cfg(test)]
+            secret,
+            prf,
+            round0: round_fn(&prf, 0, 0),
+        }
     }
 
-    fn shard(&self, key: u64) -> &RwLock<Map> {
+    fn shard(&self, key: u64) -> &SpinLock<ShardMap> {
         // Provider keys are uniform in every bit; application keys are
         // usually small integers, which differ in the low bits: folding
         // the high half onto the low spreads both.
@@ -302,10 +406,19 @@ impl Registry {
 
     /// A fresh provider key (never FI_KEY_NOTAVAIL).
     pub fn new_key(&self) -> u64 {
+        let mut p = self.keys.lock();
         loop {
-            let n = self.counter.fetch_add(1, Ordering::Relaxed);
-            let f0 = if n >> 32 == 0 { self.round0 } else { round_fn(self.secret, 0, (n >> 32) as u32) };
-            let k = permute_with(self.secret, n, f0);
+            if p.at == KEY_BATCH {
+                // (`next` is a multiple of KEY_BATCH, which divides 2^32:
+                // the batch shares its high half.)
+                let n = p.next;
+                let f0 = if n >> 32 == 0 { self.round0 } else { round_fn(&self.prf, 0, (n >> 32) as u32) };
+                p.keys = permute_many(&self.prf, n, f0);
+                p.next = n.wrapping_add(KEY_BATCH as u64);
+                p.at = 0;
+            }
+            let k = p.keys[p.at];
+            p.at += 1;
             if k != ffi::FI_KEY_NOTAVAIL {
                 return k;
             }
@@ -314,37 +427,48 @@ impl Registry {
 
     /// Whether a key is taken.
     pub fn contains(&self, key: u64) -> bool {
-        self.shard(key).read_ok().contains_key(&key)
+        self.shard(key).lock().map.contains_key(&key)
     }
 
     /// Add a region under its key; `Err(())` if the key is taken.
     #[allow(clippy::result_unit_err)]
     pub fn insert(&self, r: Arc<Region>) -> Result<(), ()> {
-        let mut m = self.shard(r.key).write_ok();
-        if m.contains_key(&r.key) {
-            return Err(());
-        }
-        m.insert(r.key, r);
+        let mut m = self.shard(r.key).lock();
+        match m.map.entry(r.key) {
+            Entry::Occupied(_) => return Err(()),
+            Entry::Vacant(v) => v.insert(r),
+        };
+        m.inserted += 1;
         Ok(())
     }
 
     /// Remove a key: from now on it never validates.
     pub fn remove(&self, key: u64) -> Option<Arc<Region>> {
-        self.shard(key).write_ok().remove(&key)
+        self.shard(key).lock().map.remove(&key)
     }
 
     /// Remove `r`'s key if it still names `r` (a revoked registration's
-    /// key may have been given to a newer one since).
+    /// key may have been given to a newer one since). The region goes
+    /// after the lock (its last reference may be this one).
     pub fn remove_region(&self, r: &Region) {
-        let mut m = self.shard(r.key).write_ok();
-        if m.get(&r.key).is_some_and(|x| std::ptr::eq(Arc::as_ptr(x), r)) {
-            m.remove(&r.key);
-        }
+        let gone = {
+            let mut m = self.shard(r.key).lock();
+            match m.map.entry(r.key) {
+                Entry::Occupied(e) if std::ptr::eq(Arc::as_ptr(e.get()), r) => Some(e.remove()),
+                _ => None,
+            }
+        };
+        drop(gone);
     }
 
     /// Live registrations.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.read_ok().len()).sum()
+        self.shards.iter().map(|s| s.0.lock().map.len()).sum()
+    }
+
+    /// Registrations taken in so far (the extension API's count).
+    pub fn inserted(&self) -> u64 {
+        self.shards.iter().map(|s| s.0.lock().inserted).sum()
     }
 
     /// Whether there are none.
@@ -356,8 +480,8 @@ impl Registry {
     /// bytes at `addr` with `access` (FI_REMOTE_READ / FI_REMOTE_WRITE)?
     pub fn check(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<Granted, AccessError> {
         let region = {
-            let m = self.shard(key).read_ok();
-            m.get(&key).cloned().ok_or(AccessError::UnknownKey)?
+            let m = self.shard(key).lock();
+            m.map.get(&key).cloned().ok_or(AccessError::UnknownKey)?
         };
         if !region.enabled.load(Ordering::Acquire) {
             return Err(AccessError::NotEnabled);
@@ -464,10 +588,10 @@ pub(crate) mod tests {
     }
 
     /// `permute` undone, round by round.
-    fn unpermute(secret: (u64, u64), k: u64) -> u64 {
+    fn unpermute(prf: &KeyPrf, k: u64) -> u64 {
         let (mut l, mut r) = ((k >> 32) as u32, k as u32);
         for round in (0..ROUNDS).rev() {
-            (l, r) = (r ^ round_fn(secret, round, l), l);
+            (l, r) = (r ^ round_fn(prf, round, l), l);
         }
         // (Back to the counter's halves: low on the left.)
         (r as u64) << 32 | l as u64
@@ -518,6 +642,19 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_siphash_round_function_hides_the_counter_too() {
+        // (Where the CPU has no AES instructions: the same checks as for
+        // the keys `new_key` makes here.)
+        let r = Registry::new();
+        let prf = KeyPrf::Sip(r.secret.0, r.secret.1);
+        let mut k: Vec<u64> = (0..10_000).map(|n| permute(&prf, n)).collect();
+        assert_eq!(constant_difference(&k), None, "(lo, hi, kind) of a range that counts");
+        k.sort_unstable();
+        k.dedup();
+        assert_eq!(k.len(), 10_000);
+    }
+
+    #[test]
     fn two_domains_make_different_keys() {
         let a = keys(&Registry::new(), 1000);
         let b: std::collections::HashSet<u64> = keys(&Registry::new(), 1000).into_iter().collect();
@@ -529,13 +666,27 @@ pub(crate) mod tests {
     fn the_key_permutation_undone_gives_back_the_counter() {
         let r = Registry::new();
         let edges = [0, 1, u32::MAX as u64, 1 << 32, u64::MAX - 1, u64::MAX];
-        for n in (0..10_000).chain(edges) {
-            let k = permute(r.secret, n);
-            assert_eq!(unpermute(r.secret, k), n, "key {k:#x}");
+        // (Both round functions: the CPU's AES where it has it, SipHash.)
+        for prf in [r.prf, KeyPrf::Sip(r.secret.0, r.secret.1)] {
+            for n in (0..10_000).chain(edges) {
+                let k = permute(&prf, n);
+                assert_eq!(unpermute(&prf, k), n, "key {k:#x}");
+            }
         }
-        // (Fresh keys are the counter's images, in order.)
-        let fresh = r.new_key();
-        assert_eq!(unpermute(r.secret, fresh), 0);
+        // (Fresh keys are the counter's images, in order, batch after
+        // batch, and a batch's are each counter's alone.)
+        for n in 0..3 * KEY_BATCH as u64 {
+            let fresh = r.new_key();
+            assert_eq!(unpermute(&r.prf, fresh), n);
+            assert_eq!(fresh, permute(&r.prf, n));
+        }
+        for prf in [r.prf, KeyPrf::Sip(r.secret.0, r.secret.1)] {
+            for n in [0, 1 << 32, u64::MAX - KEY_BATCH as u64 + 1] {
+                let f0 = round_fn(&prf, 0, (n >> 32) as u32);
+                let many: [u64; KEY_BATCH] = permute_many(&prf, n, f0);
+                assert!(many.iter().enumerate().all(|(i, &k)| k == permute(&prf, n + i as u64)), "batch at {n:#x}");
+            }
+        }
     }
 
     #[test]

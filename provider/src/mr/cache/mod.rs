@@ -463,21 +463,13 @@ impl Cache {
 
     fn lookup(&self, s: &mut State, a: usize, l: usize, access: u64) -> Option<Arc<Entry>> {
         let lo = a.saturating_sub(s.longest);
-        let key = s
-            .index
-            .range((lo, 0)..=(a, u64::MAX))
-            .rev()
-            .find(|(_, v)| {
-                let e = &v.entry;
-                if v.detached {
-                    return false;
-                }
-                e.start <= a && a + l <= e.start + e.len && access & !e.access == 0
-            })
-            .map(|(k, _)| *k)?;
         s.tick += 1;
         let tick = s.tick;
-        let slot = s.index.get_mut(&key)?;
+        // (One descent: the entry found is the one updated.)
+        let (_, slot) = s.index.range_mut((lo, 0)..=(a, u64::MAX)).rev().find(|(_, v)| {
+            let e = &v.entry;
+            !v.detached && e.start <= a && a + l <= e.start + e.len && access & !e.access == 0
+        })?;
         // (An unused entry's LRU element goes stale with this.)
         slot.users += 1;
         slot.last_use = tick;
@@ -485,7 +477,18 @@ impl Cache {
     }
 
     /// Evict unused entries (LRU first) until within limits, or all of them.
+    /// (Within limits, as after most closes: two compares, no call.)
+    #[inline]
     fn evict(&self, s: &mut State, all: bool) -> Vec<Arc<Entry>> {
+        if all || s.bytes > self.max_bytes || s.index.len() > self.max_count {
+            self.evict_lru(s, all)
+        } else {
+            Vec::new()
+        }
+    }
+
+    #[cold]
+    fn evict_lru(&self, s: &mut State, all: bool) -> Vec<Arc<Entry>> {
         let mut out = Vec::new();
         while all || s.bytes > self.max_bytes || s.index.len() > self.max_count {
             let Some((t, k)) = s.lru.pop_front() else {
@@ -501,6 +504,30 @@ impl Cache {
             }
         }
         out
+    }
+
+    /// A cached pin for [a, a+l) with `access`, if the cache holds one that
+    /// needs nothing more (what `get` answers first, without the miss's
+    /// machinery; None: ask `get`). Returned in two registers: a hit's
+    /// result is not moved through memory. Without the mprotect watch a
+    /// hit also reads /proc/self/maps, which `get` does (and a refusal
+    /// needs its error): None then.
+    #[inline]
+    pub fn hit(self: &Arc<Self>, a: usize, l: usize, access: u64) -> Option<CacheRef> {
+        if self.prot.is_none() || crate::sys::process_token() != self.process {
+            return None;
+        }
+        let mut s = self.lock();
+        self.sync(&mut s);
+        let entry = self.lookup(&mut s, a, l, access)?;
+        // (Written only under `state`'s lock, held here: a plain load and
+        // store, no locked add on the hit path.)
+        let hits = self.stats.hits.load(Ordering::Relaxed);
+        self.stats.hits.store(hits + 1, Ordering::Relaxed);
+        // (As in `get`: an entry in the index is watched and holds its
+        // memory as of the log this sync applied, so a hit needs no
+        // tracking of its own.)
+        Some(CacheRef { cache: self.clone(), entry })
     }
 
     /// A pin for [a, a+l) with `access`: a cached one, or a new one that is
@@ -629,14 +656,15 @@ impl Cache {
         s.tick += 1;
         let tick = s.tick;
         let key = (entry.start, entry.id);
-        let mut gone = None;
+        // (The entry only, not its slot: a word, not moved through memory.)
+        let mut gone: Option<Arc<Entry>> = None;
         if let Some(slot) = s.index.get_mut(&key) {
             slot.users -= 1;
             if slot.users == 0 && slot.detached {
                 // (Its pin goes with its last user, after the lock.)
-                gone = s.index.remove(&key);
-                if let Some(g) = &gone {
+                if let Some(g) = s.index.remove(&key) {
                     s.bytes -= g.entry.len as u64;
+                    gone = Some(g.entry);
                 }
             } else if slot.users == 0 {
                 slot.last_use = tick;
