@@ -271,7 +271,7 @@ const ROUNDS: u64 = 3;
 
 /// The round function of the key permutation under a domain's secret (see
 /// the module doc).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum KeyPrf {
     Aes(super::aes::Aes128),
     Sip(u64, u64),
@@ -387,13 +387,14 @@ impl Registry {
         let shards = (0..SHARDS).map(|_| Shard::default()).collect();
         let secret = (crate::sys::random_u64(), crate::sys::random_u64());
         let prf = KeyPrf::new(secret);
+        let round0 = round_fn(&prf, 0, 0);
         Registry {
             shards,
             keys: SpinLock::new(KeyPool { keys: [0; KEY_BATCH], at: KEY_BATCH, next: 0 }),
             #[cfg(test)]
             secret,
             prf,
-            round0: round_fn(&prf, 0, 0),
+            round0,
         }
     }
 
@@ -667,7 +668,7 @@ pub(crate) mod tests {
         let r = Registry::new();
         let edges = [0, 1, u32::MAX as u64, 1 << 32, u64::MAX - 1, u64::MAX];
         // (Both round functions: the CPU's AES where it has it, SipHash.)
-        for prf in [r.prf, KeyPrf::Sip(r.secret.0, r.secret.1)] {
+        for prf in [r.prf.clone(), KeyPrf::Sip(r.secret.0, r.secret.1)] {
             for n in (0..10_000).chain(edges) {
                 let k = permute(&prf, n);
                 assert_eq!(unpermute(&prf, k), n, "key {k:#x}");
@@ -680,7 +681,7 @@ pub(crate) mod tests {
             assert_eq!(unpermute(&r.prf, fresh), n);
             assert_eq!(fresh, permute(&r.prf, n));
         }
-        for prf in [r.prf, KeyPrf::Sip(r.secret.0, r.secret.1)] {
+        for prf in [r.prf.clone(), KeyPrf::Sip(r.secret.0, r.secret.1)] {
             for n in [0, 1 << 32, u64::MAX - KEY_BATCH as u64 + 1] {
                 let f0 = round_fn(&prf, 0, (n >> 32) as u32);
                 let many: [u64; KEY_BATCH] = permute_many(&prf, n, f0);
