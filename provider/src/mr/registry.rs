@@ -271,6 +271,8 @@ const ROUNDS: u64 = 3;
 
 /// The round function of the key permutation under a domain's secret (see
 /// the module doc).
+// (One per domain: the AES key schedule's size costs nothing.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 enum KeyPrf {
     Aes(super::aes::Aes128),
