@@ -73,11 +73,15 @@ unsafe fn reg_common(
     }
     let region = d.mr.register(req)?;
     let key = region.key;
-    let mr = Arc::new_cyclic(|me| {
-        // The descriptor (fi_mr_desc) is the MR's own address.
-        let hdr = FidHeader(ffi::fid_mr { fid: fid_header::<Mr>(context), mem_desc: me.as_ptr() as *mut c_void, key });
-        Mr::new(hdr, d, region)
-    });
+    let hdr = FidHeader(ffi::fid_mr { fid: fid_header::<Mr>(context), mem_desc: std::ptr::null_mut(), key });
+    let mut mr = Arc::new(Mr::new(hdr, d, region));
+    // The descriptor (fi_mr_desc) is the MR's own address, written while
+    // the MR is ours alone (not `Arc::new_cyclic`: its weak reference costs
+    // two more locked instructions per registration).
+    let me = Arc::as_ptr(&mr) as *mut c_void;
+    if let Some(m) = Arc::get_mut(&mut mr) {
+        m.hdr.0.mem_desc = me;
+    }
     // SAFETY: `out` checked non-NULL above.
     unsafe { out.write(fid::publish(mr) as *mut ffi::fid_mr) };
     Ok(0)
