@@ -20,9 +20,13 @@
 #
 # fi_pingpong's server and client are pinned to cores 0 and 1 (taskset);
 # the MPI ranks run with --bind-to none (as bench/compare_mpi.sh, whose
-# launch this follows). One run per series: ITERS round trips per size for
-# fi_pingpong (default 1000; its -I), MPI_ITERS for mpi_pp (default 2000
-# up to 64 KiB, proportionally fewer above). A quiet machine and larger
+# launch this follows). ROUNDS rounds (default 3), each running every
+# series once in turn, so that a slow spell of the machine (this VM has
+# them: everything 1.5-2x slower for a while) lands on every series alike
+# rather than on one curve; each size's figure is the median of its rounds.
+# ITERS round trips per size for fi_pingpong (default 1000; its -I),
+# MPI_ITERS for mpi_pp (default 2000 up to 64 KiB, proportionally fewer
+# above). A quiet machine and larger
 # counts give smoother curves; the script asserts nothing. Needs root (the
 # namespaces), libfabric-bin (fi_pingpong) and Open MPI (mpicc, mpirun).
 # Multi-process: run it under `flock /tmp/oxmr-mp.lock` beside tests.
@@ -39,6 +43,7 @@ provdir="$(cd "$1" && pwd)"
 out="${2:-$here/../docs/img/data}"
 iters="${ITERS:-1000}"
 mpi_iters="${MPI_ITERS:-2000}"
+rounds="${ROUNDS:-3}"
 [ "$(id -u)" -eq 0 ] || { echo "$0: needs root (network namespaces)" >&2; exit 2; }
 command -v fi_pingpong >/dev/null || { echo "$0: fi_pingpong missing (Debian: libfabric-bin)" >&2; exit 2; }
 mkdir -p "$out"
@@ -89,14 +94,20 @@ pp() {
 		return 1
 	fi
 	wait "$s" || true
-	tsv <"$tmp/cli" >"$out/$series.tsv"
+	tsv <"$tmp/cli" >>"$tmp/$series.rounds"
 }
 
-pp fi-host-oxmr "" "" 127.0.0.1 oxmr
-pp fi-host-shm "" "" 127.0.0.1 shm
-# (Across namespaces oxmr's `auto` picks TCP anyway; said explicitly.)
-pp fi-ns-oxmr "ip netns exec $nsa env FI_OXMR_WIRE=tcp" "ip netns exec $nsb env FI_OXMR_WIRE=tcp" "$NETNS_ADDR_A" oxmr
-pp fi-ns-tcp "ip netns exec $nsa" "ip netns exec $nsb" "$NETNS_ADDR_A" tcp
+# median <series>: each size's median over the rounds, into <outdir>.
+median() {
+	sort -n -k1,1 -k2,2g "$tmp/$1.rounds" | awk 'BEGIN { OFS = "\t" }
+	function flush() { if (n) { m = int((n + 1) / 2); print b, us[m], mb[m] } n = 0 }
+	$1 != b { flush(); b = $1 }
+	{ n++; us[n] = $2; mb[n] = $3 }
+	END { flush() }' >"$out/$1.tsv"
+}
+
+# (MB/s is taken from the round whose latency is the median: the two
+# columns stay one run's.)
 
 # Open MPI: launched as bench/compare_mpi.sh does (an agent that starts each
 # rank in the namespace of its host's address).
@@ -129,20 +140,31 @@ mpi() {
 		tail -5 "$tmp/err" >&2
 		return 1
 	fi
-	awk 'BEGIN { OFS = "\t" } $1 == "pp" { print $2, $3, $4 }' "$tmp/mpi" >"$out/$series.tsv"
+	awk 'BEGIN { OFS = "\t" } $1 == "pp" { print $2, $3, $4 }' "$tmp/mpi" >>"$tmp/$series.rounds"
 }
 
-mpi mpi-host-oxmr "${base[@]}" "${oxmr[@]}"
-mpi mpi-host-vader "${base[@]}" --mca pml ob1 --mca btl self,vader
-mpi mpi-ns-oxmr ip netns exec "$nsa" "${base[@]}" "${ns[@]}" "${oxmr[@]}"
-mpi mpi-ns-tcp ip netns exec "$nsa" "${base[@]}" "${ns[@]}" --mca pml ob1 --mca btl self,tcp \
-	--mca btl_tcp_if_include 198.18.0.0/24
+for r in $(seq "$rounds"); do
+	echo "sweep: round $r of $rounds" >&2
+	pp fi-host-oxmr "" "" 127.0.0.1 oxmr
+	pp fi-host-shm "" "" 127.0.0.1 shm
+	# (Across namespaces oxmr's `auto` picks TCP anyway; said explicitly.)
+	pp fi-ns-oxmr "ip netns exec $nsa env FI_OXMR_WIRE=tcp" "ip netns exec $nsb env FI_OXMR_WIRE=tcp" "$NETNS_ADDR_A" oxmr
+	pp fi-ns-tcp "ip netns exec $nsa" "ip netns exec $nsb" "$NETNS_ADDR_A" tcp
+	mpi mpi-host-oxmr "${base[@]}" "${oxmr[@]}"
+	mpi mpi-host-vader "${base[@]}" --mca pml ob1 --mca btl self,vader
+	mpi mpi-ns-oxmr ip netns exec "$nsa" "${base[@]}" "${ns[@]}" "${oxmr[@]}"
+	mpi mpi-ns-tcp ip netns exec "$nsa" "${base[@]}" "${ns[@]}" --mca pml ob1 --mca btl self,tcp \
+		--mca btl_tcp_if_include 198.18.0.0/24
+done
+for series in fi-host-oxmr fi-host-shm fi-ns-oxmr fi-ns-tcp mpi-host-oxmr mpi-host-vader mpi-ns-oxmr mpi-ns-tcp; do
+	median "$series"
+done
 
 {
 	echo "measured: $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "oxmr: $(git -C "$here/.." describe --always --dirty 2>/dev/null || echo unknown), $provdir/liboxmr-fi.so"
 	echo "libfabric: $(fi_info --version 2>/dev/null | tr '\n' ' ')"
 	echo "open mpi: $(mpirun --version 2>/dev/null | head -1)"
-	echo "fi_pingpong -I $iters; mpi_pp sweep $mpi_iters"
+	echo "fi_pingpong -I $iters; mpi_pp sweep $mpi_iters; $rounds rounds, every series once a round, medians per size"
 } >"$out/README"
 echo "sweep: data in $out" >&2
