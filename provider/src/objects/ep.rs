@@ -331,8 +331,11 @@ impl Ep {
     }
 
     /// Post a send (msg or tagged) on the endpoint's engine.
-    pub fn send(&self, mut o: TxOp) -> Result<()> {
-        o.dest = self.peer_addr(o.dest, "send")?;
+    pub fn send(&self, o: &TxOp) -> Result<()> {
+        if self.is_msg() {
+            let o = TxOp { dest: self.peer_addr(o.dest, "send")?, ..*o };
+            return self.with_engine(|e| e.send(&o));
+        }
         self.with_engine(|e| e.send(o))
     }
 

@@ -48,7 +48,7 @@ impl Engine {
     }
 
     /// fi_send / fi_tsend and their variants.
-    pub fn send(&mut self, o: TxOp) -> Result<()> {
+    pub fn send(&mut self, o: &TxOp) -> Result<()> {
         let to = self.resolve(o.dest)?;
         let len = total(&o.iovs);
         let flags = o.flags.unwrap_or(self.bound.tx_op_flags);

@@ -177,7 +177,7 @@ fn iov_mut(b: &mut [u8]) -> Iovs {
 
 fn send(s: &mut Side, ctx: usize, b: &[u8], tag: Option<u64>) {
     let o = TxOp { ctx, iovs: iov(b), dest: 0, tag, data: None, flags: None };
-    s.eng.send(o).expect("send posted");
+    s.eng.send(&o).expect("send posted");
 }
 
 fn recv(s: &mut Side, ctx: usize, b: &mut [u8], src: u64, tag: Option<(u64, u64)>) {
@@ -941,8 +941,8 @@ fn operations_queued_behind_a_refused_connect_fail_with_econnrefused() {
     let big = vec![2u8; 64 << 10];
     let mut w = vec![3u8; 64];
     let posted = [
-        a.eng.send(TxOp { ctx: 1, iovs: iov(&small), dest: 0, tag: None, data: None, flags: None }),
-        a.eng.send(TxOp { ctx: 2, iovs: iov(&big), dest: 0, tag: Some(5), data: None, flags: None }),
+        a.eng.send(&TxOp { ctx: 1, iovs: iov(&small), dest: 0, tag: None, data: None, flags: None }),
+        a.eng.send(&TxOp { ctx: 2, iovs: iov(&big), dest: 0, tag: Some(5), data: None, flags: None }),
         a.eng.rma(RmaOp {
             ctx: 3,
             iovs: iov_mut(&mut w),
@@ -982,7 +982,7 @@ fn a_peer_restarted_at_its_address_fails_what_was_pending_with_the_old_one() {
     VIA.with(|c| c.set(Via::Tcp));
     let (mut a, mut b) = pair();
     let big = vec![2u8; RNDV];
-    a.eng.send(TxOp { ctx: 7, iovs: iov(&big), dest: 0, tag: None, data: None, flags: None }).expect("posted");
+    a.eng.send(&TxOp { ctx: 7, iovs: iov(&big), dest: 0, tag: None, data: None, flags: None }).expect("posted");
     run(&mut a, &mut b, |a, b| !b.eng.unexpected[0].is_empty() && a.eng.peers.list.iter().any(|p| p.link.epoch() != 0));
     let old = a.eng.peers.list[0].link.epoch();
     let mut h = a.eng.dial.hello;
@@ -1257,7 +1257,7 @@ fn unexpected_messages_past_their_bound_hold_the_sender_back_and_none_is_lost() 
                 data: None,
                 flags: None,
             };
-            if a.eng.send(o).is_err() {
+            if a.eng.send(&o).is_err() {
                 break;
             }
             *posted += 1;
