@@ -8,6 +8,9 @@
 #          the MTL asks of it): the difference is what Open MPI's cm PML
 #          and ofi MTL add (the MTL does not take libfabric's shm, whose
 #          info lacks FI_REMOTE_COMM, so it cannot be run over shm here)
+#   self   bench/self_pp.c: an 8 B ping-pong between two endpoints of one
+#          thread, so nothing crosses between cores: what a round trip
+#          costs in the provider's software alone, oxmr vs shm
 #   hit    a cached fi_mr_reg + fi_close (bench/mr_hit.c), 4 KiB and 2 MiB:
 #          oxmr vs shm (which records the range only)
 #   peers  8 B round trip over TCP with 1000 connected quiet peers / with
@@ -41,7 +44,7 @@ A="$(cd "$1" && pwd)"
 B=""
 [ $# -ge 2 ] && { [ -f "$2/liboxmr-fi.so" ] || { echo "$0: no $2/liboxmr-fi.so" >&2; exit 2; }; B="$(cd "$2" && pwd)"; }
 reps=${REPS:-5}
-rows=${ROWS:-pp mpi hit peers rma}
+rows=${ROWS:-pp mpi self hit peers rma}
 ft=${OXMR_UPSTREAM_FABTESTS:-/opt/ft117/bin}
 tmp="$(mktemp -d)"
 source "$here/../fabtests/netns.sh"
@@ -59,6 +62,7 @@ dir_of() { [ "$1" = A ] && echo "$A" || echo "$B"; }
 cflags=$(pkg-config --cflags --libs libfabric)
 cc -O2 -o "$tmp/mr_hit" "$here/mr_hit.c" $cflags
 cc -O2 -o "$tmp/conn_cost" "$here/conn_cost.c" $cflags
+cc -O2 -o "$tmp/self_pp" "$here/self_pp.c" $cflags
 if has mpi; then
 	mpicc -std=gnu11 -O2 -o "$tmp/mpi_pp" "$here/mpi_pp.c" || { echo "$0: no mpicc: mpi row skipped" >&2; rows=${rows/mpi/}; }
 fi
@@ -135,6 +139,12 @@ for r in $(seq "$reps"); do
 			done
 		fi
 	fi
+	if has self; then
+		for b in "${builds[@]}" shm; do
+			if [ "$b" = shm ]; then out=$(PROV=shm taskset -c 1 "$tmp/self_pp" 200000); c=shm; else out=$(FI_PROVIDER_PATH="$(dir_of "$b")" taskset -c 1 "$tmp/self_pp" 200000); c="oxmr-$b"; fi
+			put self "$c" "$(awk '{print $2}' <<<"$out")"
+		done
+	fi
 	if has hit; then
 		for b in "${builds[@]}" shm; do
 			if [ "$b" = shm ]; then out=$("$tmp/mr_hit" shm 200000); else out=$(FI_PROVIDER_PATH="$(dir_of "$b")" "$tmp/mr_hit" oxmr 200000); fi
@@ -195,6 +205,7 @@ rows = [
     ("pp", "fi_rdm_pingpong 8 B, one host (us)", "shm", "<= 0.8x"),
     ("mpi", "MPI ping-pong 8 B, one host (us)", "vader", "<= 1.0x"),
     ("tagged", "fi_rdm_tagged_pingpong 8 B, one host (us): oxmr under the MTL", "vader", "-"),
+    ("self", "8 B round trip in one thread, software alone (ns)", "shm", "-"),
     ("hit4k", "cached fi_mr_reg + fi_close, 4 KiB (ns)", "shm", "<= 1.0x"),
     ("hit2m", "cached fi_mr_reg + fi_close, 2 MiB (ns)", "shm", "<= 1.0x"),
     ("peers-ratio", "TCP 8 B round trip, K quiet peers / none", "tcp", "<= 1.1 (oxmr K=1000, tcp K=100)"),
@@ -218,5 +229,5 @@ for key, name, anchor, goal in rows:
 m, t = med("mpi", "oxmr-A"), med("tagged", "oxmr-A")
 if m is not None and t is not None:
     print(f"\nOpen MPI's cm PML + ofi MTL add {m - t:.3f} us to oxmr's own tagged ping-pong (build A, same runs).")
-print(f"\nmedians of {len(vals.get(('hit4k', 'shm'), vals.get(('pp', 'shm'), [0])))} alternating runs")
+print(f"\nmedians of {max((len(v) for v in vals.values()), default=0)} alternating runs")
 EOF
