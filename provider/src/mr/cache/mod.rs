@@ -313,6 +313,12 @@ impl Cache {
     /// Whether the log holds, from `since` on, an event touching [a, a+l)
     /// (or an overflow, after which nothing can be trusted).
     fn touched_since(&self, since: u64, a: usize, l: usize) -> bool {
+        self.logged_since(since, |i| i.cause == Cause::Overflow || overlaps(a, l, i))
+    }
+
+    /// Whether the log holds, from `since` on, an event for which `hit`
+    /// is true (read in batches of 64).
+    fn logged_since(&self, since: u64, hit: impl Fn(&Invalidation) -> bool) -> bool {
         if self.monitor.up_to_date(since) {
             return false;
         }
@@ -320,7 +326,7 @@ impl Cache {
         let mut from = since;
         loop {
             let (next, n) = self.monitor.since(from, &mut buf);
-            if buf[..n].iter().any(|i| i.cause == Cause::Overflow || overlaps(a, l, i)) {
+            if buf[..n].iter().any(&hit) {
                 return true;
             }
             if n < buf.len() {
@@ -743,21 +749,7 @@ impl Cache {
     /// Whether the log holds, from `since` on, an unmap or remap of
     /// [a, a+l) (discards do not count: see `invalidate`).
     fn touched_by_move(&self, since: u64, a: usize, l: usize) -> bool {
-        if self.monitor.up_to_date(since) {
-            return false;
-        }
-        let mut buf = [Invalidation { start: 0, end: 0, cause: Cause::Unmap }; 64];
-        let mut from = since;
-        loop {
-            let (next, n) = self.monitor.since(from, &mut buf);
-            if buf[..n].iter().any(|i| matches!(i.cause, Cause::Unmap | Cause::Remap) && overlaps(a, l, i)) {
-                return true;
-            }
-            if n < buf.len() {
-                return false;
-            }
-            from = next;
-        }
+        self.logged_since(since, |i| matches!(i.cause, Cause::Unmap | Cause::Remap) && overlaps(a, l, i))
     }
 
     /// Revoke the tracked open registrations an unmap or remap touches.
