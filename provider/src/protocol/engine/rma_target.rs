@@ -68,28 +68,26 @@ impl Engine {
         let len = h.len as usize;
         // (Memory unmapped or moved under a registration revokes it.)
         self.mr.refresh();
-        let g = match self.mr.registry.check(h.rma_key, h.rma_addr, h.len, access) {
+        // (Device memory: the registration dies with its mapping.)
+        let checked = match self.mr.registry.check(h.rma_key, h.rma_addr, h.len, access) {
+            Err(why) => Err(format!("{why:?}")),
+            Ok(g) if !self.mr.phys_live(&g.region) => {
+                Err("Revoked (its device mapping changed or went away)".to_string())
+            }
+            Ok(g) => Ok(g),
+        };
+        let g = match checked {
+            Ok(g) => g,
             Err(why) => {
                 tracing::warn!(
-                    "refused remote {} from {from}: key {:#x} addr {:#x} len {len}: {why:?}",
+                    "refused remote {} from {from}: key {:#x} addr {:#x} len {len}: {why}",
                     if read { "read" } else { "write" },
                     h.rma_key,
                     h.rma_addr
                 );
                 return self.rma_done(h, from, REFUSED, None);
             }
-            Ok(g) => g,
         };
-        // Device memory: the registration dies with its mapping.
-        if !self.mr.phys_live(&g.region) {
-            tracing::warn!(
-                "refused remote {} from {from}: key {:#x} addr {:#x} len {len}: Revoked (its device mapping changed or went away)",
-                if read { "read" } else { "write" },
-                h.rma_key,
-                h.rma_addr
-            );
-            return self.rma_done(h, from, REFUSED, None);
-        }
         let local = region_slice(&g.region.iovs, g.offset, len);
         if h.op == op::WRITE_INLINE {
             // SAFETY: `local` lies inside a registration the check just
