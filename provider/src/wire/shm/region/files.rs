@@ -402,21 +402,17 @@ pub fn reclaim_stale(dir: &Dir) {
         return;
     }
     for name in dir.names() {
-        if let Some(rest) = name.strip_prefix("tmp-") {
-            // tmp-<pid>-<random>: a queue being built.
+        // tmp-<pid>-<random>: a queue being built (a regular file);
+        // bell-<pid>-<epoch>: a doorbell (a socket), whose owner unlinks it
+        // at close (its pid reused since: its queue's sweep below). Either
+        // goes when its pid is dead.
+        let owned = [("tmp-", libc::S_IFREG), ("bell-", libc::S_IFSOCK)]
+            .into_iter()
+            .find_map(|(prefix, kind)| name.strip_prefix(prefix).map(|rest| (rest, kind)));
+        if let Some((rest, kind)) = owned {
             let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
-            let regular = dir.lstat(&name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
-            if pid.is_some_and(|p| !pid_alive(p)) && regular {
-                let _ = dir.unlink(&name);
-            }
-            continue;
-        }
-        if let Some(rest) = name.strip_prefix("bell-") {
-            // bell-<pid>-<epoch>: a doorbell, whose owner unlinks it at
-            // close (its pid reused since: its queue's sweep below).
-            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
-            let socket = dir.lstat(&name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK);
-            if pid.is_some_and(|p| !pid_alive(p)) && socket {
+            let is_kind = dir.lstat(&name).is_ok_and(|st| st.st_mode & libc::S_IFMT == kind);
+            if pid.is_some_and(|p| !pid_alive(p)) && is_kind {
                 let _ = dir.unlink(&name);
             }
             continue;
