@@ -196,6 +196,8 @@ extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
 extra_run "xfer[FI_OXMR_WIRE=tcp,FI_OXMR_TCP_IO_URING=0]" xfer FI_OXMR_WIRE=tcp FI_OXMR_TCP_IO_URING=0
 # Blocked waiters woken by arrivals on TCP sockets (not the shm doorbell).
 extra_run "wake[FI_OXMR_WIRE=tcp]" wake FI_OXMR_WIRE=tcp
+# Atomics over TCP (the table, the forms, the refusals, four initiators).
+extra_run "atomic[FI_OXMR_WIRE=tcp]" atomic FI_OXMR_WIRE=tcp
 # Hostile names at the same-host wire's files (shm_squat.c) when the
 # endpoints reach each other over TCP: they still make their queues, and a
 # taken name or another user's directory must not fail them there either.
@@ -326,6 +328,7 @@ else
 	two_hosts=(OXT_NETNS_PEER="$NETNS_B" OXT_ADDR_SELF="$NETNS_ADDR_A" OXT_ADDR_PEER="$NETNS_ADDR_B"
 		OXT_ADDR_NOBODY="$NETNS_ADDR_NOBODY" ip netns exec "$NETNS_A")
 	extra_run "conn[two hosts]" conn "${two_hosts[@]}"
+	extra_run "atomic[two hosts]" atomic "${two_hosts[@]}"
 	# (SEND_ZC for every pinned part across the veth pair, though the
 	# kernel copies each: the zero-copy path under the whole suite.)
 	extra_run "xfer[two hosts,FI_OXMR_TCP_ZC_COPIED=0]" xfer FI_OXMR_TCP_ZC_COPIED=0 "${two_hosts[@]}"

@@ -379,8 +379,8 @@ static void test_refusals(void)
 	REFUSED("ep_type FI_EP_DGRAM", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_RDM);
-	h->caps = FI_MSG | FI_ATOMIC;
-	REFUSED("caps FI_ATOMIC", NULL, NULL, 0, h);
+	h->caps = FI_MSG | FI_COLLECTIVE;
+	REFUSED("caps FI_COLLECTIVE", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_MSG);
 	h->caps = FI_TAGGED | FI_DIRECTED_RECV;

@@ -1582,3 +1582,76 @@ fn a_rendezvous_send_naming_another_process_fails_its_receive_and_copies_nothing
     let (a, _) = p.answer(&t).expect("the sender is answered");
     assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(1), ffi::FI_EINVAL as u32));
 }
+
+#[test]
+fn forged_atomics_are_refused_and_change_nothing_outside_the_registration() {
+    const ATOMIC: u8 = 11;
+    // The tag packs the operation (bits 0..8), datatype (8..16) and call
+    // (16..24: 0 base, 1 fetch, 2 compare); docs/wire.md.
+    let what = |op: u32, dt: u32, call: u64| (op as u64) | (dt as u64) << 8 | call << 16;
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let before = t.page().to_vec();
+    let one = 1u64.to_ne_bytes();
+    let sum = what(ffi::FI_SUM as u32, ffi::FI_UINT64 as u32, 0);
+    let at = |addr: u64, key: u64, len: u64, tag: u64, id: u64| Hdr {
+        op: ATOMIC,
+        msg_id: id,
+        len,
+        tag,
+        rma_addr: addr,
+        rma_key: key,
+        ..Default::default()
+    };
+    // Without an operation id: dropped, unanswered.
+    p.send(at(t.base, t.key, 8, sum, 0), &one);
+    assert!(p.silent(&t), "an atomic without an operation id was answered");
+    // Each malformed or refused one is answered with its error, and the
+    // registration (and the guard pages around it) stays as it was.
+    let cases: Vec<(&str, Hdr, Vec<u8>, u32)> = vec![
+        ("an unknown call", at(t.base, t.key, 8, sum | 7 << 16, p.id(1)), one.to_vec(), ffi::FI_EOPNOTSUPP),
+        ("bits past the call", at(t.base, t.key, 8, sum | 1 << 30, p.id(2)), one.to_vec(), ffi::FI_EOPNOTSUPP),
+        (
+            "a bitwise operation on a double",
+            at(t.base, t.key, 8, what(ffi::FI_BOR as u32, ffi::FI_DOUBLE as u32, 0), p.id(3)),
+            one.to_vec(),
+            ffi::FI_EOPNOTSUPP,
+        ),
+        (
+            "long double",
+            at(t.base, t.key, 16, what(ffi::FI_SUM as u32, ffi::FI_LONG_DOUBLE as u32, 0), p.id(4)),
+            vec![0; 16],
+            ffi::FI_EOPNOTSUPP,
+        ),
+        ("fewer operand bytes than it says", at(t.base, t.key, 16, sum, p.id(5)), one.to_vec(), ffi::FI_EINVAL),
+        ("a partial element", at(t.base, t.key, 7, sum, p.id(6)), vec![1; 7], ffi::FI_EINVAL),
+        ("more than the most one atomic takes", at(t.base, t.key, 4096, sum, p.id(7)), vec![1; 4096], ffi::FI_EINVAL),
+        ("a wrong key", at(t.base, t.key ^ 0x40, 8, sum, p.id(8)), one.to_vec(), ffi::FI_EACCES),
+        ("past the registration's end", at(t.base + PAGE as u64 - 4, t.key, 8, sum, p.id(9)), one.to_vec(), ffi::FI_EACCES),
+        (
+            "a compare without its compare operands",
+            at(t.base, t.key, 8, what(ffi::FI_CSWAP as u32, ffi::FI_UINT64 as u32, 2), p.id(10)),
+            one.to_vec(),
+            ffi::FI_EINVAL,
+        ),
+    ];
+    for (why, h, body, code) in cases {
+        p.send(h, &body);
+        let (a, ab) = p.answer(&t).unwrap_or_else(|| panic!("{why}: no answer"));
+        assert_eq!((a.op, a.msg_id, a.status), (ACK, h.msg_id, code), "{why}");
+        assert!(ab.is_empty(), "{why}: a refusal carries no old values");
+        assert_eq!(t.page(), &before[..], "{why}: the registration changed");
+        assert!(t.guards_intact(), "{why}: a guard page changed");
+    }
+    // A well-formed fetch-add at the registration's last element is served,
+    // with the old value in its answer.
+    let last = t.base + PAGE as u64 - 8;
+    let fetch = what(ffi::FI_SUM as u32, ffi::FI_UINT64 as u32, 1);
+    p.send(at(last, t.key, 8, fetch, p.id(11)), &5u64.to_ne_bytes());
+    let (a, old) = p.answer(&t).expect("an answer to the fetch-add");
+    assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(11), 0));
+    assert_eq!(old, before[PAGE - 8..].to_vec(), "the old value comes back");
+    let now = u64::from_ne_bytes(t.page()[PAGE - 8..].try_into().unwrap());
+    assert_eq!(now, u64::from_ne_bytes(before[PAGE - 8..].try_into().unwrap()).wrapping_add(5));
+    assert!(t.guards_intact());
+}

@@ -74,7 +74,7 @@ fn cq_sread_times_out_and_signal_wakes() {
 }
 
 #[test]
-fn data_ops_refuse_before_enable_and_atomics_are_enosys() {
+fn data_ops_refuse_before_enable_and_collectives_are_enosys() {
     unsafe {
         let o = open();
         let mut ep = null_mut();
@@ -87,7 +87,9 @@ fn data_ops_refuse_before_enable_and_atomics_are_enosys() {
         assert_eq!(write(ep, buf.as_ptr().cast(), 8, null_mut(), 0, 0, 0, null_mut()), -(ffi::FI_EOPBADSTATE as isize));
         let atomic = (*(*ep).atomic).write.unwrap();
         let r = atomic(ep, buf.as_ptr().cast(), 1, null_mut(), 0, 0, 0, ffi::FI_UINT64, ffi::FI_SUM, null_mut());
-        assert_eq!(r, -(ffi::FI_ENOSYS as isize));
+        assert_eq!(r, -(ffi::FI_EOPBADSTATE as isize));
+        let barrier = (*(*ep).collective).barrier.unwrap();
+        assert_eq!(barrier(ep, 0, null_mut()), -(ffi::FI_ENOSYS as isize));
         assert_eq!(close(ep.cast()), 0);
         teardown(o);
     }

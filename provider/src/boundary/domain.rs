@@ -184,5 +184,13 @@ crate::enosys!(scalable_ep, "fi_scalable_ep", (domain: *mut ffi::fid_domain, inf
 crate::enosys!(poll_open, "fi_poll_open", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_poll_attr, pollset: *mut *mut ffi::fid_poll) -> i32);
 crate::enosys!(stx_ctx, "fi_stx_context", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_tx_attr, stx: *mut *mut ffi::fid_stx, context: *mut c_void) -> i32);
 crate::enosys!(srx_ctx, "fi_srx_context", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_rx_attr, rx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
-crate::enosys!(query_atomic, "fi_query_atomic", (domain: *mut ffi::fid_domain, datatype: ffi::fi_datatype, op: ffi::fi_op, attr: *mut ffi::fi_atomic_attr, flags: u64) -> i32);
+unsafe extern "C" fn query_atomic(
+    _domain: *mut ffi::fid_domain,
+    datatype: ffi::fi_datatype,
+    op: ffi::fi_op,
+    attr: *mut ffi::fi_atomic_attr,
+    flags: u64,
+) -> i32 {
+    super::ep_atomic::query(datatype, op, attr, flags)
+}
 crate::enosys!(query_collective, "fi_query_collective", (domain: *mut ffi::fid_domain, coll: ffi::fi_collective_op, attr: *mut ffi::fi_collective_attr, flags: u64) -> i32);

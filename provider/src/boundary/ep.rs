@@ -4,7 +4,8 @@ use std::ffi::c_void;
 
 use oxmr_ffi as ffi;
 
-use super::ep_data::{ATOMIC_OPS, COLL_OPS, MSG_OPS, RMA_OPS, TAGGED_OPS};
+use super::ep_atomic::ATOMIC_OPS;
+use super::ep_data::{COLL_OPS, MSG_OPS, RMA_OPS, TAGGED_OPS};
 use super::fid::{fid_header, from_fid, FidHeader};
 use super::{common, guard_int, guard_ssize};
 use crate::fail;

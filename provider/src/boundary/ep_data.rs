@@ -1,7 +1,8 @@
 //! Data-transfer slots of an endpoint. Message, tagged and RMA operations
 //! decode their C arguments and hand them to the endpoint's engine
-//! (through `objects::ep`); atomics and collectives are not implemented yet and
-//! return -FI_ENOSYS (never a silent success). No slot is NULL.
+//! (through `objects::ep`; atomics are in `ep_atomic`); collectives are not
+//! implemented yet and return -FI_ENOSYS (never a silent success). No slot
+//! is NULL.
 //!
 //! Flags: the plain calls use the endpoint's default op_flags; the `*msg`
 //! calls use exactly the flags they are given (fi_msg(3)).
@@ -45,7 +46,7 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Iovs> {
 
 /// A buffer the application names: not NULL unless empty, and not
 /// wrapping around the end of the address space.
-fn buffer_ok(base: usize, len: usize) -> Result<()> {
+pub(super) fn buffer_ok(base: usize, len: usize) -> Result<()> {
     if base == 0 && len > 0 {
         return Err(fail!(ffi::FI_EINVAL, "NULL buffer with length {len}"));
     }
@@ -64,7 +65,7 @@ fn one(buf: *const c_void, len: usize) -> Result<Iovs> {
 /// not offer (rather than ignored: a multi-receive buffer taken as a plain
 /// one would never be reported consumed), and never oxmr's own internal
 /// bit.
-fn msg_flags(name: &'static str, flags: u64) -> Result<u64> {
+pub(super) fn msg_flags(name: &'static str, flags: u64) -> Result<u64> {
     let unsupported = ffi::FI_MULTI_RECV as u64 | ffi::FI_TRIGGER as u64;
     if flags & unsupported != 0 {
         return Err(fail!(
@@ -77,13 +78,13 @@ fn msg_flags(name: &'static str, flags: u64) -> Result<u64> {
 }
 
 /// The `-FI_EINVAL` of a `*msg` call given a NULL message, with its log line.
-fn null_msg(name: &'static str) -> isize {
+pub(super) fn null_msg(name: &'static str) -> isize {
     guard_ssize(name, || Err(fail!(ffi::FI_EINVAL, "{name}: NULL message")))
 }
 
 /// Run `f` on the endpoint behind `ep`, the slot's own fid argument
 /// (`from_fid!`'s contract: the slots below pass theirs and nothing else).
-fn with_ep(name: &'static str, ep: *mut fid_ep, f: impl FnOnce(&Ep) -> Result<()>) -> isize {
+pub(super) fn with_ep(name: &'static str, ep: *mut fid_ep, f: impl FnOnce(&Ep) -> Result<()>) -> isize {
     guard_ssize(name, || {
         let ep = from_fid!(Ep, ep)?;
         f(ep).map(|_| 0)
@@ -124,7 +125,7 @@ fn tx(
 }
 
 /// Flags of the fi_inject* calls: FI_INJECT, and no completion.
-const INJECT: u64 = ffi::FI_INJECT as u64 | INJECT_CALL;
+pub(super) const INJECT: u64 = ffi::FI_INJECT as u64 | INJECT_CALL;
 
 // ---- FI_MSG ----
 
@@ -580,38 +581,7 @@ pub static RMA_OPS: ffi::fi_ops_rma = ffi::fi_ops_rma {
     injectdata: Some(rma_injectdata),
 };
 
-// ---- not implemented yet: atomics and collectives ----
-crate::enosys!(atomic_write, "fi_atomic_write", (ep: *mut fid_ep, buf: *const c_void, count: usize, desc: *mut c_void, dest_addr: fi_addr_t, addr: u64, key: u64, datatype: ffi::fi_datatype, op: ffi::fi_op, context: *mut c_void) -> isize);
-crate::enosys!(atomic_writev, "fi_atomic_writev", (ep: *mut fid_ep, iov: *const ffi::fi_ioc, desc: *mut *mut c_void, count: usize, dest_addr: fi_addr_t, addr: u64, key: u64, datatype: ffi::fi_datatype, op: ffi::fi_op, context: *mut c_void) -> isize);
-crate::enosys!(atomic_writemsg, "fi_atomic_writemsg", (ep: *mut fid_ep, msg: *const ffi::fi_msg_atomic, flags: u64) -> isize);
-crate::enosys!(atomic_inject, "fi_atomic_inject", (ep: *mut fid_ep, buf: *const c_void, count: usize, dest_addr: fi_addr_t, addr: u64, key: u64, datatype: ffi::fi_datatype, op: ffi::fi_op) -> isize);
-crate::enosys!(atomic_readwrite, "fi_atomic_readwrite", (ep: *mut fid_ep, buf: *const c_void, count: usize, desc: *mut c_void, result: *mut c_void, result_desc: *mut c_void, dest_addr: fi_addr_t, addr: u64, key: u64, datatype: ffi::fi_datatype, op: ffi::fi_op, context: *mut c_void) -> isize);
-crate::enosys!(atomic_readwritev, "fi_atomic_readwritev", (ep: *mut fid_ep, iov: *const ffi::fi_ioc, desc: *mut *mut c_void, count: usize, resultv: *mut ffi::fi_ioc, result_desc: *mut *mut c_void, result_count: usize, dest_addr: fi_addr_t, addr: u64, key: u64, datatype: ffi::fi_datatype, op: ffi::fi_op, context: *mut c_void) -> isize);
-crate::enosys!(atomic_readwritemsg, "fi_atomic_readwritemsg", (ep: *mut fid_ep, msg: *const ffi::fi_msg_atomic, resultv: *mut ffi::fi_ioc, result_desc: *mut *mut c_void, result_count: usize, flags: u64) -> isize);
-crate::enosys!(atomic_compwrite, "fi_atomic_compwrite", (ep: *mut fid_ep, buf: *const c_void, count: usize, desc: *mut c_void, compare: *const c_void, compare_desc: *mut c_void, result: *mut c_void, result_desc: *mut c_void, dest_addr: fi_addr_t, addr: u64, key: u64, datatype: ffi::fi_datatype, op: ffi::fi_op, context: *mut c_void) -> isize);
-crate::enosys!(atomic_compwritev, "fi_atomic_compwritev", (ep: *mut fid_ep, iov: *const ffi::fi_ioc, desc: *mut *mut c_void, count: usize, comparev: *const ffi::fi_ioc, compare_desc: *mut *mut c_void, compare_count: usize, resultv: *mut ffi::fi_ioc, result_desc: *mut *mut c_void, result_count: usize, dest_addr: fi_addr_t, addr: u64, key: u64, datatype: ffi::fi_datatype, op: ffi::fi_op, context: *mut c_void) -> isize);
-crate::enosys!(atomic_compwritemsg, "fi_atomic_compwritemsg", (ep: *mut fid_ep, msg: *const ffi::fi_msg_atomic, comparev: *const ffi::fi_ioc, compare_desc: *mut *mut c_void, compare_count: usize, resultv: *mut ffi::fi_ioc, result_desc: *mut *mut c_void, result_count: usize, flags: u64) -> isize);
-crate::enosys!(atomic_writevalid, "fi_atomic_writevalid", (ep: *mut fid_ep, datatype: ffi::fi_datatype, op: ffi::fi_op, count: *mut usize) -> i32);
-crate::enosys!(atomic_readwritevalid, "fi_atomic_readwritevalid", (ep: *mut fid_ep, datatype: ffi::fi_datatype, op: ffi::fi_op, count: *mut usize) -> i32);
-crate::enosys!(atomic_compwritevalid, "fi_atomic_compwritevalid", (ep: *mut fid_ep, datatype: ffi::fi_datatype, op: ffi::fi_op, count: *mut usize) -> i32);
-
-pub static ATOMIC_OPS: ffi::fi_ops_atomic = ffi::fi_ops_atomic {
-    size: size_of::<ffi::fi_ops_atomic>(),
-    write: Some(atomic_write),
-    writev: Some(atomic_writev),
-    writemsg: Some(atomic_writemsg),
-    inject: Some(atomic_inject),
-    readwrite: Some(atomic_readwrite),
-    readwritev: Some(atomic_readwritev),
-    readwritemsg: Some(atomic_readwritemsg),
-    compwrite: Some(atomic_compwrite),
-    compwritev: Some(atomic_compwritev),
-    compwritemsg: Some(atomic_compwritemsg),
-    writevalid: Some(atomic_writevalid),
-    readwritevalid: Some(atomic_readwritevalid),
-    compwritevalid: Some(atomic_compwritevalid),
-};
-
+// ---- not implemented yet: collectives ----
 crate::enosys!(coll_barrier, "fi_coll_barrier", (ep: *mut fid_ep, coll_addr: fi_addr_t, context: *mut c_void) -> isize);
 crate::enosys!(coll_broadcast, "fi_coll_broadcast", (ep: *mut fid_ep, buf: *mut c_void, count: usize, desc: *mut c_void, coll_addr: fi_addr_t, root_addr: fi_addr_t, datatype: ffi::fi_datatype, flags: u64, context: *mut c_void) -> isize);
 crate::enosys!(coll_alltoall, "fi_coll_alltoall", (ep: *mut fid_ep, buf: *const c_void, count: usize, desc: *mut c_void, result: *mut c_void, result_desc: *mut c_void, coll_addr: fi_addr_t, datatype: ffi::fi_datatype, flags: u64, context: *mut c_void) -> isize);

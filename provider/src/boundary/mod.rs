@@ -13,6 +13,7 @@ pub mod cntr;
 pub mod cq;
 pub mod domain;
 pub mod ep;
+pub mod ep_atomic;
 pub mod ep_data;
 pub mod eq;
 

@@ -511,8 +511,10 @@ mod tests {
 
     #[test]
     fn caps_outside_offer_are_refused() {
-        let h = Hints { caps: ffi::FI_ATOMIC as u64, ..Default::default() };
+        let h = Hints { caps: ffi::FI_COLLECTIVE as u64, ..Default::default() };
         assert_eq!(ask(None, None, 0, Some(&h)).unwrap_err().code(), ffi::FI_ENODATA);
+        let h = Hints { caps: (ffi::FI_ATOMIC | ffi::FI_RMA) as u64, ..Default::default() };
+        assert!(ask(None, None, 0, Some(&h)).is_ok(), "atomics are offered");
         let h = Hints { caps: ffi::FI_TAGGED as u64, ..Default::default() };
         let l = ask(None, None, 0, Some(&h)).unwrap();
         assert!(l.iter().any(|i| i.ep.type_ == ffi::FI_EP_MSG), "MSG has FI_TAGGED");

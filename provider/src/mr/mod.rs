@@ -25,6 +25,7 @@
 
 pub mod account;
 mod aes;
+pub mod atomic;
 pub mod cache;
 pub mod device;
 pub mod dmabuf;

@@ -33,9 +33,10 @@ use crate::info::{attrs, Info};
 /// What a data call posts (decoded by the boundary), and the flag an
 /// inject call adds to its flags.
 pub(crate) use crate::protocol::engine::INJECT_CALL;
+pub use crate::protocol::engine::{AtomicOp, RmaOp, TxOp};
 use crate::protocol::engine::{Bindings, Engine};
-pub use crate::protocol::engine::{RmaOp, TxOp};
 use crate::protocol::inbox::Inbox;
+pub use crate::protocol::AtomicWhat;
 pub use crate::protocol::Iovs;
 use crate::sys::LockExt;
 use oxmr_ffi::FidHeader;
@@ -376,6 +377,12 @@ impl Ep {
     pub fn rma(&self, mut o: RmaOp) -> Result<()> {
         o.dest = self.peer_addr(o.dest, if o.read { "RMA read" } else { "RMA write" })?;
         self.with_engine(|e| e.rma(o))
+    }
+
+    /// Post an atomic.
+    pub fn atomic(&self, mut o: AtomicOp) -> Result<()> {
+        o.dest = self.peer_addr(o.dest, "atomic")?;
+        self.with_engine(|e| e.atomic(&o))
     }
 
     /// fi_cancel of the operation posted with `ctx`.

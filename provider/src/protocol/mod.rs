@@ -57,6 +57,42 @@ pub mod op {
     /// Successful answers to several RMA writes at once (a run the target
     /// copied together): `iov_count` operation ids follow, 8 bytes each.
     pub(crate) const ACKS: u8 = 10;
+    /// An atomic (fi_atomic(3)) on the target's memory at `rma_addr` under
+    /// `rma_key`: `len` bytes of elements, the call, datatype and
+    /// operation in `tag` ([`super::AtomicWhat`]), then the operands
+    /// inline (`len` bytes, none for FI_ATOMIC_READ) and the compare
+    /// operands (`len` bytes, compare calls). Answered by an ACK that
+    /// carries the old values (`len` bytes) for fetch and compare calls.
+    pub(crate) const ATOMIC: u8 = 11;
+}
+
+/// What an ATOMIC message asks, packed in its header's `tag`: the
+/// operation (bits 0..8), the datatype (8..16) and the call (16..24).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtomicWhat {
+    pub op: u32,
+    pub dt: u32,
+    pub call: crate::mr::atomic::Call,
+}
+
+impl AtomicWhat {
+    pub fn pack(&self) -> u64 {
+        (self.op as u64 & 0xff) | (self.dt as u64 & 0xff) << 8 | (self.call as u64) << 16
+    }
+
+    /// None: a call that does not exist, or bits set past the call.
+    pub fn unpack(tag: u64) -> Option<AtomicWhat> {
+        if tag >> 24 != 0 {
+            return None;
+        }
+        let call = crate::mr::atomic::Call::from_wire((tag >> 16) as u8)?;
+        Some(AtomicWhat { op: (tag & 0xff) as u32, dt: (tag >> 8 & 0xff) as u32, call })
+    }
+
+    /// How many operand arrays of `len` bytes its message carries.
+    pub fn operands(&self) -> usize {
+        crate::mr::atomic::has_operand(self.op) as usize + (self.call == crate::mr::atomic::Call::Compare) as usize
+    }
 }
 
 /// Header flags.
@@ -293,6 +329,16 @@ pub fn frame_lies(h: &Hdr, body: &[u8]) -> Option<String> {
             (named < h.len).then(|| format!("a request of {} bytes whose iovs name {named}", h.len))
         }
         op::ACKS if body.len() < n * 8 => Some(format!("an ACKS that counts {n} ids and carries {} bytes", body.len())),
+        op::ATOMIC => match AtomicWhat::unpack(h.tag) {
+            None => Some(format!("an atomic of unknown call {:#x}", h.tag)),
+            Some(w) if body.len() as u64 != h.len.saturating_mul(w.operands() as u64) => Some(format!(
+                "an atomic of {} bytes that carries {} bytes of operands ({} expected)",
+                h.len,
+                body.len(),
+                h.len.saturating_mul(w.operands() as u64)
+            )),
+            Some(_) => None,
+        },
         op::EAGER..=op::ACKS => None,
         other => Some(format!("a message of unknown kind {other}")),
     }
@@ -386,6 +432,24 @@ mod tests {
         let iovs = vec![(0x1000, 5), (usize::MAX, 0)];
         assert_eq!(decode_iovs(&encode_iovs(&iovs), 2), Some(iovs));
         assert_eq!(decode_iovs(&[0; 8], 1), None);
+    }
+
+    #[test]
+    fn an_atomic_frame_carries_exactly_its_operands() {
+        use crate::mr::atomic::Call;
+        let w = |call| AtomicWhat { op: oxmr_ffi::FI_SUM, dt: oxmr_ffi::FI_UINT64, call };
+        for (what, operands) in [(w(Call::Write), 1), (w(Call::Fetch), 1), (w(Call::Compare), 2)] {
+            assert_eq!(AtomicWhat::unpack(what.pack()), Some(what));
+            let h = Hdr { op: op::ATOMIC, len: 16, tag: what.pack(), ..Default::default() };
+            assert_eq!(frame_lies(&h, &vec![0; 16 * operands]), None, "{what:?}");
+            assert!(frame_lies(&h, &vec![0; 16 * operands - 1]).is_some(), "{what:?}: one byte short");
+        }
+        let read = AtomicWhat { op: oxmr_ffi::FI_ATOMIC_READ, dt: oxmr_ffi::FI_UINT64, call: Call::Fetch };
+        let h = Hdr { op: op::ATOMIC, len: 16, tag: read.pack(), ..Default::default() };
+        assert_eq!(frame_lies(&h, &[]), None, "a read carries no operand");
+        let h = Hdr { op: op::ATOMIC, len: 8, tag: 3 << 16, ..Default::default() };
+        assert!(frame_lies(&h, &[0; 8]).is_some(), "no such call");
+        assert_eq!(AtomicWhat::unpack(1 << 24), None, "bits past the call");
     }
 
     #[test]

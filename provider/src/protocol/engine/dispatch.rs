@@ -93,17 +93,21 @@ impl Engine {
                         // its data is read from the buffer after this.)
                         self.end_stream(from, h.msg_id);
                     }
-                    if h.status == 0 {
+                    let status = match (h.status, p.kind) {
+                        (0, Kind::Fetch) => self.fetched(&p.iovs, p.len, body, &from),
+                        (s, _) => s,
+                    };
+                    if status == 0 {
                         self.complete_tx(p.ctx, p.kind, p.tagged, p.len, p.credit, p.report);
                     } else {
                         if p.kind != Kind::Send {
                             tracing::info!(
                                 "remote access to {} refused by the target: {}",
                                 p.peer,
-                                crate::error::errno_name(h.status)
+                                crate::error::errno_name(status)
                             );
                         }
-                        self.fail_tx(p, h.status);
+                        self.fail_tx(p, status);
                     }
                 }
             }
@@ -112,6 +116,11 @@ impl Engine {
                     let id = u64::from_le_bytes(id.try_into().unwrap_or_default());
                     // (Only our operations with that peer.)
                     if self.pending.get(&id).is_none_or(|p| p.peer != from) {
+                        continue;
+                    }
+                    // (An ACKS answers writes only: a fetch waits for
+                    // the ACK that carries its old values.)
+                    if self.pending.get(&id).is_some_and(|p| p.kind == Kind::Fetch) {
                         continue;
                     }
                     if let Some(p) = self.pending.remove(&id) {
@@ -123,6 +132,7 @@ impl Engine {
                 }
             }
             op::WRITE | op::WRITE_INLINE | op::READ => self.rma_target(h, from, pid, body),
+            op::ATOMIC => self.atomic_target(h, from, body),
             op::PULL => self.on_pull(h, from),
             op::CTS => self.help(h, from, body),
             op::DATA => self.on_data(h, from, body),
@@ -238,7 +248,7 @@ impl Engine {
     /// some job is stalled.)
     pub(super) fn rma_held(&self, msg: &[u8]) -> bool {
         !self.sharing.stalled.is_empty()
-            && matches!(msg.first(), Some(&(op::WRITE | op::WRITE_INLINE | op::READ)))
+            && matches!(msg.first(), Some(&(op::WRITE | op::WRITE_INLINE | op::READ | op::ATOMIC)))
             && self.sent_by_stalled(msg)
     }
 

@@ -54,6 +54,7 @@ use crate::queues::cq::{CqCore, Credit};
 use crate::wire::{Dial, Inbox, SharedCopy, FRAME_FLOOR};
 
 mod addressing;
+mod atomic;
 mod completion;
 mod delivery;
 mod dispatch;
@@ -67,6 +68,7 @@ mod shared;
 #[cfg(test)]
 mod tests;
 use addressing::AvCache;
+pub use atomic::AtomicOp;
 use peers::Peers;
 
 /// Marks an operation posted by an fi_inject* call (no CQ entry). A bit
@@ -179,6 +181,11 @@ enum Kind {
     Send,
     Write,
     Read,
+    /// A base atomic (its result stays at the target).
+    Atomic,
+    /// A fetch or compare atomic: the old values come back in its ACK,
+    /// into its result buffers (`Pending::iovs`).
+    Fetch,
 }
 
 impl Kind {
@@ -188,7 +195,16 @@ impl Kind {
             Kind::Send => (ffi::FI_SEND as u64 | if tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64, C_SEND),
             Kind::Write => ((ffi::FI_RMA | ffi::FI_WRITE) as u64, C_WRITE),
             Kind::Read => ((ffi::FI_RMA | ffi::FI_READ) as u64, C_READ),
+            Kind::Atomic => ((ffi::FI_ATOMIC | ffi::FI_WRITE) as u64, C_WRITE),
+            Kind::Fetch => ((ffi::FI_ATOMIC | ffi::FI_READ) as u64, C_READ),
         }
+    }
+
+    /// Whether a peer may copy to or from the operation's buffers (a
+    /// PULL, a shared copy): sends and RMA. An atomic's operands went
+    /// inline, and its result buffers are written only from its ACK.
+    fn peer_copies(self) -> bool {
+        matches!(self, Kind::Send | Kind::Write | Kind::Read)
     }
 }
 

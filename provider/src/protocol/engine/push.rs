@@ -70,6 +70,10 @@ impl Engine {
             tracing::warn!("pull from {from} for our read {}: a read's buffer is only written; ignored", h.msg_id);
             return;
         }
+        if !p.kind.peer_copies() {
+            tracing::warn!("pull from {from} for our atomic {}: its operands went inline; ignored", h.msg_id);
+            return;
+        }
         let src = clip(&p.iovs, h.len as usize);
         self.queue_stream(Stream {
             to: from,

@@ -251,9 +251,19 @@ impl Engine {
     }
 
     /// A remote access succeeded: count it and raise remote CQ data.
+    /// (An atomic too: FI_ATOMIC_READ counts as a remote read, every other
+    /// atomic as a remote write, and its CQ data says FI_ATOMIC.)
     pub(super) fn rma_took_effect(&mut self, h: &Hdr, from: SocketAddr, region: Option<&crate::mr::registry::Region>) {
-        let read = h.op == op::READ;
-        self.count(if read { C_RREAD } else { C_RWRITE }, true);
+        let atomic = h.op == op::ATOMIC;
+        let slot = if atomic {
+            super::atomic::target_counter(h)
+        } else if h.op == op::READ {
+            C_RREAD
+        } else {
+            C_RWRITE
+        };
+        let read = slot == C_RREAD;
+        self.count(slot, true);
         // A counter bound to the MR itself (fi_mr_bind, FI_RMA_EVENT).
         let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
         let bound = region.and_then(|r| r.cntr.lock_ok().clone());
@@ -265,7 +275,8 @@ impl Engine {
         if h.flags & flag::CQ_DATA != 0 && !read {
             let src = self.src_fi_addr(&from);
             if let Some(cq) = &self.bound.rx_cq {
-                let flags = (ffi::FI_RMA | ffi::FI_REMOTE_WRITE) as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
+                let class = if atomic { ffi::FI_ATOMIC } else { ffi::FI_RMA } as u64;
+                let flags = class | ffi::FI_REMOTE_WRITE as u64 | ffi::FI_REMOTE_CQ_DATA as u64;
                 cq.push_unsolicited(CqEntry { flags, len: h.len as usize, data: h.data, src, ..Default::default() });
             }
         }

@@ -533,7 +533,7 @@ impl Engine {
         let Some(v) = t.view(slot, gen) else { return };
         // The helper writes its buffers into the owner's for a send or a
         // write, and reads into them for a read; never the other way.
-        if v.helper_writes != (p.kind != Kind::Read) {
+        if !p.kind.peer_copies() || v.helper_writes != (p.kind != Kind::Read) {
             tracing::warn!("shared copy from {from} for operation {} goes the wrong way; not helping", h.msg_id);
             return;
         }
@@ -577,7 +577,7 @@ impl Engine {
         }
         let kind = mine.as_ref().and_then(|m| m.first()).map(|p| p.kind);
         let fits = mine.as_ref().is_some_and(|m| {
-            m.iter().all(|p| p.peer == from && Some(p.kind) == kind)
+            m.iter().all(|p| p.peer == from && Some(p.kind) == kind && p.kind.peer_copies())
                 && m.iter().map(|p| p.len).sum::<usize>() == v.total
                 && first_halves(m.iter().map(|p| p.len)) == v.chunk
         });
