@@ -16,7 +16,7 @@
 /* oxmr's secondary capabilities (added to every RDM answer). FI_MULTI_RECV
  * is not offered until multi-receive buffers are implemented. */
 #define OXMR_SECONDARY_RDM                                                     \
-	(FI_SOURCE | FI_RMA_EVENT | FI_LOCAL_COMM)
+	(FI_SOURCE | FI_RMA_EVENT | FI_FENCE | FI_LOCAL_COMM)
 
 static int count(const struct fi_info *i)
 {

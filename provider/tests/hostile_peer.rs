@@ -1627,7 +1627,12 @@ fn forged_atomics_are_refused_and_change_nothing_outside_the_registration() {
         ("a partial element", at(t.base, t.key, 7, sum, p.id(6)), vec![1; 7], ffi::FI_EINVAL),
         ("more than the most one atomic takes", at(t.base, t.key, 4096, sum, p.id(7)), vec![1; 4096], ffi::FI_EINVAL),
         ("a wrong key", at(t.base, t.key ^ 0x40, 8, sum, p.id(8)), one.to_vec(), ffi::FI_EACCES),
-        ("past the registration's end", at(t.base + PAGE as u64 - 4, t.key, 8, sum, p.id(9)), one.to_vec(), ffi::FI_EACCES),
+        (
+            "past the registration's end",
+            at(t.base + PAGE as u64 - 4, t.key, 8, sum, p.id(9)),
+            one.to_vec(),
+            ffi::FI_EACCES,
+        ),
         (
             "a compare without its compare operands",
             at(t.base, t.key, 8, what(ffi::FI_CSWAP as u32, ffi::FI_UINT64 as u32, 2), p.id(10)),
@@ -1654,4 +1659,60 @@ fn forged_atomics_are_refused_and_change_nothing_outside_the_registration() {
     let now = u64::from_ne_bytes(t.page()[PAGE - 8..].try_into().unwrap());
     assert_eq!(now, u64::from_ne_bytes(before[PAGE - 8..].try_into().unwrap()).wrapping_add(5));
     assert!(t.guards_intact());
+}
+
+#[test]
+fn a_fenced_operation_and_those_after_it_wait_for_the_peers_earlier_ones() {
+    // fi_endpoint(3), FI_FENCE: the fenced operation, and every one posted
+    // to the same peer after it, waits until the earlier ones completed.
+    // The "peer" here answers only when told to, so the wait is visible.
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let to = t.insert(&p._port.local_addr().unwrap());
+    let first = [7u8; 64];
+    t.write(&first, to, 0x1000, 0x77, 1);
+    let fenced = [9u8; 16];
+    let iov = ffi::iovec { iov_base: fenced.as_ptr() as *mut c_void, iov_len: fenced.len() };
+    let rma_iov = ffi::fi_rma_iov { addr: 0x2000, len: fenced.len(), key: 0x77 };
+    let msg = ffi::fi_msg_rma {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: to,
+        rma_iov: &rma_iov,
+        rma_iov_count: 1,
+        context: 2 as *mut c_void,
+        data: 0,
+    };
+    unsafe {
+        let writemsg = (*(*t.ep).rma).writemsg.unwrap();
+        assert_eq!(writemsg(t.ep, &msg, ffi::FI_FENCE as u64), 0, "a fenced write is accepted");
+    }
+    t.send(&[1u8; 8], to, 3);
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
+    while std::time::Instant::now() < until {
+        assert_eq!(t.poll(), None, "nothing completes before the first write is answered");
+    }
+    let got = p.drain_bodies();
+    assert_eq!(
+        got.len(),
+        1,
+        "only the write before the fence went out: {:?}",
+        got.iter().map(|g| g.0.op).collect::<Vec<_>>()
+    );
+    assert_eq!((got[0].0.op, got[0].0.rma_addr), (WRITE_INLINE, 0x1000));
+    p.send(Hdr { op: ACK, msg_id: got[0].0.msg_id, ..Default::default() }, &[]);
+    assert_eq!(t.completion(), Some(Ok(1)), "the first write completes on its answer");
+    // Now the fenced write, then the send behind it, in that order.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let (mut seen, mut done) = (Vec::new(), Vec::new());
+    while (seen.len() < 2 || done.is_empty()) && std::time::Instant::now() < until {
+        done.extend(t.poll());
+        seen.extend(p.drain_bodies());
+    }
+    assert_eq!(seen.len(), 2, "the fenced write and the send went out once the fence cleared");
+    assert_eq!((seen[0].0.op, seen[0].0.rma_addr), (WRITE_INLINE, 0x2000));
+    assert_eq!(seen[0].1, fenced.to_vec());
+    assert_eq!(seen[1].0.op, EAGER);
+    assert_eq!(done, vec![Ok(3)], "the eager send behind the fence completes when sent");
 }

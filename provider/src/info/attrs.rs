@@ -94,6 +94,7 @@ pub(crate) const RDM_CAPS: u64 = b(ffi::FI_MSG)
     | ffi::FI_SOURCE as u64
     | ffi::FI_DIRECTED_RECV as u64
     | ffi::FI_RMA_EVENT as u64
+    | ffi::FI_FENCE as u64
     | DOMAIN_CAPS;
 
 /// What a MSG (connected) endpoint of oxmr can do: the RDM engine with its
@@ -109,6 +110,7 @@ pub(crate) const MSG_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_REMOTE_READ)
     | b(ffi::FI_REMOTE_WRITE)
     | ffi::FI_RMA_EVENT as u64
+    | ffi::FI_FENCE as u64
     | DOMAIN_CAPS;
 
 /// Transmit op flags an application may set as defaults.

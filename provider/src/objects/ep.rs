@@ -152,7 +152,7 @@ impl Ep {
             }
         };
         // (Only what fi_getinfo offers for the type: a secondary cap oxmr
-        // does not implement, such as FI_FENCE, is refused here rather
+        // does not implement, such as FI_TRIGGER, is refused here rather
         // than silently ignored later.)
         let extra = info.caps & !offered;
         if extra != 0 {

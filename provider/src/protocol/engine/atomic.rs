@@ -25,6 +25,7 @@ use crate::mr::registry::REFUSED;
 use crate::protocol::{flag, op, AtomicWhat, Hdr, Iovs};
 
 /// An atomic operation, decoded from the C call.
+#[derive(Clone)]
 pub struct AtomicOp {
     pub ctx: usize,
     pub what: AtomicWhat,
@@ -89,6 +90,9 @@ impl Engine {
         }
         let to = self.resolve(o.dest)?;
         let flags = o.flags.unwrap_or(self.bound.tx_op_flags);
+        if self.must_wait(&to, flags) {
+            return self.hold(to, super::fence::Held::Atomic(o.clone()));
+        }
         if fetch && flags & ffi::FI_INJECT as u64 != 0 {
             return Err(fail!(ffi::FI_EINVAL, "FI_INJECT on a fetch or compare atomic (it has a result to wait for)"));
         }

@@ -58,6 +58,7 @@ mod atomic;
 mod completion;
 mod delivery;
 mod dispatch;
+mod fence;
 mod links;
 mod peers;
 mod posting;
@@ -343,6 +344,7 @@ struct Offer {
 }
 
 /// A transmit operation, decoded from the C call.
+#[derive(Clone)]
 pub struct TxOp {
     pub ctx: usize,
     pub iovs: Iovs,
@@ -354,6 +356,7 @@ pub struct TxOp {
 }
 
 /// An RMA operation.
+#[derive(Clone)]
 pub struct RmaOp {
     pub ctx: usize,
     pub iovs: Iovs,
@@ -430,6 +433,8 @@ pub struct Engine {
     order: completion::RecvOrder,
     /// When the progress loop last did its periodic work.
     pace: progress::Pace,
+    /// Operations kept behind an FI_FENCE.
+    fences: fence::Fences,
 }
 
 /// A frame's landing head (`wire::land`): a DATA frame's transfer (our
@@ -569,6 +574,7 @@ impl Engine {
             deferred: VecDeque::new(),
             order: completion::RecvOrder::default(),
             pace: progress::Pace::default(),
+            fences: Default::default(),
             pulls: push::Pulls::new(lands),
             gone: Vec::new(),
         }

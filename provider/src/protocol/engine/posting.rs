@@ -52,6 +52,9 @@ impl Engine {
         let to = self.resolve(o.dest)?;
         let len = total(&o.iovs);
         let flags = o.flags.unwrap_or(self.bound.tx_op_flags);
+        if self.must_wait(&to, flags) {
+            return self.hold(to, super::fence::Held::Send(o.clone()));
+        }
         let tagged = o.tag.is_some();
         let credit = self.credit(true, flags)?;
         let mut hdr = Hdr {
@@ -142,6 +145,9 @@ impl Engine {
         let to = self.resolve(o.dest)?;
         let len = total(&o.iovs);
         let flags = o.flags.unwrap_or(self.bound.tx_op_flags);
+        if self.must_wait(&to, flags) {
+            return self.hold(to, super::fence::Held::Rma(o));
+        }
         // (FI_INJECT applies to writes only: fi_rma(3).)
         let inject = !o.read && flags & ffi::FI_INJECT as u64 != 0;
         let credit = self.credit(true, flags)?;

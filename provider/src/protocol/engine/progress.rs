@@ -168,6 +168,9 @@ impl Engine {
         if !self.gone.is_empty() {
             self.settle_gone();
         }
+        if self.fenced() {
+            self.release_fenced();
+        }
         if !self.sharing.offers.is_empty() {
             self.poll_offers();
         }
