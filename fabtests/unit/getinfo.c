@@ -198,10 +198,10 @@ static void check_side_caps(const struct fi_info *i)
 static void test_no_hints(void)
 {
 	struct fi_info *hints = oxt_hints(FI_EP_UNSPEC), *info = NULL, *i;
-	int ret, n_rdm = 0, n_msg = 0;
-	bool seen_msg = false, seen_lo_rdm = false, lo_ok = false;
+	int ret, n_rdm = 0, n_msg = 0, n_dgram = 0;
+	bool seen_msg = false, seen_dgram = false, seen_lo_rdm = false, lo_ok = false;
 
-	OXT_GROUP("no hints: one RDM then one MSG info per local address");
+	OXT_GROUP("no hints: one RDM, then one MSG, then one DGRAM info per local address");
 	ret = fi_getinfo(OXT_VERSION, NULL, NULL, 0, hints, &info);
 	fi_freeinfo(hints);
 	REQUIRE_RC(ret, 0);
@@ -209,14 +209,22 @@ static void test_no_hints(void)
 	EXPECT_EQ(info->ep_attr->type, FI_EP_RDM);
 	for (i = info; i; i = i->next) {
 		EXPECT(i->ep_attr->type == FI_EP_RDM ||
-			       i->ep_attr->type == FI_EP_MSG,
+			       i->ep_attr->type == FI_EP_MSG ||
+			       i->ep_attr->type == FI_EP_DGRAM,
 		       "ep type %d", i->ep_attr->type);
 		if (i->ep_attr->type == FI_EP_RDM) {
 			n_rdm++;
-			EXPECT(!seen_msg, "an RDM info follows a MSG info");
-		} else {
+			EXPECT(!seen_msg && !seen_dgram, "an RDM info follows a MSG or DGRAM info");
+		} else if (i->ep_attr->type == FI_EP_MSG) {
 			n_msg++;
 			seen_msg = true;
+			EXPECT(!seen_dgram, "a MSG info follows a DGRAM info");
+		} else {
+			n_dgram++;
+			seen_dgram = true;
+			EXPECT(i->ep_attr->max_msg_size == 8080, "DGRAM max_msg_size %zu", i->ep_attr->max_msg_size);
+			EXPECT((i->caps & (FI_RMA | FI_ATOMIC | FI_TAGGED)) == 0, "DGRAM caps 0x%llx",
+			       (unsigned long long)i->caps);
 		}
 		EXPECT_STR(i->fabric_attr->prov_name, "oxmr");
 		EXPECT(i->domain_attr->name != NULL, "NULL domain name");
@@ -245,7 +253,8 @@ static void test_no_hints(void)
 			lo_ok = true;
 		check_side_caps(i);
 	}
-	EXPECT(n_rdm == n_msg, "%d RDM infos but %d MSG infos", n_rdm, n_msg);
+	EXPECT(n_rdm == n_msg && n_msg == n_dgram, "%d RDM infos, %d MSG infos, %d DGRAM infos", n_rdm, n_msg,
+	       n_dgram);
 	EXPECT(lo_ok,
 	       "no RDM info with domain \"lo\", fabric \"127.0.0.0/8\" and a 127.x source");
 	fi_freeinfo(info);
@@ -375,8 +384,8 @@ static void test_refusals(void)
 
 	OXT_GROUP("hints oxmr cannot honour give -FI_ENODATA");
 
-	h = oxt_hints(FI_EP_DGRAM);
-	REFUSED("ep_type FI_EP_DGRAM", NULL, NULL, 0, h);
+	h = oxt_hints(FI_EP_SOCK_DGRAM);
+	REFUSED("ep_type FI_EP_SOCK_DGRAM", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_RDM);
 	h->caps = FI_MSG | FI_COLLECTIVE;

@@ -113,6 +113,21 @@ pub(crate) const MSG_CAPS: u64 = b(ffi::FI_MSG)
     | ffi::FI_FENCE as u64
     | DOMAIN_CAPS;
 
+/// What a datagram (FI_EP_DGRAM) endpoint of oxmr can do: untagged
+/// messages of at most [`DGRAM_MAX_MSG`] bytes between RDM-like endpoints
+/// (the same engine and wires; delivery is reliable and in order, which
+/// fi_endpoint(3) allows a DGRAM endpoint to be). No RMA, atomics or tags.
+pub(crate) const DGRAM_CAPS: u64 = b(ffi::FI_MSG)
+    | b(ffi::FI_SEND)
+    | b(ffi::FI_RECV)
+    | ffi::FI_SOURCE as u64
+    | ffi::FI_DIRECTED_RECV as u64
+    | DOMAIN_CAPS;
+
+/// A datagram's largest size: one frame on every wire (the shm cell's
+/// payload), never a rendezvous.
+pub(crate) const DGRAM_MAX_MSG: usize = crate::config::EAGER_MAX;
+
 /// Transmit op flags an application may set as defaults.
 pub(crate) const TX_OP_FLAGS: u64 = ffi::FI_INJECT as u64
     | ffi::FI_COMPLETION as u64
@@ -178,7 +193,11 @@ pub(crate) const PROVIDER_VERSION: u32 = {
 
 /// The info oxmr offers for an endpoint type, before hints and addresses.
 pub fn template(ep_type: u32) -> Info {
-    let caps = if ep_type == ffi::FI_EP_MSG { MSG_CAPS } else { RDM_CAPS };
+    let caps = match ep_type {
+        ffi::FI_EP_MSG => MSG_CAPS,
+        ffi::FI_EP_DGRAM => DGRAM_CAPS,
+        _ => RDM_CAPS,
+    };
     Info {
         caps,
         mode: 0,
@@ -211,7 +230,7 @@ pub fn template(ep_type: u32) -> Info {
             type_: ep_type,
             protocol: ffi::FI_PROTO_UNSPEC,
             protocol_version: PROTOCOL_VERSION,
-            max_msg_size: usize::MAX,
+            max_msg_size: if ep_type == ffi::FI_EP_DGRAM { DGRAM_MAX_MSG } else { usize::MAX },
             msg_prefix_size: 0,
             max_order_raw_size: 0,
             max_order_war_size: 0,

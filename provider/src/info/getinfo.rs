@@ -62,10 +62,11 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
     let hints = req.hints.unwrap_or(&default);
 
     let ep_types: &[u32] = match hints.ep.as_ref().map_or(ffi::FI_EP_UNSPEC, |e| e.type_) {
-        ffi::FI_EP_UNSPEC => &[ffi::FI_EP_RDM, ffi::FI_EP_MSG],
+        ffi::FI_EP_UNSPEC => &[ffi::FI_EP_RDM, ffi::FI_EP_MSG, ffi::FI_EP_DGRAM],
         ffi::FI_EP_RDM => &[ffi::FI_EP_RDM],
         ffi::FI_EP_MSG => &[ffi::FI_EP_MSG],
-        t => return Err(nodata(format!("ep_type {t} asked; oxmr offers FI_EP_RDM and FI_EP_MSG"))),
+        ffi::FI_EP_DGRAM => &[ffi::FI_EP_DGRAM],
+        t => return Err(nodata(format!("ep_type {t} asked; oxmr offers FI_EP_RDM, FI_EP_MSG and FI_EP_DGRAM"))),
     };
     let format = hints.addr_format;
     if !matches!(format, ffi::FI_FORMAT_UNSPEC | ffi::FI_SOCKADDR | ffi::FI_SOCKADDR_IN | ffi::FI_SOCKADDR_IN6) {
@@ -481,11 +482,14 @@ mod tests {
     }
 
     #[test]
-    fn no_hints_offers_rdm_then_msg() {
+    fn no_hints_offers_rdm_then_msg_then_dgram() {
         let l = ask(None, None, 0, None).unwrap();
-        assert_eq!(l.len(), 2);
+        assert_eq!(l.len(), 3);
         assert_eq!(l[0].ep.type_, ffi::FI_EP_RDM);
         assert_eq!(l[1].ep.type_, ffi::FI_EP_MSG);
+        assert_eq!(l[2].ep.type_, ffi::FI_EP_DGRAM);
+        assert_eq!(l[2].ep.max_msg_size, crate::config::EAGER_MAX, "a datagram is one frame");
+        assert_eq!(l[2].caps & PRIMARY_CAPS, (ffi::FI_MSG | ffi::FI_SEND | ffi::FI_RECV) as u64);
         assert_eq!(l[0].domain.name.as_deref(), Some("lo"));
         assert_eq!(l[0].fabric.name.as_deref(), Some("127.0.0.0/8"));
         assert_eq!(l[0].src, Some("127.0.0.1:0".parse().unwrap()));
@@ -521,7 +525,7 @@ mod tests {
         assert_eq!(l[0].caps & PRIMARY_CAPS, ffi::FI_TAGGED as u64);
         let h = Hints { caps: ffi::FI_DIRECTED_RECV as u64, ..Default::default() };
         let l = ask(None, None, 0, Some(&h)).unwrap();
-        assert!(l.iter().all(|i| i.ep.type_ == ffi::FI_EP_RDM), "MSG has one source: no FI_DIRECTED_RECV");
+        assert!(l.iter().all(|i| i.ep.type_ != ffi::FI_EP_MSG), "MSG has one source: no FI_DIRECTED_RECV");
         assert_ne!(l[0].caps & ffi::FI_SOURCE as u64, 0, "secondary caps are added");
     }
 
@@ -603,7 +607,7 @@ mod tests {
         assert!(ask(None, None, 0, Some(&h)).is_err());
         h.domain = Some(DomainAttr { threading: ffi::FI_THREAD_DOMAIN, ..Default::default() });
         assert_eq!(ask(None, None, 0, Some(&h)).unwrap()[0].domain.threading, ffi::FI_THREAD_DOMAIN);
-        h.ep = Some(EpAttr { type_: ffi::FI_EP_DGRAM, ..Default::default() });
+        h.ep = Some(EpAttr { type_: ffi::FI_EP_SOCK_DGRAM, ..Default::default() });
         assert!(ask(None, None, 0, Some(&h)).is_err());
     }
 }

@@ -144,10 +144,11 @@ impl Ep {
         let offered = match info.ep.type_ {
             ffi::FI_EP_RDM => attrs::RDM_CAPS,
             ffi::FI_EP_MSG => attrs::MSG_CAPS,
+            ffi::FI_EP_DGRAM => attrs::DGRAM_CAPS,
             t => {
                 return Err(fail!(
                     ffi::FI_EINVAL,
-                    "fi_endpoint: ep_type {t} not supported; oxmr has FI_EP_RDM and FI_EP_MSG"
+                    "fi_endpoint: ep_type {t} not supported; oxmr has FI_EP_RDM, FI_EP_MSG and FI_EP_DGRAM"
                 ))
             }
         };
@@ -265,13 +266,16 @@ impl Ep {
         Ok(())
     }
 
-    /// Bind the AV (RDM only).
+    /// Bind the AV (RDM and DGRAM).
     pub fn bind_av(&self, av: Arc<Av>, flags: u64) -> Result<()> {
         if flags != 0 {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(av) takes no flags"));
         }
-        if self.info.ep.type_ != ffi::FI_EP_RDM {
-            return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: an AV can only be bound to an FI_EP_RDM endpoint"));
+        if self.is_msg() {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_ep_bind: an AV can only be bound to an FI_EP_RDM or FI_EP_DGRAM endpoint"
+            ));
         }
         self.same_domain(&av.domain, "the AV")?;
         let mut s = self.bindable("an AV")?;
@@ -333,11 +337,31 @@ impl Ep {
 
     /// Post a send (msg or tagged) on the endpoint's engine.
     pub fn send(&self, o: &TxOp) -> Result<()> {
+        if self.info.ep.type_ == ffi::FI_EP_DGRAM {
+            let len = o.iovs.iter().map(|x| x.1).sum::<usize>();
+            if len > self.info.ep.max_msg_size {
+                return Err(fail!(
+                    ffi::FI_EMSGSIZE,
+                    "a datagram of {len} bytes: an FI_EP_DGRAM endpoint sends at most {} (max_msg_size)",
+                    self.info.ep.max_msg_size
+                ));
+            }
+        }
         if self.is_msg() {
             let o = TxOp { dest: self.peer_addr(o.dest, "send")?, ..*o };
             return self.with_engine(|e| e.send(&o));
         }
         self.with_engine(|e| e.send(o))
+    }
+
+    /// -FI_EOPNOTSUPP for what a datagram endpoint does not do.
+    fn not_dgram(&self, what: &str) -> Result<()> {
+        match self.info.ep.type_ == ffi::FI_EP_DGRAM {
+            true => {
+                Err(fail!(ffi::FI_EOPNOTSUPP, "{what} on an FI_EP_DGRAM endpoint: it sends and receives messages only"))
+            }
+            false => Ok(()),
+        }
     }
 
     fn is_msg(&self) -> bool {
@@ -375,12 +399,14 @@ impl Ep {
 
     /// Post an RMA read or write.
     pub fn rma(&self, mut o: RmaOp) -> Result<()> {
+        self.not_dgram("RMA")?;
         o.dest = self.peer_addr(o.dest, if o.read { "RMA read" } else { "RMA write" })?;
         self.with_engine(|e| e.rma(o))
     }
 
     /// Post an atomic.
     pub fn atomic(&self, mut o: AtomicOp) -> Result<()> {
+        self.not_dgram("an atomic")?;
         o.dest = self.peer_addr(o.dest, "atomic")?;
         self.with_engine(|e| e.atomic(&o))
     }
@@ -490,8 +516,11 @@ impl Ep {
             ));
         }
         match self.info.ep.type_ {
-            ffi::FI_EP_RDM if s.av.is_none() => {
-                return Err(fail!(ffi::FI_ENOAV, "fi_enable: an FI_EP_RDM endpoint needs an AV bound first"))
+            ffi::FI_EP_RDM | ffi::FI_EP_DGRAM if s.av.is_none() => {
+                return Err(fail!(
+                    ffi::FI_ENOAV,
+                    "fi_enable: an FI_EP_RDM or FI_EP_DGRAM endpoint needs an AV bound first"
+                ))
             }
             ffi::FI_EP_MSG if s.eq.is_none() => {
                 return Err(fail!(ffi::FI_ENOEQ, "fi_enable: an FI_EP_MSG endpoint needs an EQ bound first"))
