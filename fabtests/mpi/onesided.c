@@ -37,10 +37,12 @@
  *   cas_allocate  MPI_Compare_and_swap on the MPI_Win_allocate window
  *                 (ranks all on one host: osc rdma calls the btl's cswap
  *                 with no endpoint and crashes; fixed in 4.1.5);
- *   cas_create    the same on the MPI_Win_create window (a btl that does
- *                 not reach the rank itself, as vader: the same crash).
+ *   cas_create    the same on the MPI_Win_create window (ranks all on one
+ *                 host: a CAS on the rank's own memory reaches the btl
+ *                 with no registration handle, or with vader no endpoint).
  * The summary line names what was left out.
- * OXMR_OSC_ATOMIC_N sets N (default 500; K is N/2).
+ * OXMR_OSC_ATOMIC_N sets N (default 500; K is N/2). OXMR_OSC_TRACE=1 prints
+ * a line per phase to stderr (which one hangs).
  *
  * Timing mode (OXMR_OSC_BENCH=1, or the argument "bench"): no checks; rank 0
  * against rank 1 through an MPI_Win_create window (OXMR_OSC_BENCH_FLAVOR=
@@ -59,7 +61,7 @@
 #include <time.h>
 
 static int rank, nranks, fails, checks;
-static int break_once; /* OXMR_MPI_CHECK_BREAK=1, not yet used */
+static int break_once; /* OXMR_MPI_CHECK_BREAK=1 and not yet done */
 static int trace;      /* OXMR_OSC_TRACE=1: a line per phase (to find a hang) */
 
 #define CHECK(cond, ...)                                                       \
