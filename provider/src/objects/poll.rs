@@ -4,10 +4,11 @@
 //! `fi_poll` drives each member's progress (a CQ's or counter's bound
 //! endpoints, as its own read would) and returns the contexts of the CQs
 //! that are not empty (a completion or an error waits) and of the counters
-//! whose value or error count changed since this set last returned them.
-//! A counter is compared with what the set saw (`CntrState`: the values
-//! and the number of `fi_cntr_set`/`fi_cntr_seterr` calls, the only way a
-//! value goes back), so no change is missed; the application's own
+//! whose value or error count changed since this set last returned them
+//! (a counter that ever counted, on the first call). A counter is compared
+//! with what the set saw (`CntrState`: the values and the number of
+//! `fi_cntr_set`/`fi_cntr_seterr` calls, the only way a value goes back),
+//! so no change is missed; the application's own
 //! `fi_cntr_add`/`fi_cntr_set` show as a change too (a false positive,
 //! which fi_poll(3) allows). A counter that changed but did not fit in the
 //! caller's array keeps its change for the next call.
