@@ -1,4 +1,4 @@
-//! fid_domain: opens AVs, CQs, counters and endpoints; its MR table points
+//! fid_domain: opens AVs, CQs, counters, poll sets and endpoints; its MR table points
 //! at `boundary::mr`.
 
 use std::ffi::c_void;
@@ -10,7 +10,7 @@ use super::fid::{fid_header, from_fid, FidHeader};
 use super::{attr, common, guard_int, hand_out, info};
 use crate::fail;
 use crate::objects::pep::{ConnReq, Pep};
-use crate::objects::{av::Av, cntr::Cntr, cq::Cq, domain::Domain, ep::Ep};
+use crate::objects::{av::Av, cntr::Cntr, cq::Cq, domain::Domain, ep::Ep, poll::Poll};
 
 pub static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
@@ -181,7 +181,21 @@ unsafe extern "C" fn endpoint2(
 }
 
 crate::enosys!(scalable_ep, "fi_scalable_ep", (domain: *mut ffi::fid_domain, info: *mut ffi::fi_info, sep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
-crate::enosys!(poll_open, "fi_poll_open", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_poll_attr, pollset: *mut *mut ffi::fid_poll) -> i32);
+unsafe extern "C" fn poll_open(
+    domain: *mut ffi::fid_domain,
+    attr_: *mut ffi::fi_poll_attr,
+    out: *mut *mut ffi::fid_poll,
+) -> i32 {
+    guard_int("fi_poll_open", || {
+        let d = from_fid!(retain Domain, domain)?;
+        // SAFETY: fi_poll_open(3)'s `attr` is NULL (taken as the defaults:
+        // its one field is reserved) or the application's fi_poll_attr.
+        let a = unsafe { attr_.as_ref() };
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
+        unsafe { hand_out(out, "poll set", || Ok(Arc::new(Poll::new(super::poll::header(), d, a)?))) }
+    })
+}
 crate::enosys!(stx_ctx, "fi_stx_context", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_tx_attr, stx: *mut *mut ffi::fid_stx, context: *mut c_void) -> i32);
 crate::enosys!(srx_ctx, "fi_srx_context", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_rx_attr, rx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
 unsafe extern "C" fn query_atomic(

@@ -25,6 +25,7 @@ pub mod log;
 pub mod mr;
 pub mod params;
 pub mod pep;
+pub mod poll;
 pub mod provider;
 
 pub use crate::error::{Error, Result};

@@ -11,6 +11,16 @@ use crate::queues::cntr::Counter;
 use crate::queues::wait::deadline;
 use oxmr_ffi::FidHeader;
 
+/// What a poll set remembers of a counter: any change of the values since
+/// the last look changes it (values only grow, except through
+/// `fi_cntr_set`/`fi_cntr_seterr`, which `resets` counts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CntrState {
+    pub resets: u64,
+    pub value: u64,
+    pub errors: u64,
+}
+
 /// A counter.
 #[repr(C)]
 pub struct Cntr {
@@ -54,6 +64,15 @@ impl Cntr {
     pub fn readerr(&self) -> u64 {
         self.drive();
         self.core.errors()
+    }
+
+    /// fi_poll: drive manual progress once, then what a poll set compares
+    /// with what it saw last (`objects::poll`).
+    pub fn poll_state(&self) -> CntrState {
+        self.drive();
+        // `resets` first: a set between these loads shows in the next look.
+        let resets = self.core.resets();
+        CntrState { resets, value: self.core.value(), errors: self.core.errors() }
     }
 
     pub fn add(&self, v: u64) {

@@ -75,6 +75,16 @@ impl Cq {
         self.core.pop(count, out)
     }
 
+    /// fi_poll: drive progress as a read would, then whether anything (a
+    /// completion or an error) waits to be read.
+    pub fn poll_ready(&self) -> bool {
+        self.core.waiter.unpark();
+        // As in `read`: with completions waiting, the kept copies wait for
+        // the next look at an empty queue.
+        self.progress.run_with(self.core.pending() == 0);
+        self.core.pending() > 0
+    }
+
     /// Blocking read: waits up to `timeout_ms` (negative: forever) for
     /// `threshold` entries (or an error, or a signal).
     pub fn sread(

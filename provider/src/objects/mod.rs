@@ -1,4 +1,5 @@
-//! The libfabric objects: fabric, domain, endpoints, CQ, EQ, AV, counters.
+//! The libfabric objects: fabric, domain, endpoints, CQ, EQ, AV, counters,
+//! poll sets.
 //!
 //! Safe Rust: each object is `#[repr(C)]` with its C header first (so the
 //! boundary can hand it to C), holds `Arc`s to what it is bound to or
@@ -14,4 +15,5 @@ pub mod eq;
 pub mod fabric;
 pub mod mr;
 pub mod pep;
+pub mod poll;
 pub mod progress;

@@ -12,6 +12,11 @@ use crate::error::Result;
 pub struct Counter {
     value: AtomicU64,
     errors: AtomicU64,
+    /// `fi_cntr_set`/`fi_cntr_seterr` calls: the only way a value can go
+    /// back, so a poll set that compares (resets, value, errors) never
+    /// misses a change (`objects::poll`), and the data path's counting
+    /// costs nothing more.
+    resets: AtomicU64,
     /// How `fi_cntr_wait` blocks, and the fd `FI_GETWAIT` hands out.
     pub waiter: Waiter,
 }
@@ -19,7 +24,12 @@ pub struct Counter {
 impl Counter {
     /// A counter at zero, blocking as `wait_obj` (`enum fi_wait_obj`) says.
     pub fn new(wait_obj: u32) -> Result<Self> {
-        Ok(Counter { value: AtomicU64::new(0), errors: AtomicU64::new(0), waiter: Waiter::new(wait_obj)? })
+        Ok(Counter {
+            value: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+            waiter: Waiter::new(wait_obj)?,
+        })
     }
 
     /// The count now (no progress).
@@ -32,6 +42,12 @@ impl Counter {
         self.errors.load(Ordering::Acquire)
     }
 
+    /// How many times a value was set (`set`, `seterr`); read it before
+    /// the values (each set bumps it after its store).
+    pub fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Acquire)
+    }
+
     pub fn add(&self, v: u64) {
         self.value.fetch_add(v, Ordering::AcqRel);
         self.waiter.notify();
@@ -39,6 +55,7 @@ impl Counter {
 
     pub fn set(&self, v: u64) {
         self.value.store(v, Ordering::Release);
+        self.resets.fetch_add(1, Ordering::AcqRel);
         self.waiter.notify();
     }
 
@@ -49,6 +66,7 @@ impl Counter {
 
     pub fn seterr(&self, v: u64) {
         self.errors.store(v, Ordering::Release);
+        self.resets.fetch_add(1, Ordering::AcqRel);
         self.waiter.notify();
     }
 }
