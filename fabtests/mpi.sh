@@ -25,7 +25,7 @@
 #   6. a control run whose program corrupts one checked byte: it must fail;
 #   7. Open MPI's osc pt2pt (one-sided over the cm PML, the ofi MTL and
 #      oxmr's tagged messages), on this host and across the namespaces;
-#   8. with OXMR_MPI_OSC_RDMA=1 (default 0 until oxmr has FI_ATOMIC): Open
+#   8. unless OXMR_MPI_OSC_RDMA=0: Open
 #      MPI's osc rdma over btl ofi over oxmr (fi_write/fi_read/fi_atomic/
 #      fi_fetch_atomic/fi_compare_atomic), on this host and across the
 #      namespaces. The osc and btl frameworks' verbose output must show osc
@@ -196,10 +196,9 @@ RUN_LIMIT=60 run "two namespaces, each rank with a key of its own" refused \
 
 # --- One-sided (fabtests/mpi/onesided.c).
 # osc pt2pt: MPI_Put & co. as messages of the cm PML (oxmr's tagged path).
-# osc rdma: through btl ofi, which needs FI_RMA|FI_ATOMIC: until oxmr has
-# FI_ATOMIC its init fails and a job forced to osc rdma fails in
-# MPI_Win_allocate, hence OXMR_MPI_OSC_RDMA (the lead's switch, default 0).
-osc_rdma="${OXMR_MPI_OSC_RDMA:-0}"
+# osc rdma: through btl ofi, which needs FI_RMA|FI_ATOMIC (oxmr offers
+# both). OXMR_MPI_OSC_RDMA=0 leaves these runs out (default 1).
+osc_rdma="${OXMR_MPI_OSC_RDMA:-1}"
 # (osc_base_verbose 1: a line per window freed, naming the component;
 # btl_base_verbose 10: whether each btl component's init succeeded, which
 # for btl ofi is necessary, not sufficient: with no usable provider but a
@@ -300,7 +299,7 @@ if [ "$osc_rdma" = 1 ]; then
 		osc_ok "$label" 2 rdma || true
 	fi
 else
-	echo "skip - mpi: onesided over osc rdma and btl ofi (OXMR_MPI_OSC_RDMA=1 runs it once oxmr has FI_ATOMIC)"
+	echo "skip - mpi: onesided over osc rdma and btl ofi (OXMR_MPI_OSC_RDMA=0)"
 fi
 
 if [ "$failed" -ne 0 ]; then
