@@ -1499,7 +1499,40 @@ fn cancelling_a_multi_receive_buffer_waits_for_the_message_in_flight_into_it() {
     assert_eq!((e.op_context, e.err as u32, e.flags & MULTI != 0), (6, ffi::FI_ECANCELED, true));
 }
 
+fn under_selective_completion_a_multi_receive_buffer_reports_its_release_alone() {
+    let (mut a, mut b) = pair();
+    b.eng.bound.rx_selective = true;
+    // Without FI_COMPLETION: three messages, the third releases the
+    // buffer (100 left, minimum 128); only its completion is written.
+    b.eng.set_min_multi_recv(128);
+    let mut buf = vec![0u8; 400];
+    recv_multi(&mut b, 1, &mut buf);
+    for i in 0..3 {
+        send(&mut a, i, &pattern(100, i), None);
+    }
+    let e = ok(next(&mut a, &mut b, 1));
+    assert_eq!((e.op_context, e.len, e.buf), (1, 100, buf.as_ptr() as usize + 200));
+    assert!(e.flags & MULTI != 0);
+    assert!(buf[..300] == [pattern(100, 0), pattern(100, 1), pattern(100, 2)].concat()[..]);
+    for _ in 0..100 {
+        a.eng.progress();
+        b.eng.progress();
+    }
+    assert!(read(&b).is_none(), "the other two wrote no completion");
+    // With FI_COMPLETION: each.
+    let flags = Some(MULTI | ffi::FI_COMPLETION as u64);
+    b.eng.recv(2, iov_mut(&mut buf), ffi::FI_ADDR_UNSPEC, None, flags).expect("posted");
+    for i in 0..3 {
+        send(&mut a, i, &pattern(100, i), None);
+    }
+    for i in 0..3 {
+        let e = ok(next(&mut a, &mut b, 1));
+        assert_eq!((e.op_context, e.len, e.flags & MULTI != 0), (2, 100, i == 2));
+    }
+}
+
 over_both!(
+    under_selective_completion_a_multi_receive_buffer_reports_its_release_alone,
     a_multi_receive_buffer_takes_messages_at_successive_offsets_and_flags_the_last,
     unexpected_messages_fill_a_multi_receive_buffer_when_it_is_posted,
     a_message_longer_than_the_space_left_is_truncated_and_releases_the_buffer,
