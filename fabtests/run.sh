@@ -204,6 +204,8 @@ extra_run "atomic[FI_OXMR_WIRE=tcp]" atomic FI_OXMR_WIRE=tcp
 extra_run "shm_squat[FI_OXMR_WIRE=tcp]" shm_squat FI_OXMR_WIRE=tcp
 # Tagged FI_PEEK/FI_CLAIM/FI_DISCARD over TCP too.
 extra_run "probe[FI_OXMR_WIRE=tcp]" probe FI_OXMR_WIRE=tcp
+# Multi-receive buffers over TCP too (large messages pulled into them).
+extra_run "multi_recv[FI_OXMR_WIRE=tcp]" multi_recv FI_OXMR_WIRE=tcp
 # FI_EP_MSG connections with their data over TCP.
 extra_run "msg[FI_OXMR_WIRE=tcp]" msg FI_OXMR_WIRE=tcp
 # Both sides with a job key: the handshake connection and the data's prove it.

@@ -11,8 +11,8 @@
  *  3. fi_av_remove of an FI_AV_MAP entry listed twice frees it once: two
  *     later inserts of different addresses get different fi_addrs.
  *  4. Bad buffers and flags are refused, not taken: an iov with a NULL
- *     base and a length (-FI_EINVAL), FI_MULTI_RECV on fi_recvmsg
- *     (-FI_EBADFLAGS: not offered).
+ *     base and a length (-FI_EINVAL), FI_MULTI_RECV on fi_sendmsg
+ *     (-FI_EBADFLAGS: it is for receives; multi_recv.c tests them).
  *  5. fi_cq_sread on an FI_CQ_COND_NONE CQ ignores `cond`: one completion
  *     returns at once even with cond pointing at 16.
  *  6. fi_cntr_wait sees an error that its own progress counts: a refused
@@ -189,10 +189,10 @@ static void refused(void)
 	struct iovec ok = { .iov_base = buf, .iov_len = sizeof buf };
 	struct fi_msg m = { .msg_iov = &ok, .iov_count = 1, .addr = FI_ADDR_UNSPEC };
 
-	OXT_GROUP("4. a NULL iov base with a length, and FI_MULTI_RECV, are refused");
+	OXT_GROUP("4. a NULL iov base with a length, and FI_MULTI_RECV off fi_recvmsg, are refused");
 	oxt_ep_open(&x, 0, FI_WAIT_NONE);
 	EXPECT_RC(fi_recvv(x.ep, &iov, NULL, 1, FI_ADDR_UNSPEC, NULL), -FI_EINVAL);
-	EXPECT_RC(fi_recvmsg(x.ep, &m, FI_MULTI_RECV), -FI_EBADFLAGS);
+	EXPECT_RC(fi_sendmsg(x.ep, &m, FI_MULTI_RECV), -FI_EBADFLAGS);
 	EXPECT_RC(fi_recvmsg(x.ep, NULL, 0), -FI_EINVAL);
 	oxt_ep_close(&x);
 }

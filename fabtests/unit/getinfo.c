@@ -13,10 +13,9 @@
 	 FI_COLLECTIVE | FI_READ | FI_WRITE | FI_RECV | FI_SEND |              \
 	 FI_REMOTE_READ | FI_REMOTE_WRITE)
 
-/* oxmr's secondary capabilities (added to every RDM answer). FI_MULTI_RECV
- * is not offered until multi-receive buffers are implemented. */
+/* oxmr's secondary capabilities (added to every RDM answer). */
 #define OXMR_SECONDARY_RDM                                                     \
-	(FI_SOURCE | FI_RMA_EVENT | FI_FENCE | FI_LOCAL_COMM)
+	(FI_SOURCE | FI_RMA_EVENT | FI_FENCE | FI_LOCAL_COMM | FI_MULTI_RECV)
 
 static int count(const struct fi_info *i)
 {
@@ -514,6 +513,19 @@ static void test_echoed(void)
 	info = ASK_OK("tx op_flags FI_DELIVERY_COMPLETE", h);
 	if (info) {
 		EXPECT_EQ(info->tx_attr->op_flags, FI_DELIVERY_COMPLETE);
+		fi_freeinfo(info);
+	}
+
+	/* (What fi_multi_recv asks: multi-receive buffers by default.) */
+	h = oxt_hints(FI_EP_RDM);
+	h->caps = FI_MSG | FI_MULTI_RECV;
+	h->rx_attr->op_flags = FI_MULTI_RECV;
+	info = ASK_OK("caps FI_MSG|FI_MULTI_RECV, rx op_flags FI_MULTI_RECV", h);
+	if (info) {
+		EXPECT_EQ(info->caps & FI_MULTI_RECV, FI_MULTI_RECV);
+		EXPECT_EQ(info->rx_attr->caps & FI_MULTI_RECV, FI_MULTI_RECV);
+		EXPECT_EQ(info->tx_attr->caps & FI_MULTI_RECV, 0);
+		EXPECT_EQ(info->rx_attr->op_flags, FI_MULTI_RECV);
 		fi_freeinfo(info);
 	}
 

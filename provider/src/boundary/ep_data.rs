@@ -64,17 +64,24 @@ fn one(buf: *const c_void, len: usize) -> Result<Iovs> {
 /// The flags of a `*msg` call: refused when they ask for what oxmr does
 /// not offer (rather than ignored: a multi-receive buffer taken as a plain
 /// one would never be reported consumed), and never oxmr's own internal
-/// bit.
+/// bit. FI_MULTI_RECV is for fi_recvmsg alone (`recv_msg_flags`).
 pub(super) fn msg_flags(name: &'static str, flags: u64) -> Result<u64> {
     let unsupported = ffi::FI_MULTI_RECV as u64 | ffi::FI_TRIGGER as u64;
     if flags & unsupported != 0 {
         return Err(fail!(
             ffi::FI_EBADFLAGS,
-            "{name}: flags {:#x} include FI_MULTI_RECV or FI_TRIGGER, which oxmr does not offer",
+            "{name}: flags {:#x} include FI_MULTI_RECV (untagged receives only: fi_recvmsg) or FI_TRIGGER (not offered)",
             flags
         ));
     }
     Ok(flags & !INJECT_CALL)
+}
+
+/// `msg_flags` of fi_recvmsg, which takes FI_MULTI_RECV (a multi-receive
+/// buffer: protocol/engine/multi.rs).
+fn recv_msg_flags(name: &'static str, flags: u64) -> Result<u64> {
+    let multi = flags & ffi::FI_MULTI_RECV as u64;
+    msg_flags(name, flags & !multi).map(|f| f | multi)
 }
 
 /// The `-FI_EINVAL` of a `*msg` call given a NULL message, with its log line.
@@ -157,7 +164,7 @@ unsafe extern "C" fn msg_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg, flags
     const NAME: &str = "fi_recvmsg";
     // SAFETY: fi_recvmsg(3): `msg` is NULL (refused) or a readable message.
     let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
-    let flags = match msg_flags(NAME, flags) {
+    let flags = match recv_msg_flags(NAME, flags) {
         Ok(f) => f,
         Err(e) => return e.to_c() as isize,
     };
@@ -283,6 +290,14 @@ unsafe extern "C" fn tagged_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tag
     const NAME: &str = "fi_trecvmsg";
     // SAFETY: fi_trecvmsg(3): `msg` is NULL (refused) or a readable message.
     let Some(m) = (unsafe { msg.as_ref() }) else { return null_msg(NAME) };
+    if flags & ffi::FI_MULTI_RECV as u64 != 0 {
+        return guard_ssize(NAME, || {
+            Err(fail!(
+                ffi::FI_EBADFLAGS,
+                "{NAME}: FI_MULTI_RECV: libfabric's tagged API has no multi-receive buffers; post one with fi_recvmsg (untagged)"
+            ))
+        });
+    }
     let flags = match msg_flags(NAME, flags) {
         Ok(f) => f,
         Err(e) => return e.to_c() as isize,

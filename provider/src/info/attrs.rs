@@ -95,6 +95,7 @@ pub(crate) const RDM_CAPS: u64 = b(ffi::FI_MSG)
     | ffi::FI_DIRECTED_RECV as u64
     | ffi::FI_RMA_EVENT as u64
     | ffi::FI_FENCE as u64
+    | ffi::FI_MULTI_RECV as u64
     | DOMAIN_CAPS;
 
 /// What a MSG (connected) endpoint of oxmr can do: the RDM engine with its
@@ -111,6 +112,7 @@ pub(crate) const MSG_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_REMOTE_WRITE)
     | ffi::FI_RMA_EVENT as u64
     | ffi::FI_FENCE as u64
+    | ffi::FI_MULTI_RECV as u64
     | DOMAIN_CAPS;
 
 /// What a datagram (FI_EP_DGRAM) endpoint of oxmr can do: untagged
@@ -135,9 +137,9 @@ pub(crate) const TX_OP_FLAGS: u64 = ffi::FI_INJECT as u64
     | ffi::FI_TRANSMIT_COMPLETE as u64
     | ffi::FI_DELIVERY_COMPLETE as u64;
 
-/// Receive op flags an application may set as defaults (FI_MULTI_RECV
-/// joins when multi-receive buffers are implemented).
-pub(crate) const RX_OP_FLAGS: u64 = ffi::FI_COMPLETION as u64;
+/// Receive op flags an application may set as defaults (FI_MULTI_RECV:
+/// untagged receives post multi-receive buffers).
+pub(crate) const RX_OP_FLAGS: u64 = ffi::FI_COMPLETION as u64 | ffi::FI_MULTI_RECV as u64;
 
 /// Message ordering oxmr guarantees: send-after-send only, for now.
 pub(crate) const MSG_ORDER: u64 = ffi::FI_ORDER_SAS as u64;

@@ -452,6 +452,7 @@ impl Ep {
             rx_op_flags: s.rx_op_flags,
             directed: self.info.caps & ffi::FI_DIRECTED_RECV as u64 != 0,
             one_peer: self.is_msg(),
+            min_multi_recv: s.min_multi_recv,
         };
         let name = s.name.expect("an endpoint always has a name");
         let cqs: Vec<_> = [&s.tx_cq, &s.rx_cq].into_iter().flatten().cloned().collect();
@@ -573,9 +574,15 @@ impl Ep {
         self.state().min_multi_recv
     }
 
-    /// Set FI_OPT_MIN_MULTI_RECV.
+    /// Set FI_OPT_MIN_MULTI_RECV (for the multi-receive buffers posted
+    /// after it: fi_endpoint(3)).
     pub fn set_min_multi_recv(&self, v: usize) -> Result<()> {
         self.state().min_multi_recv = v;
+        // An enabled endpoint's engine keeps its own copy (the state's
+        // lock is released first: lock order, as in `ops_flags`).
+        if let Some(e) = self.engine.lock().as_mut() {
+            e.set_min_multi_recv(v);
+        }
         Ok(())
     }
 

@@ -168,6 +168,15 @@ impl CqCore {
         }
     }
 
+    /// A slot taken whether or not the queue has room (never refused,
+    /// counted like the others): for a message that arrived into a
+    /// multi-receive buffer, which cannot be refused (as
+    /// `push_unsolicited`); the buffer itself reserved one when posted.
+    pub fn reserve_always(self: &Arc<Self>) -> Credit {
+        self.used.fetch_add(1, Ordering::AcqRel);
+        Credit { cq: self.clone(), used: false }
+    }
+
     /// Entries (successes and errors) waiting to be read.
     pub fn pending(&self) -> usize {
         self.queued.load(Ordering::Acquire)

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use oxmr_ffi as ffi;
 
-use super::{total, Engine, HeldRecv, Kind, Pending, Posted, C_RECV};
+use super::{total, Engine, HeldRecv, Kind, Multi, Pending, Posted, C_RECV};
 use crate::protocol::{flag, op, Hdr};
 use crate::queues::cq::{CqEntry, CqError, Credit};
 
@@ -116,6 +116,21 @@ impl Engine {
         }
     }
 
+    /// The error completion of a canceled receive (no counter: nothing
+    /// was received).
+    pub(super) fn report_canceled(&self, ctx: usize, flags: u64) {
+        if let Some(cq) = &self.bound.rx_cq {
+            cq.push_error(CqError {
+                op_context: ctx,
+                flags,
+                err: ffi::FI_ECANCELED as i32,
+                prov_errno: ffi::FI_ECANCELED as i32,
+                src: ffi::FI_ADDR_NOTAVAIL,
+                ..Default::default()
+            });
+        }
+    }
+
     fn report_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
         let room = total(&p.iovs);
         let len = hdr.len as usize;
@@ -124,6 +139,14 @@ impl Engine {
         let mut cflags = ffi::FI_RECV as u64 | if tagged { ffi::FI_TAGGED } else { ffi::FI_MSG } as u64;
         if hdr.flags & flag::CQ_DATA != 0 {
             cflags |= ffi::FI_REMOTE_CQ_DATA as u64;
+        }
+        if p.multi == Multi::Last {
+            // (The last completion of a multi-receive buffer: multi.rs.)
+            cflags |= ffi::FI_MULTI_RECV as u64;
+        }
+        if status == ffi::FI_ECANCELED {
+            // (A multi-receive buffer's cancel, `cancel_multi`: no message.)
+            return self.report_canceled(p.ctx, cflags);
         }
         let src = self.src_fi_addr(&from);
         let buf = p.iovs.first().map_or(0, |x| x.0);

@@ -45,7 +45,7 @@ impl Engine {
                     // The common case: a receive is waiting; copy straight
                     // from the queue's copy into it.
                     if let Some(i) = self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
-                        let mut p = self.posted[q].remove(i).expect("position is in range");
+                        let mut p = self.take_posted(q, i, h.len);
                         p.seq = self.matched();
                         let n = (h.len as usize).min(total(&p.iovs)).min(body.len());
                         // SAFETY: the application's posted receive buffers.
@@ -75,7 +75,7 @@ impl Engine {
                 let u = Unexpected { hdr: h, from, pid, data, iovs, gone: false, claimed: None };
                 match self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
                     Some(i) => {
-                        let mut p = self.posted[q].remove(i).expect("position is in range");
+                        let mut p = self.take_posted(q, i, h.len);
                         p.seq = self.matched();
                         self.deliver(p, u);
                     }

@@ -60,6 +60,7 @@ mod delivery;
 mod dispatch;
 mod fence;
 mod links;
+mod multi;
 mod peers;
 mod posting;
 mod progress;
@@ -70,6 +71,7 @@ mod shared;
 mod tests;
 use addressing::AvCache;
 pub use atomic::AtomicOp;
+use multi::Multi;
 use peers::Peers;
 
 /// Marks an operation posted by an fi_inject* call (no CQ entry). A bit
@@ -136,6 +138,9 @@ pub struct Bindings {
     /// peers in `av` (its one peer, inserted before the connection can
     /// carry anything).
     pub one_peer: bool,
+    /// FI_OPT_MIN_MULTI_RECV: a multi-receive buffer posted from now on is
+    /// released when less than this is left (`multi.rs`).
+    pub min_multi_recv: usize,
 }
 
 struct Posted {
@@ -149,6 +154,8 @@ struct Posted {
     /// (`Engine::matched`; 0 before): its completion is reported after
     /// those of every receive matched before it.
     seq: u64,
+    /// A multi-receive buffer, or a receive carved out of one (`multi.rs`).
+    multi: Multi,
 }
 
 /// A receive completion held back until the receives matched before it
@@ -578,6 +585,12 @@ impl Engine {
             pulls: push::Pulls::new(lands),
             gone: Vec::new(),
         }
+    }
+
+    /// FI_OPT_MIN_MULTI_RECV set on an enabled endpoint: for the
+    /// multi-receive buffers posted from now on (fi_endpoint(3)).
+    pub fn set_min_multi_recv(&mut self, min: usize) {
+        self.bound.min_multi_recv = min;
     }
 
     /// FI_SETOPSFLAG on an enabled endpoint: the flags that calls without

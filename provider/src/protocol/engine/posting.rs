@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use oxmr_ffi as ffi;
 
 use super::{
-    frame_payload, matches, total, Engine, Kind, Offer, Pending, Posted, RmaOp, Stream, TxDone, TxOp, Unexpected,
-    C_SEND, EAGER_MAX, SPREAD_WRITE_MIN,
+    frame_payload, matches, total, Engine, Kind, Multi, Offer, Pending, Posted, RmaOp, Stream, TxDone, TxOp,
+    Unexpected, C_SEND, EAGER_MAX, SPREAD_WRITE_MIN,
 };
 use crate::error::{Error, Result};
 use crate::fail;
@@ -205,7 +205,8 @@ impl Engine {
         Ok(())
     }
 
-    /// fi_recv / fi_trecv and their variants.
+    /// fi_recv / fi_trecv and their variants (with FI_MULTI_RECV, untagged:
+    /// `post_multi`).
     pub fn recv(
         &mut self,
         ctx: usize,
@@ -216,10 +217,13 @@ impl Engine {
     ) -> Result<()> {
         let flags = flags.unwrap_or(self.bound.rx_op_flags);
         let src = if src == ffi::FI_ADDR_UNSPEC || !self.bound.directed { None } else { Some(self.resolve(src)?) };
-        let credit = self.credit(false, flags)?;
         let tagged = tag.is_some();
+        if !tagged && flags & ffi::FI_MULTI_RECV as u64 != 0 {
+            return self.post_multi(ctx, iovs, src, flags);
+        }
+        let credit = self.credit(false, flags)?;
         let (t, ignore) = tag.unwrap_or((0, 0));
-        let mut p = Posted { ctx, iovs, src, tag: t, ignore, credit, seq: 0 };
+        let mut p = Posted { ctx, iovs, src, tag: t, ignore, credit, seq: 0, multi: Multi::No };
         let q = tagged as usize;
         if let Some(i) =
             self.unexpected[q].iter().position(|u| u.claimed.is_none() && matches(&p, tagged, u.hdr.tag, &u.from))
@@ -273,14 +277,22 @@ impl Engine {
                 return Ok(());
             }
             self.busy = false;
-            let p =
-                Posted { ctx, iovs, src: None, tag: u.hdr.tag, ignore: 0, credit: Some(credit), seq: self.matched() };
+            let p = Posted {
+                ctx,
+                iovs,
+                src: None,
+                tag: u.hdr.tag,
+                ignore: 0,
+                credit: Some(credit),
+                seq: self.matched(),
+                multi: Multi::No,
+            };
             self.deliver(p, u);
             return Ok(());
         }
         let src = if src == ffi::FI_ADDR_UNSPEC || !self.bound.directed { None } else { Some(self.resolve(src)?) };
         self.progress();
-        let want = Posted { ctx, iovs, src, tag: tag.0, ignore: tag.1, credit: None, seq: 0 };
+        let want = Posted { ctx, iovs, src, tag: tag.0, ignore: tag.1, credit: None, seq: 0, multi: Multi::No };
         let Some(i) =
             self.unexpected[1].iter().position(|u| u.claimed.is_none() && matches(&want, true, u.hdr.tag, &u.from))
         else {
@@ -328,25 +340,20 @@ impl Engine {
         }
     }
 
-    /// fi_cancel of a posted receive.
+    /// fi_cancel of a posted receive (a multi-receive buffer: `cancel_multi`).
     pub fn cancel(&mut self, ctx: usize) -> Result<()> {
         for q in 0..2 {
             if let Some(i) = self.posted[q].iter().position(|p| p.ctx == ctx) {
                 let p = self.posted[q].remove(i).expect("position is in range");
+                if p.multi != Multi::No {
+                    self.cancel_multi(p);
+                    return Ok(());
+                }
                 let flags = ffi::FI_RECV as u64 | if q == 1 { ffi::FI_TAGGED as u64 } else { ffi::FI_MSG as u64 };
                 // (An error completion whether or not one was asked for:
                 // see `fail_tx`.)
                 drop(p.credit);
-                if let Some(cq) = &self.bound.rx_cq {
-                    cq.push_error(CqError {
-                        op_context: ctx,
-                        flags,
-                        err: ffi::FI_ECANCELED as i32,
-                        prov_errno: ffi::FI_ECANCELED as i32,
-                        src: ffi::FI_ADDR_NOTAVAIL,
-                        ..Default::default()
-                    });
-                }
+                self.report_canceled(ctx, flags);
                 return Ok(());
             }
         }

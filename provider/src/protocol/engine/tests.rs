@@ -95,6 +95,7 @@ fn side_pinned(mr_mode: u32, cfg: &Config, cached: bool) -> Side {
         rx_op_flags: 0,
         directed: true,
         one_peer: false,
+        min_multi_recv: 64,
     };
     let inbox = crate::protocol::inbox::Inbox(rx);
     let eng = Engine::new(inbox, addr, mr.clone(), &Default::default(), cfg, b, None);
@@ -1368,3 +1369,172 @@ fn a_peer_that_never_reads_our_answers_is_held_back_past_the_outbox_bound() {
     assert!(most <= (64 << 10) + 256, "the outbox held {most} bytes; its bound is 64 KiB (one answer over)");
     drop(spare);
 }
+
+/// Post `b` as a multi-receive buffer (fi_recvmsg with FI_MULTI_RECV).
+fn recv_multi(s: &mut Side, ctx: usize, b: &mut [u8]) {
+    let flags = Some(ffi::FI_MULTI_RECV as u64);
+    s.eng.recv(ctx, iov_mut(b), ffi::FI_ADDR_UNSPEC, None, flags).expect("buffer posted");
+}
+
+/// A byte pattern per message (`seed`).
+fn pattern(n: usize, seed: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 13 + seed) as u8).collect()
+}
+
+const MULTI: u64 = ffi::FI_MULTI_RECV as u64;
+
+fn a_multi_receive_buffer_takes_messages_at_successive_offsets_and_flags_the_last() {
+    let (mut a, mut b) = pair();
+    // Inline, inline, rendezvous (pulled), inline; then 255 bytes are
+    // left, under the minimum of 256: the buffer goes with the fourth.
+    b.eng.set_min_multi_recv(256);
+    let sizes = [8usize, 1024, RNDV, 100];
+    let mut buf = vec![0u8; sizes.iter().sum::<usize>() + 255];
+    let mut next_buf = vec![0u8; 4096];
+    recv_multi(&mut b, 1, &mut buf);
+    recv_multi(&mut b, 2, &mut next_buf);
+    let msgs: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(n, i)).collect();
+    for (i, m) in msgs.iter().enumerate() {
+        send(&mut a, 10 + i, m, None);
+    }
+    let base = buf.as_ptr() as usize;
+    let mut off = 0;
+    for (i, m) in msgs.iter().enumerate() {
+        let e = ok(next(&mut a, &mut b, 1));
+        assert_eq!((e.op_context, e.len, e.buf), (1, m.len(), base + off), "message {i}");
+        assert_eq!(e.flags & MULTI != 0, i == 3, "FI_MULTI_RECV on the last message only ({i})");
+        assert!(e.flags & ffi::FI_RECV as u64 != 0 && e.flags & ffi::FI_MSG as u64 != 0);
+        assert!(buf[off..off + m.len()] == m[..], "message {i}'s bytes at its offset");
+        off += m.len();
+    }
+    assert!(buf[off..].iter().all(|&x| x == 0), "nothing past the last message");
+    // The next buffer takes over.
+    send(&mut a, 20, b"the next one", None);
+    let e = ok(next(&mut a, &mut b, 1));
+    assert_eq!((e.op_context, e.len, e.buf, e.flags & MULTI), (2, 12, next_buf.as_ptr() as usize, 0));
+    assert_eq!(&next_buf[..12], b"the next one");
+    // The first one, posted again, takes messages again from its start.
+    buf.fill(0);
+    b.eng.cancel(2).expect("the second buffer is still posted");
+    assert_eq!(err(read(&b).expect("its cancel")).op_context, 2);
+    recv_multi(&mut b, 1, &mut buf);
+    send(&mut a, 21, b"again", None);
+    let e = ok(next(&mut a, &mut b, 1));
+    assert_eq!((e.op_context, e.len, e.buf), (1, 5, base));
+    assert_eq!(&buf[..5], b"again");
+}
+
+fn unexpected_messages_fill_a_multi_receive_buffer_when_it_is_posted() {
+    let (mut a, mut b) = pair();
+    for i in 0..3 {
+        send(&mut a, i, &pattern(40, i), None);
+    }
+    run(&mut a, &mut b, |_, b| b.eng.unexpected[0].len() == 3);
+    // 130 bytes, minimum 64: two messages fit with 50 left, under it.
+    let mut buf = vec![0u8; 130];
+    recv_multi(&mut b, 7, &mut buf);
+    let base = buf.as_ptr() as usize;
+    for i in 0..2 {
+        let e = ok(read(&b).expect("matched when posted"));
+        assert_eq!((e.op_context, e.len, e.buf), (7, 40, base + 40 * i));
+        assert_eq!(e.flags & MULTI != 0, i == 1);
+        assert!(buf[40 * i..40 * (i + 1)] == pattern(40, i)[..]);
+    }
+    assert!(read(&b).is_none());
+    assert_eq!(b.eng.unexpected[0].len(), 1, "the third waits for the next buffer");
+}
+
+fn a_message_longer_than_the_space_left_is_truncated_and_releases_the_buffer() {
+    let (mut a, mut b) = pair();
+    b.eng.set_min_multi_recv(16);
+    let mut buf = vec![0u8; 200 + 8];
+    recv_multi(&mut b, 3, &mut buf[..200]);
+    send(&mut a, 1, &pattern(150, 1), None);
+    let e = ok(next(&mut a, &mut b, 1));
+    assert_eq!((e.len, e.flags & MULTI), (150, 0));
+    for n in [100usize, RNDV] {
+        if n == RNDV {
+            recv_multi(&mut b, 3, &mut buf[..200]);
+            send(&mut a, 2, &pattern(150, 1), None);
+            assert_eq!(ok(next(&mut a, &mut b, 1)).len, 150);
+        }
+        // (Kept until the send completes: a rendezvous send is read late.)
+        let src = pattern(n, 2);
+        send(&mut a, 2, &src, None);
+        let e = err(next(&mut a, &mut b, 1));
+        assert_eq!(e.err as u32, ffi::FI_ETRUNC, "{n} bytes into the 50 left");
+        assert_eq!((e.op_context, e.len, e.olen, e.buf), (3, 50, n - 50, buf.as_ptr() as usize + 150));
+        assert!(e.flags & MULTI != 0, "the truncated message released the buffer");
+        assert!(buf[150..200] == src[..50], "what fits is delivered");
+        assert!(buf[200..].iter().all(|&x| x == 0), "nothing past the buffer");
+        while read(&a).is_none() {
+            a.eng.progress();
+            b.eng.progress();
+        }
+    }
+}
+
+fn cancelling_a_multi_receive_buffer_waits_for_the_message_in_flight_into_it() {
+    let (mut a, mut b) = pair();
+    let mut buf = vec![0u8; 2 * RNDV];
+    recv_multi(&mut b, 5, &mut buf);
+    let big = pattern(RNDV, 5);
+    send(&mut a, 1, &big, None);
+    // b matches the rendezvous send (its part carved, the data pulled) ...
+    run(&mut a, &mut b, |_, b| b.eng.posted[0].front().is_some_and(|p| p.iovs[0].1 == RNDV));
+    // ... and the cancel comes before the data: it waits for that message.
+    b.eng.cancel(5).expect("the buffer is posted");
+    assert!(read(&b).is_none(), "the cancel is not reported before the message in flight");
+    let e = ok(next(&mut a, &mut b, 1));
+    assert_eq!((e.op_context, e.len, e.flags & MULTI), (5, RNDV, 0));
+    assert!(buf[..RNDV] == big[..]);
+    let e = err(next(&mut a, &mut b, 1));
+    assert_eq!((e.op_context, e.err as u32), (5, ffi::FI_ECANCELED));
+    assert!(e.flags & MULTI != 0, "the cancel releases the buffer: FI_MULTI_RECV");
+    assert_eq!(b.eng.cancel(5).map_err(|e| e.code()).err(), Some(ffi::FI_ENOENT));
+    // With nothing in flight: at once.
+    recv_multi(&mut b, 6, &mut buf);
+    b.eng.cancel(6).expect("posted");
+    let e = err(read(&b).expect("the cancel, at once"));
+    assert_eq!((e.op_context, e.err as u32, e.flags & MULTI != 0), (6, ffi::FI_ECANCELED, true));
+}
+
+fn under_selective_completion_a_multi_receive_buffer_reports_its_release_alone() {
+    let (mut a, mut b) = pair();
+    b.eng.bound.rx_selective = true;
+    // Without FI_COMPLETION: three messages, the third releases the
+    // buffer (100 left, minimum 128); only its completion is written.
+    b.eng.set_min_multi_recv(128);
+    let mut buf = vec![0u8; 400];
+    recv_multi(&mut b, 1, &mut buf);
+    for i in 0..3 {
+        send(&mut a, i, &pattern(100, i), None);
+    }
+    let e = ok(next(&mut a, &mut b, 1));
+    assert_eq!((e.op_context, e.len, e.buf), (1, 100, buf.as_ptr() as usize + 200));
+    assert!(e.flags & MULTI != 0);
+    assert!(buf[..300] == [pattern(100, 0), pattern(100, 1), pattern(100, 2)].concat()[..]);
+    for _ in 0..100 {
+        a.eng.progress();
+        b.eng.progress();
+    }
+    assert!(read(&b).is_none(), "the other two wrote no completion");
+    // With FI_COMPLETION: each.
+    let flags = Some(MULTI | ffi::FI_COMPLETION as u64);
+    b.eng.recv(2, iov_mut(&mut buf), ffi::FI_ADDR_UNSPEC, None, flags).expect("posted");
+    for i in 0..3 {
+        send(&mut a, i, &pattern(100, i), None);
+    }
+    for i in 0..3 {
+        let e = ok(next(&mut a, &mut b, 1));
+        assert_eq!((e.op_context, e.len, e.flags & MULTI != 0), (2, 100, i == 2));
+    }
+}
+
+over_both!(
+    under_selective_completion_a_multi_receive_buffer_reports_its_release_alone,
+    a_multi_receive_buffer_takes_messages_at_successive_offsets_and_flags_the_last,
+    unexpected_messages_fill_a_multi_receive_buffer_when_it_is_posted,
+    a_message_longer_than_the_space_left_is_truncated_and_releases_the_buffer,
+    cancelling_a_multi_receive_buffer_waits_for_the_message_in_flight_into_it,
+);
