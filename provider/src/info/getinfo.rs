@@ -489,7 +489,9 @@ mod tests {
         assert_eq!(l[1].ep.type_, ffi::FI_EP_MSG);
         assert_eq!(l[2].ep.type_, ffi::FI_EP_DGRAM);
         assert_eq!(l[2].ep.max_msg_size, crate::config::EAGER_MAX, "a datagram is one frame");
-        assert_eq!(l[2].caps & PRIMARY_CAPS, (ffi::FI_MSG | ffi::FI_SEND | ffi::FI_RECV) as u64);
+        let not_dgram = (ffi::FI_RMA | ffi::FI_ATOMIC | ffi::FI_TAGGED) as u64;
+        assert_eq!(l[2].caps & not_dgram, 0, "a datagram endpoint has messages only");
+        assert_ne!(l[2].caps & ffi::FI_MSG as u64, 0);
         assert_eq!(l[0].domain.name.as_deref(), Some("lo"));
         assert_eq!(l[0].fabric.name.as_deref(), Some("127.0.0.0/8"));
         assert_eq!(l[0].src, Some("127.0.0.1:0".parse().unwrap()));
