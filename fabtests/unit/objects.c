@@ -533,10 +533,91 @@ static void test_opsflag(void)
 	oxt_close(&e);
 }
 
+/* Shared transmit contexts: endpoints opened with tx_ctx_cnt
+ * FI_SHARED_CONTEXT bind one and send through it; a plain endpoint refuses
+ * one; shared receive contexts are not offered. */
+static void test_stx(void)
+{
+	struct fi_info *hints = oxt_hints(FI_EP_RDM), *info = NULL;
+	struct fid_fabric *fab;
+	struct fid_domain *dom;
+	struct fid_stx *stx = NULL;
+	struct fid_ep *ep[2], *plain, *srx = NULL;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	fi_addr_t a[2];
+	char name[2][64], in[2][16], out[2][16];
+	size_t len;
+	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_CONTEXT, .size = 16 };
+	struct fi_av_attr aa = { .type = FI_AV_TABLE };
+	int ctx[4], done = 0;
+	double until;
+
+	OXT_GROUP("shared transmit context: two endpoints send through one; a plain endpoint refuses it; no srx");
+	hints->ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT;
+	REQUIRE_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, hints, &info), 0);
+	EXPECT_EQ(info->ep_attr->tx_ctx_cnt, FI_SHARED_CONTEXT);
+	EXPECT(info->domain_attr->max_ep_stx_ctx >= 1, "max_ep_stx_ctx %zu", info->domain_attr->max_ep_stx_ctx);
+	REQUIRE_RC(fi_fabric(info->fabric_attr, &fab, NULL), 0);
+	REQUIRE_RC(fi_domain(fab, info, &dom, NULL), 0);
+	REQUIRE_RC(fi_stx_context(dom, info->tx_attr, &stx, NULL), 0);
+	REQUIRE_RC(fi_cq_open(dom, &ca, &cq, NULL), 0);
+	REQUIRE_RC(fi_av_open(dom, &aa, &av, NULL), 0);
+	for (int i = 0; i < 2; i++) {
+		REQUIRE_RC(fi_endpoint(dom, info, &ep[i], NULL), 0);
+		REQUIRE_RC(fi_ep_bind(ep[i], &stx->fid, 0), 0);
+		EXPECT_RC(fi_ep_bind(ep[i], &stx->fid, 0), -FI_EINVAL);
+		REQUIRE_RC(fi_ep_bind(ep[i], &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+		REQUIRE_RC(fi_ep_bind(ep[i], &av->fid, 0), 0);
+		REQUIRE_RC(fi_enable(ep[i]), 0);
+		len = sizeof name[i];
+		REQUIRE_RC(fi_getname(&ep[i]->fid, name[i], &len), 0);
+		REQUIRE_RC(fi_av_insert(av, name[i], 1, &a[i], 0, NULL), 1);
+	}
+	for (int i = 0; i < 2; i++) {
+		memset(in[i], 0, sizeof in[i]);
+		snprintf(out[i], sizeof out[i], "through stx %d", i);
+		REQUIRE_RC(fi_recv(ep[i], in[i], sizeof in[i], NULL, FI_ADDR_UNSPEC, &ctx[i]), 0);
+	}
+	REQUIRE_RC(fi_send(ep[0], out[0], sizeof out[0], NULL, a[1], &ctx[2]), 0);
+	REQUIRE_RC(fi_send(ep[1], out[1], sizeof out[1], NULL, a[0], &ctx[3]), 0);
+	until = oxt_now_ms() + 5000;
+	while (done < 4 && oxt_now_ms() < until) {
+		struct fi_cq_entry e;
+		if (fi_cq_read(cq, &e, 1) == 1)
+			done++;
+	}
+	EXPECT_EQ(done, 4);
+	EXPECT(!strcmp(in[1], out[0]) && !strcmp(in[0], out[1]), "messages through the stx differ");
+	/* an endpoint not opened for a shared context refuses one */
+	hints->ep_attr->tx_ctx_cnt = 0;
+	fi_freeinfo(info);
+	info = NULL;
+	REQUIRE_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, hints, &info), 0);
+	REQUIRE_RC(fi_endpoint(dom, info, &plain, NULL), 0);
+	EXPECT_RC(fi_ep_bind(plain, &stx->fid, 0), -FI_EINVAL);
+	EXPECT_RC(fi_srx_context(dom, info->rx_attr, &srx, NULL), -FI_ENOSYS);
+	EXPECT_RC(fi_close(&plain->fid), 0);
+	for (int i = 0; i < 2; i++)
+		EXPECT_RC(fi_close(&ep[i]->fid), 0);
+	EXPECT_RC(fi_close(&stx->fid), 0);
+	EXPECT_RC(fi_close(&av->fid), 0);
+	EXPECT_RC(fi_close(&cq->fid), 0);
+	EXPECT_RC(fi_close(&dom->fid), 0);
+	EXPECT_RC(fi_close(&fab->fid), 0);
+	hints->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;
+	fi_freeinfo(info);
+	info = NULL;
+	EXPECT_RC(fi_getinfo(OXT_VERSION, "127.0.0.1", NULL, FI_SOURCE, hints, &info), -FI_ENODATA);
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
 	oxt_init(argv[0]);
+	test_stx();
 	test_open_close();
 	test_ebusy();
 	test_enable_and_bind();

@@ -10,7 +10,7 @@ use super::fid::{fid_header, from_fid, FidHeader};
 use super::{attr, common, guard_int, hand_out, info};
 use crate::fail;
 use crate::objects::pep::{ConnReq, Pep};
-use crate::objects::{av::Av, cntr::Cntr, cq::Cq, domain::Domain, ep::Ep, poll::Poll};
+use crate::objects::{av::Av, cntr::Cntr, cq::Cq, domain::Domain, ep::Ep, poll::Poll, stx::Stx};
 
 pub static DOMAIN_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
@@ -196,7 +196,23 @@ unsafe extern "C" fn poll_open(
         unsafe { hand_out(out, "poll set", || Ok(Arc::new(Poll::new(super::poll::header(), d, a)?))) }
     })
 }
-crate::enosys!(stx_ctx, "fi_stx_context", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_tx_attr, stx: *mut *mut ffi::fid_stx, context: *mut c_void) -> i32);
+unsafe extern "C" fn stx_ctx(
+    domain: *mut ffi::fid_domain,
+    attr_: *mut ffi::fi_tx_attr,
+    out: *mut *mut ffi::fid_stx,
+    context: *mut c_void,
+) -> i32 {
+    guard_int("fi_stx_context", || {
+        let d = from_fid!(retain Domain, domain)?;
+        // SAFETY: fi_stx_context(3)'s `attr` is NULL (the defaults) or the
+        // application's fi_tx_attr.
+        let a = unsafe { attr_.as_ref() };
+        let hdr = super::stx::header(context);
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
+        unsafe { hand_out(out, "shared transmit context", || Ok(Arc::new(Stx::new(hdr, d, a)?))) }
+    })
+}
 crate::enosys!(srx_ctx, "fi_srx_context", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_rx_attr, rx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
 unsafe extern "C" fn query_atomic(
     _domain: *mut ffi::fid_domain,

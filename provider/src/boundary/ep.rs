@@ -74,8 +74,9 @@ unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> 
             Some(ffi::FI_CLASS_AV) => ep.bind_av(from_fid!(retain Av, bfid)?, flags)?,
             Some(ffi::FI_CLASS_EQ) => ep.bind_eq(from_fid!(retain Eq, bfid)?, flags)?,
             Some(ffi::FI_CLASS_CNTR) => ep.bind_cntr(from_fid!(retain Cntr, bfid)?, flags)?,
-            Some(ffi::FI_CLASS_STX_CTX | ffi::FI_CLASS_SRX_CTX) => {
-                return Err(fail!(ffi::FI_ENOSYS, "shared contexts are not supported by oxmr"))
+            Some(ffi::FI_CLASS_STX_CTX) => ep.bind_stx(from_fid!(retain crate::objects::stx::Stx, bfid)?, flags)?,
+            Some(ffi::FI_CLASS_SRX_CTX) => {
+                return Err(fail!(ffi::FI_ENOSYS, "shared receive contexts are not supported by oxmr"))
             }
             Some(c) => {
                 return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: cannot bind an object of class {c} to an endpoint"))

@@ -27,6 +27,7 @@ pub mod params;
 pub mod pep;
 pub mod poll;
 pub mod provider;
+pub mod stx;
 
 pub use crate::error::{Error, Result};
 pub use guard::{guard, guard_int, guard_ssize};

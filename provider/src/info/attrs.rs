@@ -259,7 +259,7 @@ pub fn template(ep_type: u32) -> Info {
             rx_ctx_cnt: OBJ_LIMIT,
             max_ep_tx_ctx: 1,
             max_ep_rx_ctx: 1,
-            max_ep_stx_ctx: 0,
+            max_ep_stx_ctx: 1,
             max_ep_srx_ctx: 0,
             cntr_cnt: OBJ_LIMIT,
             mr_iov_limit: MR_IOV_LIMIT,

@@ -302,12 +302,16 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
                 || exceeds(e.max_order_waw_size, info.ep.max_order_waw_size),
             "RMA ordering sizes asked beyond oxmr's (it orders send-after-send only)"
         );
+        let shared_tx = e.tx_ctx_cnt == ffi::FI_SHARED_CONTEXT as usize;
         refuse_if!(
-            e.tx_ctx_cnt > 1 || e.rx_ctx_cnt > 1,
-            "scalable or shared contexts asked (tx_ctx_cnt {}, rx_ctx_cnt {}); oxmr has one context per endpoint",
+            (e.tx_ctx_cnt > 1 && !shared_tx) || e.rx_ctx_cnt > 1,
+            "scalable or shared receive contexts asked (tx_ctx_cnt {}, rx_ctx_cnt {}); oxmr has one context per endpoint, or a shared transmit context (tx_ctx_cnt FI_SHARED_CONTEXT)",
             e.tx_ctx_cnt as isize,
             e.rx_ctx_cnt as isize
         );
+        if shared_tx {
+            info.ep.tx_ctx_cnt = e.tx_ctx_cnt;
+        }
         refuse_if!(key_unfit(e.auth_key.as_deref(), e.auth_key_size), "ep_attr {}", key_rule(e.auth_key_size));
         if e.auth_key.is_some() {
             info.ep.auth_key_size = e.auth_key_size;

@@ -62,6 +62,8 @@ pub struct EpState {
     pub rx_cq: Option<Arc<Cq>>,
     pub rx_selective: bool,
     pub cntrs: [Option<Arc<Cntr>>; 6],
+    /// The shared transmit context bound (held while the endpoint lives).
+    pub stx: Option<Arc<super::stx::Stx>>,
     pub min_multi_recv: usize,
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
@@ -165,8 +167,14 @@ impl Ep {
                 "fi_endpoint: FI_REMOTE_COMM asked, but FI_OXMR_WIRE=shm reaches this host only; unset FI_OXMR_WIRE (auto) or set it to tcp"
             ));
         }
-        if info.ep.tx_ctx_cnt > 1 || info.ep.rx_ctx_cnt > 1 {
-            return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: shared or multiple contexts are not supported"));
+        let shared_tx = info.ep.tx_ctx_cnt == ffi::FI_SHARED_CONTEXT as usize;
+        if (info.ep.tx_ctx_cnt > 1 && !shared_tx) || info.ep.rx_ctx_cnt > 1 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_endpoint: tx_ctx_cnt {} rx_ctx_cnt {}: oxmr has one context per endpoint (or a shared transmit context, tx_ctx_cnt FI_SHARED_CONTEXT)",
+                info.ep.tx_ctx_cnt as isize,
+                info.ep.rx_ctx_cnt as isize
+            ));
         }
         if info.tx.size > attrs::QUEUE_SIZE || info.rx.size > attrs::QUEUE_SIZE {
             return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: queue size above {}", attrs::QUEUE_SIZE));
@@ -263,6 +271,28 @@ impl Ep {
             s.rx_cq = Some(cq);
             s.rx_selective = selective;
         }
+        Ok(())
+    }
+
+    /// Bind a shared transmit context (`objects::stx`): only to an
+    /// endpoint opened with `tx_ctx_cnt = FI_SHARED_CONTEXT`, before
+    /// fi_enable, once.
+    pub fn bind_stx(&self, stx: Arc<super::stx::Stx>, flags: u64) -> Result<()> {
+        if flags != 0 {
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(stx) takes no flags"));
+        }
+        if self.info.ep.tx_ctx_cnt != ffi::FI_SHARED_CONTEXT as usize {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_ep_bind: a shared transmit context binds only to an endpoint opened with ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT"
+            ));
+        }
+        self.same_domain(&stx.domain, "the shared transmit context")?;
+        let mut s = self.bindable("a shared transmit context")?;
+        if s.stx.is_some() {
+            return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: a shared transmit context is already bound"));
+        }
+        s.stx = Some(stx);
         Ok(())
     }
 

@@ -17,3 +17,4 @@ pub mod mr;
 pub mod pep;
 pub mod poll;
 pub mod progress;
+pub mod stx;

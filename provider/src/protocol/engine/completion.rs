@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use oxmr_ffi as ffi;
 
-use super::{total, Engine, HeldRecv, Kind, Multi, Pending, Posted, C_RECV};
+use super::{total, Engine, HeldRecv, Kind, Multi, Pending, Posted, C_RECV, SPARE_POSTED};
 use crate::protocol::{flag, op, Hdr};
 use crate::queues::cq::{CqEntry, CqError, Credit};
 
@@ -131,7 +131,7 @@ impl Engine {
         }
     }
 
-    fn report_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
+    fn report_recv(&mut self, mut p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
         let room = total(&p.iovs);
         let len = hdr.len as usize;
         let n = len.min(room);
@@ -146,13 +146,14 @@ impl Engine {
         }
         if status == ffi::FI_ECANCELED {
             // (A multi-receive buffer's cancel, `cancel_multi`: no message.)
-            return self.report_canceled(p.ctx, cflags);
+            self.report_canceled(p.ctx, cflags);
+            return self.recycle(p);
         }
         let src = self.src_fi_addr(&from);
         let buf = p.iovs.first().map_or(0, |x| x.0);
         if status == 0 && len <= room {
             self.count(C_RECV, true);
-            if let Some(c) = p.credit {
+            if let Some(c) = p.credit.take() {
                 c.complete(CqEntry {
                     op_context: p.ctx,
                     flags: cflags,
@@ -168,7 +169,7 @@ impl Engine {
             self.count(C_RECV, false);
             // (An error completion whether or not one was asked for: see
             // `fail_tx`.)
-            drop(p.credit);
+            drop(p.credit.take());
             if let Some(cq) = &self.bound.rx_cq {
                 cq.push_error(CqError {
                     op_context: p.ctx,
@@ -183,6 +184,15 @@ impl Engine {
                     src,
                 });
             }
+        }
+        self.recycle(p);
+    }
+
+    /// Keep a completed receive's box for the next one posted
+    /// (`Engine::posted_box`): no allocation per receive.
+    fn recycle(&mut self, p: Posted) {
+        if self.spare_posted.len() < SPARE_POSTED {
+            self.spare_posted.push(p);
         }
     }
 }

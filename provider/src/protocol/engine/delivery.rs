@@ -66,16 +66,16 @@ impl Engine {
         {
             return self.pair_recv(r);
         }
-        self.deliver_rts(r);
+        self.deliver_rts(*r);
     }
 
     /// A rendezvous receive whose data is copied alone or in a job of its
     /// own.
-    pub(super) fn deliver_rts(&mut self, r: Box<Paired>) {
+    pub(super) fn deliver_rts(&mut self, r: Paired) {
         self.delivered = self.delivered.wrapping_add(1);
         let n = total(&r.dest);
         if self.can_share(n, &r.dest, &r.from) {
-            let Paired { p, hdr, pid, from, dest, src, .. } = *r;
+            let Paired { p, hdr, pid, from, dest, src, .. } = r;
             return self.share(
                 Span { total: n, pid, local: dest, remote: src },
                 true,
@@ -89,7 +89,7 @@ impl Engine {
 
     /// A receive kept for pairing, sent its own way: its sender may have
     /// gone or closed its endpoint since it matched.
-    pub(super) fn deliver_kept(&mut self, k: Box<Paired>) {
+    pub(super) fn deliver_kept(&mut self, k: Paired) {
         if k.gone || self.closed_peer(&k.from, k.hdr.msg_id) {
             return self.sender_closed(k.p, k.hdr, k.from);
         }

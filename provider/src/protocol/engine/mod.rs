@@ -143,7 +143,27 @@ pub struct Bindings {
     pub min_multi_recv: usize,
 }
 
-struct Posted {
+/// A posted receive, boxed: it moves from the posted queue to a match, a
+/// job, a held completion and the CQ entry, and as a box each move is a
+/// pointer (inline, ~170 bytes, each was a memcpy call on the per-message
+/// path: 13% of an 8-byte round trip's software cost, bench/self_pp.c).
+type Posted = Box<PostedRecv>;
+
+impl Engine {
+    /// A box for a receive being posted: a completed receive's
+    /// (`recycle`), or a new one.
+    fn posted_box(&mut self, r: PostedRecv) -> Posted {
+        match self.spare_posted.pop() {
+            Some(mut b) => {
+                *b = r;
+                b
+            }
+            None => Box::new(r),
+        }
+    }
+}
+
+struct PostedRecv {
     ctx: usize,
     iovs: Iovs,
     src: Option<SocketAddr>,
@@ -442,7 +462,12 @@ pub struct Engine {
     pace: progress::Pace,
     /// Operations kept behind an FI_FENCE.
     fences: fence::Fences,
+    /// Boxes of completed receives, for the next ones posted.
+    spare_posted: Vec<Posted>,
 }
+
+/// The most boxes of completed receives kept for reuse.
+const SPARE_POSTED: usize = 64;
 
 /// A frame's landing head (`wire::land`): a DATA frame's transfer (our
 /// pull's id, with the connection's sender), offset and header length.
@@ -582,6 +607,7 @@ impl Engine {
             order: completion::RecvOrder::default(),
             pace: progress::Pace::default(),
             fences: Default::default(),
+            spare_posted: Vec::new(),
             pulls: push::Pulls::new(lands),
             gone: Vec::new(),
         }

@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use super::{matches, Engine, Posted};
+use super::{matches, Engine, Posted, PostedRecv};
 use crate::error::Result;
 use crate::fail;
 use crate::protocol::{Hdr, Iovs};
@@ -77,7 +77,7 @@ pub(super) fn carve(left: usize, len: u64, min: usize) -> (usize, bool) {
 /// The sender a buffer's cancel names (none: it is not a message).
 const NOBODY: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0));
 
-impl Posted {
+impl PostedRecv {
     /// The receive of a message of `len` bytes, carved from the front of
     /// this buffer's free space (which shrinks by it), and whether that
     /// released the buffer (the carved receive then takes the buffer's CQ
@@ -96,7 +96,7 @@ impl Posted {
             (false, true) => cq.map(|c| c.reserve_always()),
             (false, false) => None,
         };
-        let part = Posted {
+        let part = Box::new(PostedRecv {
             ctx: self.ctx,
             iovs: Iovs::one(base, n),
             src: self.src,
@@ -105,7 +105,7 @@ impl Posted {
             credit,
             seq: 0,
             multi: if released { Multi::Last } else { Multi::No },
-        };
+        });
         (part, released)
     }
 }
@@ -143,7 +143,16 @@ impl Engine {
         // FI_SELECTIVE_COMPLETION.)
         let credit = self.bound.rx_cq.as_ref().map(|c| c.reserve()).transpose()?;
         let min = self.bound.min_multi_recv;
-        let mut b = Posted { ctx, iovs, src, tag: 0, ignore: 0, credit, seq: 0, multi: Multi::Buffer { min, each } };
+        let mut b = Box::new(PostedRecv {
+            ctx,
+            iovs,
+            src,
+            tag: 0,
+            ignore: 0,
+            credit,
+            seq: 0,
+            multi: Multi::Buffer { min, each },
+        });
         while let Some(i) =
             self.unexpected[0].iter().position(|u| u.claimed.is_none() && matches(&b, false, 0, &u.from))
         {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use oxmr_ffi as ffi;
 
 use super::{
-    frame_payload, matches, total, Engine, Kind, Multi, Offer, Pending, Posted, RmaOp, Stream, TxDone, TxOp,
+    frame_payload, matches, total, Engine, Kind, Multi, Offer, Pending, PostedRecv, RmaOp, Stream, TxDone, TxOp,
     Unexpected, C_SEND, EAGER_MAX, SPREAD_WRITE_MIN,
 };
 use crate::error::{Error, Result};
@@ -223,7 +223,7 @@ impl Engine {
         }
         let credit = self.credit(false, flags)?;
         let (t, ignore) = tag.unwrap_or((0, 0));
-        let mut p = Posted { ctx, iovs, src, tag: t, ignore, credit, seq: 0, multi: Multi::No };
+        let mut p = self.posted_box(PostedRecv { ctx, iovs, src, tag: t, ignore, credit, seq: 0, multi: Multi::No });
         let q = tagged as usize;
         if let Some(i) =
             self.unexpected[q].iter().position(|u| u.claimed.is_none() && matches(&p, tagged, u.hdr.tag, &u.from))
@@ -277,7 +277,7 @@ impl Engine {
                 return Ok(());
             }
             self.busy = false;
-            let p = Posted {
+            let p = Box::new(PostedRecv {
                 ctx,
                 iovs,
                 src: None,
@@ -286,13 +286,14 @@ impl Engine {
                 credit: Some(credit),
                 seq: self.matched(),
                 multi: Multi::No,
-            };
+            });
             self.deliver(p, u);
             return Ok(());
         }
         let src = if src == ffi::FI_ADDR_UNSPEC || !self.bound.directed { None } else { Some(self.resolve(src)?) };
         self.progress();
-        let want = Posted { ctx, iovs, src, tag: tag.0, ignore: tag.1, credit: None, seq: 0, multi: Multi::No };
+        let want =
+            Box::new(PostedRecv { ctx, iovs, src, tag: tag.0, ignore: tag.1, credit: None, seq: 0, multi: Multi::No });
         let Some(i) =
             self.unexpected[1].iter().position(|u| u.claimed.is_none() && matches(&want, true, u.hdr.tag, &u.from))
         else {

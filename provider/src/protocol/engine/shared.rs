@@ -147,11 +147,11 @@ impl Engine {
                     let span = Span { total: 2 * n, pid, local, remote };
                     return self.share(span, true, from, msg_id, JobFor::Pair { first: k, second: r });
                 }
-                self.deliver_kept(k);
-                self.deliver_rts(r);
+                self.deliver_kept(*k);
+                self.deliver_rts(*r);
             }
             Some(k) => {
-                self.deliver_kept(k);
+                self.deliver_kept(*k);
                 self.pair_recv(r);
             }
             None if self.busy => {
@@ -160,7 +160,7 @@ impl Engine {
                 }
                 self.sharing.unpaired = Some(r);
             }
-            None => self.deliver_rts(r),
+            None => self.deliver_rts(*r),
         }
     }
 
@@ -389,7 +389,7 @@ impl Engine {
         if let Some(k) = kept {
             // (Alone, and completed now: nothing may stay open.)
             let busy = std::mem::replace(&mut self.busy, false);
-            self.deliver_kept(k);
+            self.deliver_kept(*k);
             self.busy = busy;
         }
     }
