@@ -51,21 +51,7 @@ mpicc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$tmp/onesided" "$here/../fabtests
 
 netns_up bosc
 nsa="$NETNS_A"
-nsb="$NETNS_B"
-cat >"$tmp/agent" <<EOF
-#!/bin/sh
-while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
-host="\$1"
-shift
-case "\$host" in
-198.18.0.1) ns="$nsa" ;;
-198.18.0.2) ns="$nsb" ;;
-*) echo "agent: no namespace for \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec "\$ns" /bin/sh -c "\$*"
-EOF
-chmod +x "$tmp/agent"
-printf '198.18.0.1 slots=1\n198.18.0.2 slots=1\n' >"$tmp/hosts"
+netns_mpi_hosts "$tmp"
 
 export FI_PROVIDER_PATH="$provdir" OXMR_OSC_BENCH=1 OXMR_OSC_ITERS="${OXMR_OSC_ITERS:-2000}"
 base=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2

@@ -137,24 +137,9 @@ fi
 # (Unique per run: two runs at once, or one left over, never collide.)
 netns_up mpi
 nsa="$NETNS_A"
-nsb="$NETNS_B"
 
-# mpirun's remote shell: `agent [options] <host> <command...>` runs the
-# command in the namespace that owns <host>'s address.
-cat >"$tmp/agent" <<EOF
-#!/bin/sh
-while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
-host="\$1"
-shift
-case "\$host" in
-198.18.0.1) ns="$nsa" ;;
-198.18.0.2) ns="$nsb" ;;
-*) echo "mpi.sh agent: no namespace for host \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec "\$ns" /bin/sh -c "\$*"
-EOF
-chmod +x "$tmp/agent"
-printf '198.18.0.1 slots=1\n198.18.0.2 slots=1\n' >"$tmp/hosts"
+# mpirun's remote shell and hostfile for the two namespaces.
+netns_mpi_hosts "$tmp"
 
 if run "two ranks in two network namespaces (198.18.0.1, 198.18.0.2)" pass \
 	ip netns exec "$nsa" "${mpi[@]}" --hostfile "$tmp/hosts" --mca plm_rsh_agent "$tmp/agent" \

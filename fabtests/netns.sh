@@ -42,3 +42,26 @@ netns_down() {
 	[ -n "${NETNS_A:-}" ] && ip netns del "$NETNS_A" 2>/dev/null || true
 	[ -n "${NETNS_B:-}" ] && ip netns del "$NETNS_B" 2>/dev/null || true
 }
+
+# netns_mpi_hosts <dir>: after netns_up, write <dir>/agent, mpirun's remote
+# shell for the two namespaces (`agent [options] <host> <command...>` runs
+# the command in the namespace that owns <host>'s address), and
+# <dir>/hosts, a hostfile with one slot on each (use both with
+# `--hostfile <dir>/hosts --mca plm_rsh_agent <dir>/agent`).
+netns_mpi_hosts() {
+	local dir="$1"
+	cat >"$dir/agent" <<AGENT
+#!/bin/sh
+while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
+host="\$1"
+shift
+case "\$host" in
+$NETNS_ADDR_A) ns="$NETNS_A" ;;
+$NETNS_ADDR_B) ns="$NETNS_B" ;;
+*) echo "netns agent: no namespace for host \$host" >&2; exit 1 ;;
+esac
+exec ip netns exec "\$ns" /bin/sh -c "\$*"
+AGENT
+	chmod +x "$dir/agent"
+	printf '%s slots=1\n%s slots=1\n' "$NETNS_ADDR_A" "$NETNS_ADDR_B" >"$dir/hosts"
+}

@@ -19,39 +19,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "common.h"
+
 static int rank, fails, checks;
 
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		checks++;                                                      \
-		if (!(cond)) {                                                 \
-			fails++;                                               \
-			fprintf(stderr, "rank %d: FAIL %s:%d: ", rank,         \
-				__FILE__, __LINE__);                           \
-			fprintf(stderr, __VA_ARGS__);                          \
-			fputc('\n', stderr);                                   \
-		}                                                              \
-	} while (0)
 
-static unsigned char byte_at(size_t i, unsigned seed)
-{
-	return (unsigned char)(i * 131 + seed * 17 + (i >> 11));
-}
-
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = byte_at(i, seed);
-}
-
-/* The first byte of p[0..n) that is not the pattern of `seed`; n if none. */
-static size_t first_bad(const unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != byte_at(i, seed))
-			return i;
-	return n;
-}
 
 static const size_t sizes[] = { 0, 1, 7, 64, 1000, 4096, 8191, 8192, 8193, 65536, 100000, 1 << 20, 4 << 20 };
 #define NSIZES (sizeof sizes / sizeof sizes[0])

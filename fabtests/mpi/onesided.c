@@ -60,21 +60,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "common.h"
+
 static int rank, nranks, fails, checks;
 static int break_once; /* OXMR_MPI_CHECK_BREAK=1 and not yet done */
 static int trace;      /* OXMR_OSC_TRACE=1: a line per phase (to find a hang) */
 
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		checks++;                                                      \
-		if (!(cond)) {                                                 \
-			fails++;                                               \
-			fprintf(stderr, "rank %d: FAIL %s:%d: ", rank,         \
-				__FILE__, __LINE__);                           \
-			fprintf(stderr, __VA_ARGS__);                          \
-			fputc('\n', stderr);                                   \
-		}                                                              \
-	} while (0)
 
 #define MAXSIZE (4u << 20)
 /* The window: an area for atomics and accumulates, then one 4 MiB slot per
@@ -107,31 +98,12 @@ static size_t slot_off(int origin)
 	return ATOM_AREA + (size_t)origin * MAXSIZE;
 }
 
-static unsigned char byte_at(size_t i, unsigned seed)
-{
-	return (unsigned char)(i * 131 + seed * 17 + (i >> 11) + (seed >> 8));
-}
-
 /* A seed for the data origin o sends target t in round r, size index s. */
 static unsigned seed_of(int o, int t, unsigned r, size_t s)
 {
 	return (unsigned)(o * 7919 + t * 104729 + r * 613 + s * 31 + 1);
 }
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = byte_at(i, seed);
-}
-
-/* The first byte of p[0..n) that is not the pattern of `seed`; n if none. */
-static size_t first_bad(const unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != byte_at(i, seed))
-			return i;
-	return n;
-}
 
 /* The control run's corruption: once, on the last rank, at 4096 B. */
 static void maybe_break(unsigned char *p, size_t n)

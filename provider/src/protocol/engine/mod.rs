@@ -150,15 +150,31 @@ pub struct Bindings {
 type Posted = Box<PostedRecv>;
 
 impl Engine {
-    /// A box for a receive being posted: a completed receive's
-    /// (`recycle`), or a new one.
-    fn posted_box(&mut self, r: PostedRecv) -> Posted {
+    /// A plain receive being posted, in a completed receive's box
+    /// (`recycle`) or a new one. (Field by field: a whole `PostedRecv`
+    /// built and moved in would be one more memcpy call.)
+    fn posted_box(
+        &mut self,
+        ctx: usize,
+        iovs: Iovs,
+        src: Option<SocketAddr>,
+        tag: (u64, u64),
+        credit: Option<Credit>,
+    ) -> Posted {
         match self.spare_posted.pop() {
             Some(mut b) => {
-                *b = r;
+                b.ctx = ctx;
+                b.iovs = iovs;
+                b.src = src;
+                (b.tag, b.ignore) = tag;
+                b.credit = credit;
+                b.seq = 0;
+                b.multi = Multi::No;
                 b
             }
-            None => Box::new(r),
+            None => {
+                Box::new(PostedRecv { ctx, iovs, src, tag: tag.0, ignore: tag.1, credit, seq: 0, multi: Multi::No })
+            }
         }
     }
 }

@@ -223,7 +223,7 @@ impl Engine {
         }
         let credit = self.credit(false, flags)?;
         let (t, ignore) = tag.unwrap_or((0, 0));
-        let mut p = self.posted_box(PostedRecv { ctx, iovs, src, tag: t, ignore, credit, seq: 0, multi: Multi::No });
+        let mut p = self.posted_box(ctx, iovs, src, (t, ignore), credit);
         let q = tagged as usize;
         if let Some(i) =
             self.unexpected[q].iter().position(|u| u.claimed.is_none() && matches(&p, tagged, u.hdr.tag, &u.from))
