@@ -56,6 +56,14 @@ pub struct Av {
     map: Option<Box<[u64]>>,
 }
 
+impl Drop for Av {
+    fn drop(&mut self) {
+        // (fi_close: the engines of closed endpoints may hold the table a
+        // while longer; the name goes now.)
+        self.table.close_named();
+    }
+}
+
 /// What an insert did, for the boundary to report.
 pub struct Inserted {
     /// Per address: its fi_addr, or the error code.
@@ -136,7 +144,9 @@ impl Av {
                 (AddrTable::named(f, false), Some((0..n as u64).collect()))
             }
             (Some(n), None) => {
-                let cap = if attr.count == 0 { shared_av::DEFAULT_ENTRIES } else { attr.count };
+                // (count is a hint: a named AV holds at least the default,
+                // in a sparse file.)
+                let cap = attr.count.max(shared_av::DEFAULT_ENTRIES);
                 (AddrTable::named(SharedFile::create(n, cap, map)?, true), Some((0..cap as u64).collect()))
             }
             (None, None) => (AddrTable::new(attr.count, map), None),

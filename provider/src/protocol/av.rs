@@ -91,6 +91,14 @@ impl AddrTable {
         }
     }
 
+    /// A named AV's creator: mark its file closed and remove it (at
+    /// fi_close of the AV, whoever still holds the table).
+    pub fn close_named(&self) {
+        if let Some(Named::Creator(f)) = &self.named {
+            f.close();
+        }
+    }
+
     /// Insert parsed addresses (`None`: not a valid address): per address,
     /// its fi_addr or the error code (FI_EINVAL: not an address;
     /// FI_ENOSPC: a named AV is full; FI_EIO: its file could not be

@@ -264,6 +264,8 @@ pub struct SharedFile {
     /// uncontended) and the process image that created it (a forked
     /// child's close removes nothing).
     writer: Option<(Mutex<Header>, u64)>,
+    /// The creator has closed it (marked, removed).
+    closed: std::sync::atomic::AtomicBool,
     capacity: usize,
     salt: u64,
     map: bool,
@@ -401,6 +403,7 @@ impl SharedFile {
             file,
             st,
             writer: Some((Mutex::new(h), crate::sys::process_token())),
+            closed: false.into(),
             capacity,
             salt: h.salt,
             map,
@@ -446,6 +449,7 @@ impl SharedFile {
             file,
             st,
             writer: None,
+            closed: false.into(),
             capacity: h.capacity as usize,
             salt: h.salt,
             map: h.flags & FLAG_MAP != 0,
@@ -473,9 +477,12 @@ impl SharedFile {
     /// the header is still made even again, and the caller keeps its
     /// table as it was.
     pub fn record(&self, entries: &[(usize, u32, SocketAddr)], used: usize, removal: bool) -> io::Result<()> {
-        let Some((h, _)) = &self.writer else {
+        let Some((h, token)) = &self.writer else {
             return Err(io::Error::from_raw_os_error(libc::EROFS));
         };
+        if *token != crate::sys::process_token() {
+            return Err(io::Error::other("a forked child of the creator does not write the creator's AV"));
+        }
         let mut h = h.lock_ok();
         h.seq = h.seq.wrapping_add(1) | 1;
         let mut res = self.file.write_all_at(&h.seq.to_le_bytes(), 32);
@@ -576,12 +583,13 @@ impl SharedFile {
     }
 }
 
-impl Drop for SharedFile {
-    fn drop(&mut self) {
-        // The creator (not a forked child of it) marks the file closed and
-        // removes it.
+impl SharedFile {
+    /// The creator's close (once; nothing for a reader or a forked child
+    /// of the creator): mark the file closed (readers keep what they
+    /// read) and remove it (the name is free).
+    pub fn close(&self) {
         let Some((h, token)) = &self.writer else { return };
-        if *token != crate::sys::process_token() {
+        if *token != crate::sys::process_token() || self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return;
         }
         let mut h = h.lock_ok();
@@ -589,6 +597,12 @@ impl Drop for SharedFile {
         h.seq = h.seq.wrapping_add(2) & !1;
         let _ = self.file.write_all_at(&h.bytes(), 0);
         self.dir.unlink_if_same(&self.file_name, &self.st);
+    }
+}
+
+impl Drop for SharedFile {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
