@@ -194,8 +194,10 @@ impl AddrTable {
             }
         }
         if let Some(Named::Creator(f)) = &self.named {
-            let mut entries: Vec<_> =
-                fi_addrs.iter().filter_map(|&a| t.slots[a as usize].map(|s| (a as usize, SharedFile::REMOVED, s))).collect();
+            let mut entries: Vec<_> = fi_addrs
+                .iter()
+                .filter_map(|&a| t.slots[a as usize].map(|s| (a as usize, SharedFile::REMOVED, s)))
+                .collect();
             entries.sort_by_key(|e| e.0);
             entries.dedup_by_key(|e| e.0);
             f.record(&entries, t.slots.len(), true).map_err(|e| {
@@ -411,8 +413,7 @@ mod tests {
         std::mem::forget(c);
         d.unlink("av-st").unwrap();
         std::fs::write(d.path().join("av-st"), &bytes).unwrap();
-        std::fs::set_permissions(d.path().join("av-st"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .unwrap();
+        std::fs::set_permissions(d.path().join("av-st"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         assert_eq!(code(SharedFile::open_in(d.clone(), b"st")), ffi::FI_ENOENT);
         let c = AddrTable::named(SharedFile::create_in(d.clone(), b"st", 4, false).unwrap(), true);
         assert_eq!(c.insert(&[Some(a(1))]), [Ok(0)]);

@@ -310,7 +310,10 @@ impl SharedFile {
         let shown = show(name);
         let fname = file_name(name).map_err(|why| fail!(ffi::FI_EINVAL, "fi_av_open: name {shown}: {why}"))?;
         if capacity == 0 || capacity > MAX_ENTRIES {
-            return Err(fail!(ffi::FI_EINVAL, "fi_av_open: a named AV holds 1 to {MAX_ENTRIES} entries, not {capacity}"));
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_av_open: a named AV holds 1 to {MAX_ENTRIES} entries, not {capacity}"
+            ));
         }
         let tmp = format!("tmp-{}-{:016x}", std::process::id(), crate::sys::random_u64());
         let fd = dir.create(&tmp).map_err(|e| io_fail(&format!("fi_av_open: creating {}", dir.file(&tmp)), &e))?;
