@@ -81,7 +81,7 @@ pub(crate) const RX_CAPS: u64 = b(ffi::FI_MSG)
 pub(crate) const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_COMM as u64;
 
 /// Named AVs shared by the processes of a user on one host
-/// (`protocol::shared_av`): for the endpoint types that use an AV (RDM,
+/// (`protocol::av::shared`): for the endpoint types that use an AV (RDM,
 /// DGRAM), in their info's caps and their domain's.
 pub(crate) const SHARED_AV: u64 = ffi::FI_SHARED_AV as u64;
 

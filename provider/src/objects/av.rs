@@ -10,7 +10,7 @@
 //! inserts are synchronous even with an EQ bound.
 //!
 //! A named AV (`fi_av_attr.name`) is shared with the processes of this
-//! user that open the same name (`protocol::shared_av`): the one that
+//! user that open the same name (`protocol::av::shared`): the one that
 //! opens it without FI_READ creates it and is its only writer (a second
 //! creator of a live name gets -FI_EBUSY); FI_READ opens an existing one
 //! (-FI_ENOENT otherwise), whose inserts and removes are refused with
@@ -31,11 +31,11 @@ use super::domain::Domain;
 use super::eq::{eq_entry_bytes, Eq, EqError};
 use crate::error::Result;
 use crate::fail;
+use crate::protocol::av::shared::{self, SharedFile};
 use crate::protocol::av::AddrTable;
-use crate::protocol::shared_av::{self, SharedFile};
 
 /// The longest AV name oxmr takes, in bytes.
-pub use crate::protocol::shared_av::MAX_NAME;
+pub use crate::protocol::av::shared::MAX_NAME;
 use crate::sys::LockExt;
 use oxmr_ffi::FidHeader;
 
@@ -54,6 +54,14 @@ pub struct Av {
     /// A named AV: the array `fi_av_attr.map_addr` points to (entry i is
     /// the fi_addr of the i-th address inserted).
     map: Option<Box<[u64]>>,
+}
+
+fn type_name(t: u32) -> &'static str {
+    if t == ffi::FI_AV_MAP {
+        "FI_AV_MAP"
+    } else {
+        "FI_AV_TABLE"
+    }
 }
 
 impl Drop for Av {
@@ -118,8 +126,10 @@ impl Av {
                 if asked != ffi::FI_AV_UNSPEC && asked != t {
                     return Err(fail!(
                         ffi::FI_EINVAL,
-                        "fi_av_open: the named AV {} is of type {t}, not {asked}; ask FI_AV_UNSPEC or its type",
-                        f.name()
+                        "fi_av_open: the named AV {} is {}, not {}; ask FI_AV_UNSPEC or its type",
+                        f.name(),
+                        type_name(t),
+                        type_name(asked)
                     ));
                 }
                 t
@@ -146,7 +156,7 @@ impl Av {
             (Some(n), None) => {
                 // (count is a hint: a named AV holds at least the default,
                 // in a sparse file.)
-                let cap = attr.count.max(shared_av::DEFAULT_ENTRIES);
+                let cap = attr.count.max(shared::DEFAULT_ENTRIES);
                 (AddrTable::named(SharedFile::create(n, cap, map)?, true), Some((0..cap as u64).collect()))
             }
             (None, None) => (AddrTable::new(attr.count, map), None),

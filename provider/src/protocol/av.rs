@@ -6,7 +6,7 @@
 //! AV). `objects::Av` wraps it with its fid, its EQ and the checks of the
 //! AV calls; the engine resolves destinations and sources through it.
 //!
-//! A named AV (`shared_av`) keeps its table in a file other processes of
+//! A named AV (`shared`) keeps its table in a file other processes of
 //! the user read: its creator writes every change there before it takes
 //! effect here; a reader (FI_READ) fills its table from the file, re-read
 //! when an fi_addr it does not hold is looked up, when `refresh` is asked
@@ -21,9 +21,11 @@ use std::time::{Duration, Instant};
 use oxmr_ffi as ffi;
 
 use super::hash::FastMap;
-use super::shared_av::{ReadState, SharedFile, Slot};
+pub mod shared;
+
 use crate::error::Result;
 use crate::fail;
+use shared::{ReadState, SharedFile, Slot};
 
 /// How stale a reader's table may be on a lookup that finds its entry (a
 /// removal by the creator reaches it then).
@@ -321,7 +323,7 @@ impl AddrTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::shared_av::{SharedFile, MAX_ENTRIES};
+    use crate::protocol::av::shared::{SharedFile, MAX_ENTRIES};
     use crate::wire::shm::dir::tests::Scratch;
     use std::os::unix::fs::FileExt;
 

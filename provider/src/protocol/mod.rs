@@ -18,7 +18,6 @@ pub mod conn;
 pub mod engine;
 pub mod hash;
 pub mod inbox;
-pub mod shared_av;
 
 /// The version of the message format this build speaks (1..=15). Bump it
 /// with every change to the header or to a message's meaning.

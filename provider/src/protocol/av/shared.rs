@@ -341,16 +341,17 @@ impl SharedFile {
                 return Err(io_fail(&format!("fi_av_open: building the named AV {shown} in {}", dir.file(&tmp)), &e));
             }
         };
-        let mut named = Err(fail!(ffi::FI_EBUSY, "fi_av_open: the named AV {shown} keeps changing hands; try again"));
+        // (None: the name kept changing hands through every try.)
+        let mut named: Option<Result<()>> = None;
         for _ in 0..4 {
             match dir.rename_new(&tmp, &fname) {
                 Ok(()) => {
-                    named = Ok(());
+                    named = Some(Ok(()));
                     break;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
                 Err(e) => {
-                    named = Err(io_fail(&format!("fi_av_open: naming {}", dir.file(&fname)), &e));
+                    named = Some(Err(io_fail(&format!("fi_av_open: naming {}", dir.file(&fname)), &e)));
                     break;
                 }
             }
@@ -360,11 +361,11 @@ impl SharedFile {
                 Ok((fd, st)) => match dir::file_locked_elsewhere(fd.as_fd()) {
                     Ok(true) => {
                         let pid = read_header(&File::from(fd)).map(|(h, _)| h.pid.to_string());
-                        named = Err(fail!(
+                        named = Some(Err(fail!(
                             ffi::FI_EBUSY,
                             "fi_av_open: the named AV {shown} exists and its creator (process {}) still has it open; open it with FI_READ to share it, or choose another name",
                             pid.unwrap_or_else(|_| "?".into())
-                        ));
+                        )));
                         break;
                     }
                     Ok(false) => {
@@ -376,23 +377,26 @@ impl SharedFile {
                         }
                     }
                     Err(e) => {
-                        named = Err(io_fail(&format!("fi_av_open: checking {}", dir.file(&fname)), &e));
+                        named = Some(Err(io_fail(&format!("fi_av_open: checking {}", dir.file(&fname)), &e)));
                         break;
                     }
                 },
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
                 Err(e) => {
-                    named = Err(match Refused::of(&e) {
+                    named = Some(Err(match Refused::of(&e) {
                         Some(r) => fail!(
                             ffi::FI_EBUSY,
                             "fi_av_open: the name {shown} is taken by a file that is no named AV of this user ({r}); remove it or choose another name"
                         ),
                         None => io_fail(&format!("fi_av_open: checking {}", dir.file(&fname)), &e),
-                    });
+                    }));
                     break;
                 }
             }
         }
+        let named = named.unwrap_or_else(|| {
+            Err(fail!(ffi::FI_EBUSY, "fi_av_open: the named AV {shown} keeps changing hands; try again"))
+        });
         if let Err(e) = named {
             let _ = dir.unlink(&tmp);
             return Err(e);
