@@ -33,11 +33,11 @@ use crate::error::Result;
 use crate::fail;
 use crate::protocol::av::shared::{self, SharedFile};
 use crate::protocol::av::AddrTable;
+use crate::sys::LockExt;
+use oxmr_ffi::FidHeader;
 
 /// The longest AV name oxmr takes, in bytes.
 pub use crate::protocol::av::shared::MAX_NAME;
-use crate::sys::LockExt;
-use oxmr_ffi::FidHeader;
 
 /// An address vector.
 #[repr(C)]
