@@ -70,21 +70,53 @@ unsafe extern "C" fn av_open(
         // SAFETY: fi_av_open(3)'s `attr` is NULL (refused by `attr`) or the
         // application's fi_av_attr.
         let a = unsafe { attr(attr_, "fi_av_attr") }?;
-        let mut chosen = 0;
+        // SAFETY: `a.name` is NULL or the application's C string (fi_av(3)).
+        let name = unsafe { av_name(a.name) }?;
+        let (mut chosen, mut map_addr) = (0, None);
         // SAFETY: `out` is the call's out-parameter: NULL (refused by
         // hand_out) or writable for one pointer.
         let r = unsafe {
             hand_out(out, "av", || {
-                let av = Av::new(super::av::header(context), d, a)?;
+                let av = Av::new(super::av::header(context), d, a, name)?;
                 chosen = av.av_type;
+                map_addr = av.map_addr();
                 Ok(Arc::new(av))
             })
         }?;
-        // fi_av(3): with FI_AV_UNSPEC the chosen type is returned in the attr.
-        // SAFETY: `attr_` is the application's attr, checked non-NULL above.
-        unsafe { (*attr_).type_ = chosen };
+        // fi_av(3): with FI_AV_UNSPEC the chosen type is returned in the
+        // attr, and a named AV opened with map_addr 0 gets the map_addr
+        // oxmr uses (its fi_addr array).
+        // SAFETY: `attr_` is the application's attr, checked non-NULL above;
+        // the array lives as long as the AV.
+        unsafe {
+            (*attr_).type_ = chosen;
+            if let Some(m) = map_addr.filter(|_| (*attr_).map_addr.is_null()) {
+                (*attr_).map_addr = m as *mut c_void;
+            }
+        }
         Ok(r)
     })
+}
+
+/// An AV's name, read with a bound: None for NULL; a name longer than
+/// oxmr takes is refused without reading past it.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string, or readable for at least
+/// `MAX_NAME + 1` bytes.
+unsafe fn av_name<'a>(name: *const std::ffi::c_char) -> crate::error::Result<Option<&'a [u8]>> {
+    use crate::objects::av::MAX_NAME;
+    if name.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract: strnlen reads at most MAX_NAME + 1
+    // bytes, stopping at the NUL.
+    let n = unsafe { libc::strnlen(name, MAX_NAME + 1) };
+    if n > MAX_NAME {
+        return Err(fail!(ffi::FI_EINVAL, "fi_av_open: fi_av_attr.name is longer than oxmr's {MAX_NAME} bytes"));
+    }
+    // SAFETY: `n` bytes before the NUL were just found readable.
+    Ok(Some(unsafe { std::slice::from_raw_parts(name as *const u8, n) }))
 }
 
 unsafe extern "C" fn cq_open(

@@ -80,6 +80,11 @@ pub(crate) const RX_CAPS: u64 = b(ffi::FI_MSG)
 /// -FI_ENODATA, not an endpoint whose sends all fail.
 pub(crate) const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_COMM as u64;
 
+/// Named AVs shared by the processes of a user on one host
+/// (`protocol::av::shared`): for the endpoint types that use an AV (RDM,
+/// DGRAM), in their info's caps and their domain's.
+pub(crate) const SHARED_AV: u64 = ffi::FI_SHARED_AV as u64;
+
 /// What an RDM endpoint of oxmr can do.
 pub(crate) const RDM_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_TAGGED)
@@ -96,6 +101,7 @@ pub(crate) const RDM_CAPS: u64 = b(ffi::FI_MSG)
     | ffi::FI_RMA_EVENT as u64
     | ffi::FI_FENCE as u64
     | ffi::FI_MULTI_RECV as u64
+    | SHARED_AV
     | DOMAIN_CAPS;
 
 /// What a MSG (connected) endpoint of oxmr can do: the RDM engine with its
@@ -124,6 +130,7 @@ pub(crate) const DGRAM_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_RECV)
     | ffi::FI_SOURCE as u64
     | ffi::FI_DIRECTED_RECV as u64
+    | SHARED_AV
     | DOMAIN_CAPS;
 
 /// A datagram's largest size: one frame on every wire (the shm cell's
@@ -263,7 +270,7 @@ pub fn template(ep_type: u32) -> Info {
             max_ep_srx_ctx: 0,
             cntr_cnt: OBJ_LIMIT,
             mr_iov_limit: MR_IOV_LIMIT,
-            caps: caps & DOMAIN_CAPS,
+            caps: caps & (DOMAIN_CAPS | SHARED_AV),
             mode: 0,
             auth_key_size: 0,
             auth_key: None,

@@ -536,6 +536,22 @@ mod tests {
     }
 
     #[test]
+    fn shared_avs_are_offered_where_an_endpoint_has_an_av() {
+        let sav = ffi::FI_SHARED_AV as u64;
+        let l = ask(None, None, 0, None).unwrap();
+        for i in &l {
+            let want = if i.ep.type_ == ffi::FI_EP_MSG { 0 } else { sav };
+            assert_eq!((i.caps & sav, i.domain.caps & sav), (want, want), "ep type {}", i.ep.type_);
+        }
+        // fi_rdm_shared_av's hints.
+        let h = Hints { caps: ffi::FI_MSG as u64 | sav, ..Default::default() };
+        let l = ask(None, None, 0, Some(&h)).unwrap();
+        assert!(l.iter().all(|i| i.ep.type_ != ffi::FI_EP_MSG && i.caps & sav == sav));
+        let d = Hints { domain: Some(DomainAttr { caps: sav, ..Default::default() }), ..Default::default() };
+        assert!(ask(None, None, 0, Some(&d)).unwrap().iter().all(|i| i.domain.caps & sav == sav));
+    }
+
+    #[test]
     fn remote_comm_and_other_hosts_only_with_the_tcp_wire() {
         let h = Hints { caps: ffi::FI_TAGGED as u64 | ffi::FI_REMOTE_COMM as u64, ..Default::default() };
         let l = ask(None, None, 0, Some(&h)).unwrap();

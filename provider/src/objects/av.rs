@@ -8,6 +8,19 @@
 //! produces an error event (data = its index in the call), then one
 //! FI_AV_COMPLETE event carries the number inserted. Without FI_EVENT,
 //! inserts are synchronous even with an EQ bound.
+//!
+//! A named AV (`fi_av_attr.name`) is shared with the processes of this
+//! user that open the same name (`protocol::av::shared`): the one that
+//! opens it without FI_READ creates it and is its only writer (a second
+//! creator of a live name gets -FI_EBUSY); FI_READ opens an existing one
+//! (-FI_ENOENT otherwise), whose inserts and removes are refused with
+//! -FI_EPERM. Its fi_addrs are the same in every process: the index of
+//! each address in insertion order, never reused. `map_addr` hands the
+//! application an array of `capacity` fi_addr_t, entry i holding the
+//! fi_addr of the i-th address inserted (i, as in libfabric's sockets and
+//! psm2 providers), valid until fi_close; a map_addr the application
+//! passes is ignored (the fi_addrs do not depend on it). FI_SYMMETRIC is
+//! a hint oxmr takes and ignores.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -18,9 +31,13 @@ use super::domain::Domain;
 use super::eq::{eq_entry_bytes, Eq, EqError};
 use crate::error::Result;
 use crate::fail;
+use crate::protocol::av::shared::{self, SharedFile};
 use crate::protocol::av::AddrTable;
 use crate::sys::LockExt;
 use oxmr_ffi::FidHeader;
+
+/// The longest AV name oxmr takes, in bytes.
+pub use crate::protocol::av::shared::MAX_NAME;
 
 /// An address vector.
 #[repr(C)]
@@ -34,6 +51,25 @@ pub struct Av {
     eq: Mutex<Option<Arc<Eq>>>,
     /// The addresses, which the engines resolve through.
     pub table: Arc<AddrTable>,
+    /// A named AV: the array `fi_av_attr.map_addr` points to (entry i is
+    /// the fi_addr of the i-th address inserted).
+    map: Option<Box<[u64]>>,
+}
+
+fn type_name(t: u32) -> &'static str {
+    if t == ffi::FI_AV_MAP {
+        "FI_AV_MAP"
+    } else {
+        "FI_AV_TABLE"
+    }
+}
+
+impl Drop for Av {
+    fn drop(&mut self) {
+        // (fi_close: the engines of closed endpoints may hold the table a
+        // while longer; the name goes now.)
+        self.table.close_named();
+    }
 }
 
 /// What an insert did, for the boundary to report.
@@ -48,15 +84,61 @@ pub struct Inserted {
 }
 
 impl Av {
-    /// Build from `fi_av_attr` fields.
-    pub fn new(hdr: FidHeader<ffi::fid_av>, domain: Arc<Domain>, attr: &ffi::fi_av_attr) -> Result<Self> {
-        let av_type = match attr.type_ {
-            ffi::FI_AV_UNSPEC => match domain.av_type {
+    /// Build from `fi_av_attr` fields; `name` is the attribute's name
+    /// (None: NULL), read by the caller.
+    pub fn new(
+        hdr: FidHeader<ffi::fid_av>,
+        domain: Arc<Domain>,
+        attr: &ffi::fi_av_attr,
+        name: Option<&[u8]>,
+    ) -> Result<Self> {
+        let asked = match attr.type_ {
+            t @ (ffi::FI_AV_UNSPEC | ffi::FI_AV_MAP | ffi::FI_AV_TABLE) => t,
+            t => return Err(fail!(ffi::FI_EINVAL, "unknown av type {t}; use FI_AV_MAP or FI_AV_TABLE")),
+        };
+        if attr.rx_ctx_bits != 0 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "rx_ctx_bits {} asked: oxmr has no scalable endpoints; pass 0",
+                attr.rx_ctx_bits
+            ));
+        }
+        // (FI_SYMMETRIC is a hint about the addresses to come: taken.)
+        let known = ffi::FI_EVENT as u64 | ffi::FI_READ as u64 | ffi::FI_SYMMETRIC as u64;
+        if attr.flags & !known != 0 {
+            return Err(fail!(ffi::FI_EINVAL, "unsupported fi_av_attr flags {:#x}", attr.flags & !known));
+        }
+        let read_only = attr.flags & ffi::FI_READ as u64 != 0;
+        if read_only && name.is_none() {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_av_open: FI_READ opens an existing named AV; set fi_av_attr.name to its name"
+            ));
+        }
+        // A reader takes the type its creator chose.
+        let shared = match name {
+            Some(n) if read_only => Some(SharedFile::open(n)?),
+            _ => None,
+        };
+        let av_type = match (&shared, asked) {
+            (Some(f), _) => {
+                let t = if f.is_map() { ffi::FI_AV_MAP } else { ffi::FI_AV_TABLE };
+                if asked != ffi::FI_AV_UNSPEC && asked != t {
+                    return Err(fail!(
+                        ffi::FI_EINVAL,
+                        "fi_av_open: the named AV {} is {}, not {}; ask FI_AV_UNSPEC or its type",
+                        f.name(),
+                        type_name(t),
+                        type_name(asked)
+                    ));
+                }
+                t
+            }
+            (None, ffi::FI_AV_UNSPEC) => match domain.av_type {
                 ffi::FI_AV_MAP => ffi::FI_AV_MAP,
                 _ => ffi::FI_AV_TABLE,
             },
-            t @ (ffi::FI_AV_MAP | ffi::FI_AV_TABLE) => t,
-            t => return Err(fail!(ffi::FI_EINVAL, "unknown av type {t}; use FI_AV_MAP or FI_AV_TABLE")),
+            (None, t) => t,
         };
         if domain.av_type != ffi::FI_AV_UNSPEC && domain.av_type != av_type {
             return Err(fail!(
@@ -65,26 +147,34 @@ impl Av {
                 domain.av_type
             ));
         }
-        if attr.rx_ctx_bits != 0 {
-            return Err(fail!(
-                ffi::FI_EINVAL,
-                "rx_ctx_bits {} asked: oxmr has no scalable endpoints; pass 0",
-                attr.rx_ctx_bits
-            ));
-        }
-        if !attr.name.is_null() || attr.flags & (ffi::FI_READ as u64 | ffi::FI_SYMMETRIC as u64) != 0 {
-            return Err(fail!(
-                ffi::FI_ENOSYS,
-                "named/shared AVs (name, FI_READ, FI_SYMMETRIC) are not supported by oxmr"
-            ));
-        }
-        let known = ffi::FI_EVENT as u64;
-        if attr.flags & !known != 0 {
-            return Err(fail!(ffi::FI_EINVAL, "unsupported fi_av_attr flags {:#x}", attr.flags & !known));
-        }
-        let table = Arc::new(AddrTable::new(attr.count, av_type == ffi::FI_AV_MAP));
+        let map = av_type == ffi::FI_AV_MAP;
+        let (table, map_array) = match (name, shared) {
+            (_, Some(f)) => {
+                let n = f.capacity();
+                (AddrTable::named(f, false), Some((0..n as u64).collect()))
+            }
+            (Some(n), None) => {
+                // (count is a hint: a named AV holds at least the default,
+                // in a sparse file.)
+                let cap = attr.count.max(shared::DEFAULT_ENTRIES);
+                (AddrTable::named(SharedFile::create(n, cap, map)?, true), Some((0..cap as u64).collect()))
+            }
+            (None, None) => (AddrTable::new(attr.count, map), None),
+        };
         let events = attr.flags & ffi::FI_EVENT as u64 != 0;
-        Ok(Av { hdr, domain, av_type, events, eq: Mutex::new(None), table })
+        Ok(Av { hdr, domain, av_type, events, eq: Mutex::new(None), table: Arc::new(table), map: map_array })
+    }
+
+    /// A named AV: the address of its fi_addr array, for
+    /// `fi_av_attr.map_addr` (valid while the AV is open).
+    pub fn map_addr(&self) -> Option<usize> {
+        self.map.as_ref().map(|m| m.as_ptr() as usize)
+    }
+
+    /// Whether this AV was opened with FI_READ (a named AV of another
+    /// process's making).
+    pub fn read_only(&self) -> bool {
+        self.table.read_only()
     }
 
     /// Bind an EQ: inserts become asynchronous.
@@ -125,8 +215,14 @@ impl Av {
         } else {
             None
         };
+        if self.read_only() {
+            return Err(fail!(
+                ffi::FI_EPERM,
+                "fi_av_insert: this AV was opened with FI_READ (a named AV of another process); its creator inserts"
+            ));
+        }
         let results = self.table.insert(addrs);
-        let bad = results.iter().filter(|r| r.is_err()).count();
+        let bad = results.iter().filter(|r| **r == Err(ffi::FI_EINVAL)).count();
         if bad > 0 {
             tracing::warn!(
                 "fi_av_insert: {bad} of {} addresses are not valid sockaddr_in/sockaddr_in6 and got FI_ADDR_NOTAVAIL",
@@ -164,6 +260,12 @@ impl Av {
         if flags != 0 {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_av_remove flags {flags:#x}: pass 0"));
         }
+        if self.read_only() {
+            return Err(fail!(
+                ffi::FI_EPERM,
+                "fi_av_remove: this AV was opened with FI_READ (a named AV of another process); its creator removes"
+            ));
+        }
         self.table.remove(fi_addrs)
     }
 
@@ -174,6 +276,8 @@ impl Av {
 
     /// The address stored for an fi_addr.
     pub fn lookup(&self, fi_addr: u64) -> Result<SocketAddr> {
+        // (A named AV's reader reads what its creator changed first.)
+        self.table.refresh();
         self.table.lookup(fi_addr)
     }
 

@@ -21,7 +21,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -296,6 +296,41 @@ impl Dir {
     }
 }
 
+/// Take a write lock on the whole file through `fd` (an open file
+/// description lock, `F_OFD_SETLK`: held until the last fd of this
+/// description closes, so until the holder exits, whatever it does; never
+/// blocks). Ok(false): another open file description holds a lock on it.
+/// `fd` must be open for writing.
+pub fn try_lock_file(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut fl = whole_file_lock();
+    // SAFETY: our fd and a valid `struct flock` the call reads.
+    match cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &mut fl) }) {
+        Ok(_) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether an open file description other than `fd`'s holds a lock on
+/// the file (`F_OFD_GETLK`: asks, takes nothing; works on a read-only fd).
+pub fn file_locked_elsewhere(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut fl = whole_file_lock();
+    // SAFETY: our fd and a valid `struct flock` the call fills.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) })?;
+    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// A write lock on the whole file, for the OFD calls (l_pid 0, as they
+/// require).
+fn whole_file_lock() -> libc::flock {
+    // SAFETY: an all-zero `struct flock` is a valid value (every field is
+    // an integer).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl
+}
+
 /// The status of `name` in the directory `dir`, the name itself.
 fn lstat_at(dir: libc::c_int, name: &CString) -> io::Result<libc::stat> {
     // SAFETY: an all-zero `struct stat` is a valid value to fill.
@@ -317,6 +352,7 @@ pub fn fstat(fd: libc::c_int) -> io::Result<libc::stat> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::os::fd::AsFd;
     use std::os::unix::fs::PermissionsExt;
 
     /// A parent directory of our own for a test's per-user directory (on
@@ -425,6 +461,23 @@ pub(crate) mod tests {
             assert!(chown(&at("theirs"), 65534));
             assert!(refusal("theirs", 0).contains("uid 65534"), "another user's file");
         }
+    }
+
+    #[test]
+    fn a_file_lock_is_seen_from_another_open_and_goes_with_its_holder() {
+        let s = Scratch::new("lock");
+        let d = s.dir();
+        let a = d.create("f").unwrap();
+        let (b, _) = d.open_checked("f", 0, true).unwrap();
+        let (r, _) = d.open_checked("f", 0, false).unwrap();
+        assert!(!file_locked_elsewhere(r.as_fd()).unwrap(), "no lock yet");
+        assert!(try_lock_file(a.as_fd()).unwrap(), "the first lock is taken");
+        assert!(try_lock_file(a.as_fd()).unwrap(), "its holder may take it again");
+        assert!(file_locked_elsewhere(r.as_fd()).unwrap(), "a read-only open sees it");
+        assert!(!try_lock_file(b.as_fd()).unwrap(), "another open cannot take it");
+        drop(a);
+        assert!(!file_locked_elsewhere(r.as_fd()).unwrap(), "it went with its fd");
+        assert!(try_lock_file(b.as_fd()).unwrap());
     }
 
     #[test]
