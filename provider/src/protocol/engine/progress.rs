@@ -227,6 +227,7 @@ impl Engine {
             && self.sharing.unpaired.is_none()
             && self.gone.is_empty()
             && self.sharing.offers.is_empty()
+            && !self.armed()
             && (self.peers.buffering == 0
                 || !self.peers.list.iter().any(|p| !p.waiting.is_empty() || p.link.connecting() || p.link.flush()))
     }
