@@ -30,7 +30,11 @@
  *     NULL counter, a CQ where the counter belongs, FI_TRIGGER_XPU, an
  *     unknown event type; triggered receives (-FI_ENOSYS).
  *  8. fi_cancel of an armed operation: FI_ECANCELED, and it never fires.
- *  9. Closing: the endpoint with an alias open is -FI_EBUSY; an alias of
+ *  9. A reader asleep in fi_cntr_wait on the tx counter sees the write
+ *     that another thread's fi_cntr_add fires (the wait tick is set to
+ *     60 s: only the endpoint's own re-check, armed operations being
+ *     work of its own, can notice the counter).
+ * 10. Closing: the endpoint with an alias open is -FI_EBUSY; an alias of
  *     an alias; fi_ep_bind on an alias refused; the endpoint closes with an
  *     operation still armed.
  */
@@ -54,6 +58,7 @@ static void open_all(void)
 {
 	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
 	struct fi_cntr_attr na = { .events = FI_CNTR_EVENTS_COMP };
+	struct fi_cntr_attr wa = { .events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC };
 	struct fi_av_attr aa = { .type = FI_AV_TABLE };
 	char name[64];
 	size_t len = sizeof name;
@@ -64,7 +69,7 @@ static void open_all(void)
 	REQUIRE(env.info->tx_attr->caps & FI_TRIGGER, "tx_attr caps without FI_TRIGGER");
 	REQUIRE_RC(fi_cq_open(env.domain, &ca, &txcq, NULL), 0);
 	REQUIRE_RC(fi_cq_open(env.domain, &ca, &rxcq, NULL), 0);
-	REQUIRE_RC(fi_cntr_open(env.domain, &na, &txcntr, NULL), 0);
+	REQUIRE_RC(fi_cntr_open(env.domain, &wa, &txcntr, NULL), 0);
 	REQUIRE_RC(fi_cntr_open(env.domain, &na, &tc, NULL), 0);
 	REQUIRE_RC(fi_av_open(env.domain, &aa, &av, NULL), 0);
 	REQUIRE_RC(fi_endpoint(env.domain, env.info, &ep, NULL), 0);
@@ -485,6 +490,54 @@ static void test_cancel(void)
 	EXPECT_EMPTY(txcq, "a canceled triggered write");
 }
 
+struct waiter {
+	uint64_t until;
+	int rc;
+	double woke;
+};
+
+static void *wait_thread(void *arg)
+{
+	struct waiter *w = arg;
+
+	w->rc = fi_cntr_wait(txcntr, w->until, 5000);
+	w->woke = oxt_now_ms();
+	return NULL;
+}
+
+static void test_sleeper(void)
+{
+	struct fi_triggered_context t;
+	static unsigned char src[16];
+	struct iovec iov = { .iov_base = src, .iov_len = sizeof src };
+	struct fi_rma_iov rma_iov = { .addr = raddr, .len = sizeof src, .key = rkey };
+	struct fi_msg_rma wm = { .msg_iov = &iov, .iov_count = 1, .addr = self, .rma_iov = &rma_iov,
+				 .rma_iov_count = 1, .context = &t };
+	struct waiter w = { .rc = 1 };
+	pthread_t th;
+	double t0;
+
+	OXT_GROUP("9. a reader asleep in fi_cntr_wait sees the write another thread's fi_cntr_add fires");
+	memset(target, 0, 64);
+	oxt_fill(src, sizeof src, 51);
+	fi_cntr_set(tc, 0);
+	w.until = fi_cntr_read(txcntr) + 1;
+	arm(&t, tc, 1);
+	EXPECT_RC(fi_writemsg(ep, &wm, FI_TRIGGER), 0);
+	REQUIRE(pthread_create(&th, NULL, wait_thread, &w) == 0, "pthread_create");
+	oxt_sleep_ms(100); /* (past the wait's spin: it sleeps) */
+	t0 = oxt_now_ms();
+	EXPECT_RC(fi_cntr_add(tc, 1), 0);
+	pthread_join(th, NULL);
+	EXPECT_RC(w.rc, 0);
+	/* (Not a speed threshold: a wait that only its 5 s timeout ended
+	 * still sees the write, from its last progress, but returns after
+	 * it; the safety tick is 60 s.) */
+	EXPECT(w.woke - t0 < 4000, "woke %.1f ms after fi_cntr_add: the timeout ended the wait, not the counter",
+	       w.woke - t0);
+	EXPECT(oxt_same(target, sizeof src, 51), "the triggered write is not at the target");
+}
+
 static void test_close(void)
 {
 	struct fid_ep *a = NULL, *b = NULL;
@@ -492,7 +545,7 @@ static void test_close(void)
 	static unsigned char src[16];
 	uint64_t f;
 
-	OXT_GROUP("9. closing: the endpoint after its aliases; an alias of an alias; an armed operation");
+	OXT_GROUP("10. closing: the endpoint after its aliases; an alias of an alias; an armed operation");
 	REQUIRE_RC(fi_ep_alias(ep, &a, FI_TRANSMIT | FI_TRIGGER), 0);
 	EXPECT_RC(fi_ep_alias(a, &b, FI_RECV | FI_COMPLETION), 0);
 	if (b) {
@@ -530,6 +583,8 @@ int main(int argc, char **argv)
 {
 	(void)argc;
 	oxt_init(argv[0]);
+	/* (Only an arrival, or the endpoint's own re-check, ends a sleep: group 9.) */
+	setenv("FI_OXMR_WAIT_TICK_MS", "60000", 1);
 	open_all();
 	test_alias_refusals();
 	test_alias_flags();
@@ -539,6 +594,7 @@ int main(int argc, char **argv)
 	test_order();
 	test_bad_contexts();
 	test_cancel();
+	test_sleeper();
 	test_close();
 	if (!(env.info->domain_attr->mr_mode & FI_MR_ENDPOINT))
 		EXPECT_RC(fi_close(&mr->fid), 0);
