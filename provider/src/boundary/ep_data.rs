@@ -109,7 +109,7 @@ fn triggers(flags: Option<u64>) -> bool {
 /// The flags a transmit posted through `alias` takes: its own (a `*msg`
 /// call's, an inject's), else the alias's defaults, else None (the
 /// endpoint's).
-pub(super) fn tx_flags(alias: Option<&EpAlias>, own: Option<u64>) -> Option<u64> {
+fn tx_flags(alias: Option<&EpAlias>, own: Option<u64>) -> Option<u64> {
     own.or_else(|| alias.and_then(EpAlias::tx_flags))
 }
 
