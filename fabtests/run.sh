@@ -198,6 +198,9 @@ extra_run "xfer[FI_OXMR_WIRE=tcp,FI_OXMR_TCP_IO_URING=0]" xfer FI_OXMR_WIRE=tcp 
 extra_run "wake[FI_OXMR_WIRE=tcp]" wake FI_OXMR_WIRE=tcp
 # Atomics over TCP (the table, the forms, the refusals, four initiators).
 extra_run "atomic[FI_OXMR_WIRE=tcp]" atomic FI_OXMR_WIRE=tcp
+# Endpoint aliases and triggered operations with the endpoint's traffic to
+# itself over TCP (armed operations fire from progress on either wire).
+extra_run "trigger[FI_OXMR_WIRE=tcp]" trigger FI_OXMR_WIRE=tcp
 # Hostile names at the same-host wire's files (shm_squat.c) when the
 # endpoints reach each other over TCP: they still make their queues, and a
 # taken name or another user's directory must not fail them there either.

@@ -15,7 +15,8 @@
 
 /* oxmr's secondary capabilities (added to every RDM answer). */
 #define OXMR_SECONDARY_RDM                                                     \
-	(FI_SOURCE | FI_RMA_EVENT | FI_FENCE | FI_LOCAL_COMM | FI_MULTI_RECV)
+	(FI_SOURCE | FI_RMA_EVENT | FI_FENCE | FI_TRIGGER | FI_LOCAL_COMM |    \
+	 FI_MULTI_RECV)
 
 static int count(const struct fi_info *i)
 {
@@ -395,8 +396,12 @@ static void test_refusals(void)
 	REFUSED("caps FI_DIRECTED_RECV with FI_EP_MSG (one peer)", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_RDM);
+	h->caps = FI_MSG | FI_RMA_PMEM;
+	REFUSED("secondary cap FI_RMA_PMEM (not offered)", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_DGRAM);
 	h->caps = FI_MSG | FI_TRIGGER;
-	REFUSED("secondary cap FI_TRIGGER (not offered)", NULL, NULL, 0, h);
+	REFUSED("FI_TRIGGER with FI_EP_DGRAM (RDM and MSG only)", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_UNSPEC);
 	h->addr_format = FI_SOCKADDR_IB;

@@ -103,12 +103,12 @@ static void test_open_close(void)
 	EXPECT_EQ(e.domain->fid.fclass, FI_CLASS_DOMAIN);
 	EXPECT_EQ(e.fabric->fid.fclass, FI_CLASS_FABRIC);
 	EXPECT_RC(fi_close(&ep->fid), 0);
-	/* an info asking a capability oxmr does not offer (FI_TRIGGER):
+	/* an info asking a capability oxmr does not offer (FI_COLLECTIVE):
 	 * refused by fi_endpoint, not silently ignored later */
 	{
 		uint64_t caps = e.info->caps;
 
-		e.info->caps |= FI_TRIGGER;
+		e.info->caps |= FI_COLLECTIVE;
 		ep = NULL;
 		EXPECT_RC(fi_endpoint(e.domain, e.info, &ep, NULL), -FI_EINVAL);
 		if (ep)

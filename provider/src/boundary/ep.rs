@@ -8,9 +8,10 @@ use super::ep_atomic::ATOMIC_OPS;
 use super::ep_data::{COLL_OPS, MSG_OPS, RMA_OPS, TAGGED_OPS};
 use super::fid::{fid_header, from_fid, FidHeader};
 use super::{common, guard_int, guard_ssize};
+use crate::error::Result;
 use crate::fail;
 use crate::info::{addr, attrs};
-use crate::objects::{av::Av, cntr::Cntr, cq::Cq, ep::Ep, eq::Eq};
+use crate::objects::{alias::EpAlias, av::Av, cntr::Cntr, cq::Cq, ep::Ep, eq::Eq};
 
 pub static EP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
@@ -46,12 +47,52 @@ static CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
     join: Some(join),
 };
 
+/// An alias's fid (`objects::alias`): its own close, bind and control;
+/// the data and endpoint tables are the endpoint's, whose slots take an
+/// alias too (`target`).
+static ALIAS_FI_OPS: ffi::fi_ops = ffi::fi_ops {
+    size: size_of::<ffi::fi_ops>(),
+    close: Some(alias_close),
+    bind: Some(alias_bind),
+    control: Some(alias_control),
+    ops_open: Some(common::ops_open),
+    tostr: Some(common::tostr),
+    ops_set: Some(common::ops_set),
+};
+
 crate::fid_object!(Ep, hdr, ffi::FI_CLASS_EP, "endpoint", EP_FI_OPS);
+crate::fid_object!(EpAlias, hdr, ffi::FI_CLASS_EP, "endpoint alias", ALIAS_FI_OPS);
+
+/// The endpoint behind a data or endpoint slot's own fid argument
+/// (`from_fid!`'s contract): an endpoint, or an alias of one (then also
+/// the alias, whose default op flags the slot applies).
+pub(super) fn target<'a, F>(p: *const F) -> Result<(&'a Ep, Option<&'a EpAlias>)> {
+    if from_fid!(is EpAlias, p) {
+        let a = from_fid!(EpAlias, p)?;
+        return Ok((&a.ep, Some(a)));
+    }
+    Ok((from_fid!(Ep, p)?, None))
+}
+
+/// `target`'s endpoint.
+fn ep_of<'a, F>(p: *const F) -> Result<&'a Ep> {
+    target(p).map(|(ep, _)| ep)
+}
 
 /// The C header of a new endpoint.
 pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_ep> {
+    with_fid(fid_header::<Ep>(context))
+}
+
+/// The C header of a new alias of an endpoint: its context is the
+/// endpoint's.
+fn alias_header(ep: &Ep) -> FidHeader<ffi::fid_ep> {
+    with_fid(fid_header::<EpAlias>(ep.hdr.0.fid.context))
+}
+
+fn with_fid(fid: ffi::fid) -> FidHeader<ffi::fid_ep> {
     FidHeader(ffi::fid_ep {
-        fid: fid_header::<Ep>(context),
+        fid,
         ops: &EP_OPS as *const _ as *mut _,
         cm: &CM_OPS as *const _ as *mut _,
         msg: &MSG_OPS as *const _ as *mut _,
@@ -94,28 +135,97 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
             // (Retained: the engine keeps weak references to its endpoint.)
             ffi::FI_ENABLE => from_fid!(retain Ep, f)?.enable_and_start().map(|_| 0),
             c @ (ffi::FI_GETOPSFLAG | ffi::FI_SETOPSFLAG) => {
-                if arg.is_null() {
-                    return Err(fail!(ffi::FI_EINVAL, "FI_GETOPSFLAG/FI_SETOPSFLAG need a uint64_t *"));
-                }
-                let p = arg as *mut u64;
                 // SAFETY: both commands take a `uint64_t *` (fi_endpoint(3)).
-                let flags = unsafe { *p };
-                let set = (c == ffi::FI_SETOPSFLAG).then_some(flags);
-                let v = ep.ops_flags(flags, set)?;
-                if c == ffi::FI_GETOPSFLAG {
-                    // SAFETY: `p` is the same non-NULL `uint64_t *`, read above.
-                    unsafe { *p = v | (flags & (ffi::FI_TRANSMIT as u64 | ffi::FI_RECV as u64)) };
-                }
-                Ok(0)
+                unsafe { ops_flags_control(c, arg, |which, set| ep.ops_flags(which, set)) }
+            }
+            ffi::FI_ALIAS => {
+                let ep = from_fid!(retain Ep, f)?;
+                // SAFETY: FI_ALIAS takes a `struct fi_alias *` (fi_control(3)).
+                unsafe { make_alias(ep, arg) }
             }
             c => Err(fail!(ffi::FI_ENOSYS, "fi_control command {c} is not supported on an endpoint")),
         }
     })
 }
 
+/// FI_GETOPSFLAG / FI_SETOPSFLAG: `ops_flags(which, set)` answers.
+///
+/// # Safety
+/// `arg` is NULL or a readable and writable `uint64_t` (both commands'
+/// argument, fi_endpoint(3)).
+unsafe fn ops_flags_control(
+    command: u32,
+    arg: *mut c_void,
+    ops_flags: impl FnOnce(u64, Option<u64>) -> Result<u64>,
+) -> Result<i32> {
+    if arg.is_null() {
+        return Err(fail!(ffi::FI_EINVAL, "FI_GETOPSFLAG/FI_SETOPSFLAG need a uint64_t *"));
+    }
+    let p = arg as *mut u64;
+    // SAFETY: a non-NULL `uint64_t *` (this fn's contract).
+    let flags = unsafe { *p };
+    let set = (command == ffi::FI_SETOPSFLAG).then_some(flags);
+    let v = ops_flags(flags, set)?;
+    if command == ffi::FI_GETOPSFLAG {
+        // SAFETY: the same non-NULL `uint64_t *`, read above.
+        unsafe { *p = v | (flags & (ffi::FI_TRANSMIT as u64 | ffi::FI_RECV as u64)) };
+    }
+    Ok(0)
+}
+
+/// FI_ALIAS (fi_ep_alias): an alias of `ep` with the default op flags
+/// the `struct fi_alias` names, handed out through its `fid`.
+///
+/// # Safety
+/// `arg` is NULL or a readable `struct fi_alias` whose `fid` is NULL or a
+/// writable `struct fid **` (fi_control(3)).
+unsafe fn make_alias(ep: std::sync::Arc<Ep>, arg: *mut c_void) -> Result<i32> {
+    // SAFETY: NULL (refused) or a readable `struct fi_alias` (this fn's contract).
+    let Some(a) = (unsafe { (arg as *const ffi::fi_alias).as_ref() }) else {
+        return Err(fail!(ffi::FI_EINVAL, "FI_ALIAS needs a struct fi_alias * (fi_ep_alias passes one)"));
+    };
+    let hdr = alias_header(&ep);
+    // SAFETY: `a.fid` is NULL (refused) or a writable `struct fid **`
+    // (this fn's contract).
+    unsafe { super::hand_out(a.fid, "fi_ep_alias", || Ok(std::sync::Arc::new(EpAlias::new(hdr, ep, a.flags)?))) }
+}
+
+unsafe extern "C" fn alias_close(f: *mut ffi::fid) -> i32 {
+    // (The endpoint stays as it was; the alias's count on it goes.)
+    guard_int("fi_close(ep alias)", || from_fid!(close EpAlias, f, |_| Ok(())).map(|_| 0))
+}
+
+unsafe extern "C" fn alias_bind(f: *mut ffi::fid, _bfid: *mut ffi::fid, _flags: u64) -> i32 {
+    guard_int("fi_ep_bind(alias)", || {
+        from_fid!(EpAlias, f)?;
+        Err(fail!(
+            ffi::FI_EINVAL,
+            "fi_ep_bind on an endpoint alias: bind to the endpoint (an alias shares its bindings)"
+        ))
+    })
+}
+
+unsafe extern "C" fn alias_control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -> i32 {
+    guard_int("fi_control(ep alias)", || {
+        let a = from_fid!(EpAlias, f)?;
+        match command as u32 {
+            ffi::FI_ENABLE => a.ep.enable_and_start().map(|_| 0),
+            c @ (ffi::FI_GETOPSFLAG | ffi::FI_SETOPSFLAG) => {
+                let call = if c == ffi::FI_SETOPSFLAG { "FI_SETOPSFLAG" } else { "FI_GETOPSFLAG" };
+                // SAFETY: both commands take a `uint64_t *` (fi_endpoint(3)).
+                unsafe { ops_flags_control(c, arg, |which, set| a.ops_flags(call, which, set)) }
+            }
+            // (An alias of an alias is one of the endpoint.)
+            // SAFETY: FI_ALIAS takes a `struct fi_alias *` (fi_control(3)).
+            ffi::FI_ALIAS => unsafe { make_alias(a.ep.clone(), arg) },
+            c => Err(fail!(ffi::FI_ENOSYS, "fi_control command {c} is not supported on an endpoint alias")),
+        }
+    })
+}
+
 unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
     guard_ssize("fi_cancel", || {
-        let ep = from_fid!(Ep, f)?;
+        let ep = ep_of(f)?;
         if !ep.is_started() {
             // Nothing can be posted before fi_enable.
             return Err(crate::error::Error::quiet(ffi::FI_ENOENT));
@@ -160,7 +270,7 @@ pub unsafe fn put_usize(optval: *mut c_void, optlen: *mut usize, v: usize) -> cr
 
 unsafe extern "C" fn getopt(f: *mut ffi::fid, level: i32, name: i32, optval: *mut c_void, optlen: *mut usize) -> i32 {
     guard_int("fi_getopt", || {
-        let ep = from_fid!(Ep, f)?;
+        let ep = ep_of(f)?;
         if level as u32 != ffi::FI_OPT_ENDPOINT {
             return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_getopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"));
         }
@@ -179,7 +289,7 @@ unsafe extern "C" fn getopt(f: *mut ffi::fid, level: i32, name: i32, optval: *mu
 
 unsafe extern "C" fn setopt(f: *mut ffi::fid, level: i32, name: i32, optval: *const c_void, optlen: usize) -> i32 {
     guard_int("fi_setopt", || {
-        let ep = from_fid!(Ep, f)?;
+        let ep = ep_of(f)?;
         if level as u32 != ffi::FI_OPT_ENDPOINT {
             return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_setopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"));
         }
@@ -256,7 +366,7 @@ unsafe extern "C" fn setname(f: *mut ffi::fid, a: *mut c_void, len: usize) -> i3
 
 unsafe extern "C" fn getname(f: *mut ffi::fid, out: *mut c_void, addrlen: *mut usize) -> i32 {
     guard_int("fi_getname", || {
-        let ep = from_fid!(Ep, f)?;
+        let ep = ep_of(f)?;
         let name =
             ep.shown_name().ok_or_else(|| fail!(ffi::FI_EADDRNOTAVAIL, "fi_getname: endpoint has no address yet"))?;
         // SAFETY: fi_getname(3): `addrlen` is NULL (refused) or valid, `addr`

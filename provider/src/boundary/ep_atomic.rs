@@ -14,13 +14,13 @@ use std::ffi::c_void;
 use ffi::{fi_addr_t, fid_ep};
 use oxmr_ffi as ffi;
 
-use super::ep_data::{buffer_ok, msg_flags, null_msg, with_ep, INJECT};
+use super::ep_data::{buffer_ok, msg_flags, null_msg, post_triggered, triggered, with_ep, INJECT};
 use super::guard_int;
 use crate::error::{Error, Result};
 use crate::fail;
 use crate::info::attrs;
 use crate::mr::atomic::{self as exec, Call};
-use crate::objects::ep::{AtomicOp, AtomicWhat, Iovs};
+use crate::objects::ep::{AtomicOp, AtomicWhat, Held, Iovs};
 
 /// The size of one element, or -FI_EOPNOTSUPP with a log line.
 pub(super) fn element(call: Call, op: u32, dt: u32) -> Result<usize> {
@@ -92,7 +92,13 @@ fn op(
 }
 
 fn post(name: &'static str, ep: *mut fid_ep, o: impl FnOnce() -> Result<AtomicOp>) -> isize {
-    with_ep(name, ep, |ep| ep.atomic(o()?))
+    with_ep(name, ep, |ep, alias| {
+        let o = o()?;
+        match triggered(alias, o.flags) {
+            (true, flags) => post_triggered(ep, o.ctx, Held::Atomic(AtomicOp { flags, ..o })),
+            (false, flags) => ep.atomic(AtomicOp { flags, ..o }),
+        }
+    })
 }
 
 /// The parts of an fi_msg_atomic: its operands (as `call` counts them), the

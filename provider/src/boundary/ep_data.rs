@@ -4,8 +4,12 @@
 //! implemented yet and return -FI_ENOSYS (never a silent success). No slot
 //! is NULL.
 //!
-//! Flags: the plain calls use the endpoint's default op_flags; the `*msg`
-//! calls use exactly the flags they are given (fi_msg(3)).
+//! Flags: the plain calls use the endpoint's default op_flags (an
+//! alias's, `objects::alias`, through an alias); the `*msg` calls use
+//! exactly the flags they are given (fi_msg(3)). A transmit whose flags
+//! include FI_TRIGGER is a triggered operation: its context is a
+//! `struct fi_triggered_context` (`trigger_of`), and it is armed
+//! (`protocol/engine/fence.rs`).
 
 use std::ffi::c_void;
 
@@ -17,8 +21,10 @@ use super::guard_ssize;
 use crate::error::Result;
 use crate::fail;
 use crate::info::attrs;
+use crate::objects::alias::EpAlias;
+use crate::objects::cntr::Cntr;
 use crate::objects::ep::Ep;
-use crate::objects::ep::{Iovs, RmaOp, TxOp, INJECT_CALL};
+use crate::objects::ep::{Held, Iovs, RmaOp, Trigger, TxOp, INJECT_CALL};
 
 /// # Safety
 /// `iov` is NULL or holds `count` iovecs.
@@ -66,22 +72,115 @@ fn one(buf: *const c_void, len: usize) -> Result<Iovs> {
 /// one would never be reported consumed), and never oxmr's own internal
 /// bit. FI_MULTI_RECV is for fi_recvmsg alone (`recv_msg_flags`).
 pub(super) fn msg_flags(name: &'static str, flags: u64) -> Result<u64> {
-    let unsupported = ffi::FI_MULTI_RECV as u64 | ffi::FI_TRIGGER as u64;
-    if flags & unsupported != 0 {
+    if flags & ffi::FI_MULTI_RECV as u64 != 0 {
         return Err(fail!(
             ffi::FI_EBADFLAGS,
-            "{name}: flags {:#x} include FI_MULTI_RECV (untagged receives only: fi_recvmsg) or FI_TRIGGER (not offered)",
+            "{name}: flags {:#x} include FI_MULTI_RECV (untagged receives only: fi_recvmsg)",
             flags
         ));
     }
     Ok(flags & !INJECT_CALL)
 }
 
-/// `msg_flags` of fi_recvmsg, which takes FI_MULTI_RECV (a multi-receive
-/// buffer: protocol/engine/multi.rs).
+/// `msg_flags` of a receive (fi_recvmsg, fi_trecvmsg): FI_TRIGGER is
+/// refused (no triggered receives).
+fn rx_msg_flags(name: &'static str, flags: u64) -> Result<u64> {
+    if flags & ffi::FI_TRIGGER as u64 != 0 {
+        return Err(fail!(
+            ffi::FI_ENOSYS,
+            "{name}: FI_TRIGGER: oxmr has no triggered receives (triggered sends, RMA and atomics are offered)"
+        ));
+    }
+    msg_flags(name, flags)
+}
+
+/// `rx_msg_flags` of fi_recvmsg, which takes FI_MULTI_RECV (a
+/// multi-receive buffer: protocol/engine/multi.rs).
 fn recv_msg_flags(name: &'static str, flags: u64) -> Result<u64> {
     let multi = flags & ffi::FI_MULTI_RECV as u64;
-    msg_flags(name, flags & !multi).map(|f| f | multi)
+    rx_msg_flags(name, flags & !multi).map(|f| f | multi)
+}
+
+/// Whether a transmit's flags make it a triggered operation.
+fn triggers(flags: Option<u64>) -> bool {
+    flags.is_some_and(|f| f & ffi::FI_TRIGGER as u64 != 0)
+}
+
+/// The flags a transmit posted through `alias` takes: its own (a `*msg`
+/// call's, an inject's), else the alias's defaults, else None (the
+/// endpoint's).
+fn tx_flags(alias: Option<&EpAlias>, own: Option<u64>) -> Option<u64> {
+    own.or_else(|| alias.and_then(EpAlias::tx_flags))
+}
+
+/// The threshold trigger a triggered operation's context holds
+/// (fi_trigger(3)): -FI_EINVAL with a log line for a NULL context, a NULL
+/// counter or one that is not an oxmr counter, or an unknown event type;
+/// -FI_ENOSYS for FI_TRIGGER_XPU.
+///
+/// # Safety
+/// `ctx` is NULL or a readable `struct fi_triggered_context` (the
+/// context of an operation posted with FI_TRIGGER, fi_trigger(3)), whose
+/// threshold counter is NULL or a counter the application opened.
+unsafe fn trigger_of(ctx: usize) -> Result<Trigger> {
+    if ctx == 0 {
+        return Err(fail!(
+            ffi::FI_EINVAL,
+            "FI_TRIGGER: the operation's context is NULL; pass a struct fi_triggered_context"
+        ));
+    }
+    // SAFETY: a non-NULL context of a triggered operation, a readable
+    // `struct fi_triggered_context` (this fn's contract); read unaligned
+    // (an application's context needs no alignment of ours).
+    let t = unsafe { std::ptr::read_unaligned(ctx as *const ffi::fi_triggered_context) };
+    match t.event_type {
+        ffi::FI_TRIGGER_THRESHOLD => {
+            // SAFETY: the union's member for FI_TRIGGER_THRESHOLD (fi_trigger.h).
+            let th = unsafe { t.trigger.threshold };
+            if th.cntr.is_null() {
+                return Err(fail!(ffi::FI_EINVAL, "FI_TRIGGER: the fi_triggered_context's threshold counter is NULL"));
+            }
+            // (The counter is a fid the application opened: `from_fid!`'s
+            // contract, as a fid argument of a call.)
+            let c = from_fid!(Cntr, th.cntr)
+                .inspect_err(|_| tracing::warn!("(the threshold counter of an fi_triggered_context)"))?;
+            Ok(Trigger { cntr: c.core.clone(), threshold: th.threshold as u64 })
+        }
+        ffi::FI_TRIGGER_XPU => Err(fail!(
+            ffi::FI_ENOSYS,
+            "FI_TRIGGER: event type FI_TRIGGER_XPU (device-triggered operations) is not supported by oxmr; use FI_TRIGGER_THRESHOLD"
+        )),
+        e => Err(fail!(
+            ffi::FI_EINVAL,
+            "FI_TRIGGER: unknown event type {e} in the fi_triggered_context (oxmr takes FI_TRIGGER_THRESHOLD)"
+        )),
+    }
+}
+
+/// Post `op` as a triggered operation: `flags` include FI_TRIGGER, and
+/// its context is a `struct fi_triggered_context` (`trigger_of`'s
+/// contract, the caller's word).
+pub(super) fn post_triggered(ep: &Ep, ctx: usize, op: Held) -> Result<()> {
+    // SAFETY: the context of an operation posted with FI_TRIGGER (this
+    // fn's contract).
+    let t = unsafe { trigger_of(ctx) }?;
+    let op = match op {
+        Held::Send(o) => Held::Send(TxOp { flags: o.flags.map(untrigger), ..o }),
+        Held::Rma(o) => Held::Rma(RmaOp { flags: o.flags.map(untrigger), ..o }),
+        Held::Atomic(o) => Held::Atomic(crate::objects::ep::AtomicOp { flags: o.flags.map(untrigger), ..o }),
+    };
+    ep.triggered(t, op)
+}
+
+fn untrigger(f: u64) -> u64 {
+    f & !(ffi::FI_TRIGGER as u64)
+}
+
+/// Whether a transmit posts as a triggered operation, with its flags
+/// (`tx_flags`).
+pub(super) fn triggered(alias: Option<&EpAlias>, own: Option<u64>) -> (bool, Option<u64>) {
+    let f = tx_flags(alias, own);
+    (triggers(f), f)
 }
 
 /// The `-FI_EINVAL` of a `*msg` call given a NULL message, with its log line.
@@ -90,18 +189,32 @@ pub(super) fn null_msg(name: &'static str) -> isize {
 }
 
 /// Run `f` on the endpoint behind `ep`, the slot's own fid argument
-/// (`from_fid!`'s contract: the slots below pass theirs and nothing else).
-pub(super) fn with_ep(name: &'static str, ep: *mut fid_ep, f: impl FnOnce(&Ep) -> Result<()>) -> isize {
+/// (`from_fid!`'s contract: the slots below pass theirs and nothing else),
+/// an endpoint or an alias of one (`boundary::ep::target`).
+pub(super) fn with_ep(
+    name: &'static str,
+    ep: *mut fid_ep,
+    f: impl FnOnce(&Ep, Option<&EpAlias>) -> Result<()>,
+) -> isize {
     guard_ssize(name, || {
-        let ep = from_fid!(Ep, ep)?;
-        f(ep).map(|_| 0)
+        let (ep, alias) = super::ep::target(ep)?;
+        f(ep, alias).map(|_| 0)
     })
 }
 
 fn send_common(name: &'static str, ep: *mut fid_ep, o: Result<TxOp>) -> isize {
-    // (By reference from here on: an operation is ~150 bytes, and each
-    // move by value is a memmove on the per-message path.)
-    with_ep(name, ep, |ep| ep.send(&o?))
+    with_ep(name, ep, |ep, alias| {
+        // (By reference from here on: an operation is ~150 bytes, and each
+        // move by value is a memmove on the per-message path.)
+        let o = o?;
+        if alias.is_none() && !triggers(o.flags) {
+            return ep.send(&o);
+        }
+        match triggered(alias, o.flags) {
+            (true, flags) => post_triggered(ep, o.ctx, Held::Send(TxOp { flags, ..o })),
+            (false, flags) => ep.send(&TxOp { flags, ..o }),
+        }
+    })
 }
 
 fn recv_common(
@@ -113,11 +226,21 @@ fn recv_common(
     tag: Option<(u64, u64)>,
     flags: Option<u64>,
 ) -> isize {
-    with_ep(name, ep, |ep| ep.recv(ctx as usize, v?, src, tag, flags))
+    with_ep(name, ep, |ep, alias| {
+        // (An alias's receive defaults never hold FI_TRIGGER.)
+        let flags = flags.or_else(|| alias.and_then(EpAlias::rx_flags));
+        ep.recv(ctx as usize, v?, src, tag, flags)
+    })
 }
 
 fn rma_common(name: &'static str, ep: *mut fid_ep, o: Result<RmaOp>) -> isize {
-    with_ep(name, ep, |ep| ep.rma(o?))
+    with_ep(name, ep, |ep, alias| {
+        let o = o?;
+        match triggered(alias, o.flags) {
+            (true, flags) => post_triggered(ep, o.ctx, Held::Rma(RmaOp { flags, ..o })),
+            (false, flags) => ep.rma(RmaOp { flags, ..o }),
+        }
+    })
 }
 
 fn tx(
@@ -298,7 +421,7 @@ unsafe extern "C" fn tagged_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tag
             ))
         });
     }
-    let flags = match msg_flags(NAME, flags) {
+    let flags = match rx_msg_flags(NAME, flags) {
         Ok(f) => f,
         Err(e) => return e.to_c() as isize,
     };
@@ -314,7 +437,7 @@ unsafe extern "C" fn tagged_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tag
         // SAFETY: the message's `msg_iov` is NULL or holds `iov_count` iovecs
         // (fi_msg(3); iovs refuses NULL with a count).
         let v = unsafe { iovs(m.msg_iov, m.iov_count) };
-        return with_ep(NAME, ep, |ep| ep.probe(m.context as usize, v?, m.addr, (m.tag, m.ignore), flags));
+        return with_ep(NAME, ep, |ep, _| ep.probe(m.context as usize, v?, m.addr, (m.tag, m.ignore), flags));
     }
     // SAFETY: the message's `msg_iov` is NULL or holds `iov_count` iovecs
     // (fi_msg(3); iovs refuses NULL with a count).

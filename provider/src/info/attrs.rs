@@ -100,6 +100,7 @@ pub(crate) const RDM_CAPS: u64 = b(ffi::FI_MSG)
     | ffi::FI_DIRECTED_RECV as u64
     | ffi::FI_RMA_EVENT as u64
     | ffi::FI_FENCE as u64
+    | ffi::FI_TRIGGER as u64
     | ffi::FI_MULTI_RECV as u64
     | SHARED_AV
     | DOMAIN_CAPS;
@@ -118,6 +119,7 @@ pub(crate) const MSG_CAPS: u64 = b(ffi::FI_MSG)
     | b(ffi::FI_REMOTE_WRITE)
     | ffi::FI_RMA_EVENT as u64
     | ffi::FI_FENCE as u64
+    | ffi::FI_TRIGGER as u64
     | ffi::FI_MULTI_RECV as u64
     | DOMAIN_CAPS;
 
@@ -137,7 +139,8 @@ pub(crate) const DGRAM_CAPS: u64 = b(ffi::FI_MSG)
 /// payload), never a rendezvous.
 pub(crate) const DGRAM_MAX_MSG: usize = crate::config::EAGER_MAX;
 
-/// Transmit op flags an application may set as defaults.
+/// Transmit op flags an application may set as an endpoint's defaults.
+/// (Not FI_TRIGGER: an endpoint alias takes it, `objects::alias`.)
 pub(crate) const TX_OP_FLAGS: u64 = ffi::FI_INJECT as u64
     | ffi::FI_COMPLETION as u64
     | ffi::FI_INJECT_COMPLETE as u64

@@ -33,7 +33,7 @@ use crate::info::{attrs, Info};
 /// What a data call posts (decoded by the boundary), and the flag an
 /// inject call adds to its flags.
 pub(crate) use crate::protocol::engine::INJECT_CALL;
-pub use crate::protocol::engine::{AtomicOp, RmaOp, TxOp};
+pub use crate::protocol::engine::{AtomicOp, Held, RmaOp, Trigger, TxOp};
 use crate::protocol::engine::{Bindings, Engine};
 use crate::protocol::inbox::Inbox;
 pub use crate::protocol::AtomicWhat;
@@ -154,9 +154,9 @@ impl Ep {
                 ))
             }
         };
-        // (Only what fi_getinfo offers for the type: a secondary cap oxmr
-        // does not implement, such as FI_TRIGGER, is refused here rather
-        // than silently ignored later.)
+        // (Only what fi_getinfo offers for the type: a cap oxmr does not
+        // implement, such as FI_COLLECTIVE, or FI_TRIGGER on FI_EP_DGRAM,
+        // is refused here rather than silently ignored later.)
         let extra = info.caps & !offered;
         if extra != 0 {
             return Err(fail!(ffi::FI_EINVAL, "fi_endpoint: caps {extra:#x} are not supported for this endpoint type"));
@@ -441,9 +441,37 @@ impl Ep {
         self.with_engine(|e| e.atomic(&o))
     }
 
-    /// fi_cancel of the operation posted with `ctx`.
+    /// Post a triggered operation (fi_trigger(3)): checked, then armed
+    /// until `trigger`'s counter reaches its threshold (posted at once if
+    /// it has). `op`'s flags are the call's without FI_TRIGGER.
+    pub fn triggered(&self, trigger: Trigger, op: Held) -> Result<()> {
+        if self.info.caps & ffi::FI_TRIGGER as u64 == 0 {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "FI_TRIGGER on an endpoint opened without the FI_TRIGGER capability (ask for it in fi_getinfo's hints; FI_EP_DGRAM has none)"
+            ));
+        }
+        let op = match op {
+            Held::Send(o) => Held::Send(TxOp { dest: self.peer_addr(o.dest, "send")?, ..o }),
+            Held::Rma(mut o) => {
+                o.dest = self.peer_addr(o.dest, if o.read { "RMA read" } else { "RMA write" })?;
+                Held::Rma(o)
+            }
+            Held::Atomic(mut o) => {
+                o.dest = self.peer_addr(o.dest, "atomic")?;
+                Held::Atomic(o)
+            }
+        };
+        self.with_engine(|e| e.post_triggered(trigger, op))
+    }
+
+    /// fi_cancel of the operation posted with `ctx`: a posted receive, or
+    /// a triggered operation not fired yet.
     pub fn cancel(&self, ctx: usize) -> Result<()> {
-        self.with_engine(|e| e.cancel(ctx))
+        self.with_engine(|e| match e.cancel(ctx) {
+            Err(x) if x.code() == ffi::FI_ENOENT && e.cancel_triggered(ctx) => Ok(()),
+            r => r,
+        })
     }
 
     /// Run `f` on the engine; -FI_EOPBADSTATE before fi_enable.
@@ -632,6 +660,12 @@ impl Ep {
             Some(flags) => {
                 let flags = flags & !dir;
                 let allowed = if tx { attrs::TX_OP_FLAGS } else { attrs::RX_OP_FLAGS };
+                if tx && flags & ffi::FI_TRIGGER as u64 != 0 {
+                    return Err(fail!(
+                        ffi::FI_EINVAL,
+                        "FI_SETOPSFLAG: FI_TRIGGER is not an endpoint default in oxmr; post through an alias (fi_ep_alias with FI_TRANSMIT | FI_TRIGGER) or pass it to the *msg calls"
+                    ));
+                }
                 if flags & !allowed != 0 {
                     return Err(fail!(ffi::FI_EINVAL, "FI_SETOPSFLAG: flags {:#x} not supported", flags & !allowed));
                 }

@@ -6,6 +6,7 @@
 //! created from, and validates every attribute it is given. The C slots
 //! that drive them live in `boundary/`.
 
+pub mod alias;
 pub mod av;
 pub mod cntr;
 pub mod cq;

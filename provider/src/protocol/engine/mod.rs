@@ -71,6 +71,7 @@ mod shared;
 mod tests;
 use addressing::AvCache;
 pub use atomic::AtomicOp;
+pub use fence::{Held, Trigger};
 use multi::Multi;
 use peers::Peers;
 
@@ -476,7 +477,8 @@ pub struct Engine {
     order: completion::RecvOrder,
     /// When the progress loop last did its periodic work.
     pace: progress::Pace,
-    /// Operations kept behind an FI_FENCE.
+    /// Operations kept behind an FI_FENCE, and triggered operations
+    /// waiting for their counters (FI_TRIGGER).
     fences: fence::Fences,
     /// Boxes of completed receives, for the next ones posted.
     spare_posted: Vec<Posted>,

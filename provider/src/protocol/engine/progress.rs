@@ -211,7 +211,8 @@ impl Engine {
     /// A thread is about to sleep on `wake_fd`: peers ring from now on.
     /// Whether the engine is quiet: nothing arrived, and nothing of its
     /// own waits that only progress moves on (frames queued for a peer, a
-    /// connect in progress, kept or stalled copies, offers, peers going).
+    /// connect in progress, kept or stalled copies, offers, peers going,
+    /// armed triggered operations, whose counter may move with no arrival).
     /// Always followed by `awake`.
     pub fn sleep(&mut self) -> bool {
         let Some(rx) = self.rx.as_mut() else { return true };
@@ -227,6 +228,7 @@ impl Engine {
             && self.sharing.unpaired.is_none()
             && self.gone.is_empty()
             && self.sharing.offers.is_empty()
+            && !self.armed()
             && (self.peers.buffering == 0
                 || !self.peers.list.iter().any(|p| !p.waiting.is_empty() || p.link.connecting() || p.link.flush()))
     }

@@ -1538,3 +1538,64 @@ over_both!(
     a_message_longer_than_the_space_left_is_truncated_and_releases_the_buffer,
     cancelling_a_multi_receive_buffer_waits_for_the_message_in_flight_into_it,
 );
+
+/// A counter of the tests' own (a trigger's).
+fn counter() -> Arc<Counter> {
+    Arc::new(Counter::new(ffi::FI_WAIT_NONE).expect("a counter"))
+}
+
+/// Arm a send of `b` to fi_addr 0 until `c` reaches `threshold`.
+fn triggered_send(s: &mut Side, c: &Arc<Counter>, threshold: u64, ctx: usize, b: &[u8]) {
+    let o = TxOp { ctx, iovs: iov(b), dest: 0, tag: None, data: None, flags: None };
+    s.eng.post_triggered(fence::Trigger { cntr: c.clone(), threshold }, fence::Held::Send(o)).expect("armed");
+}
+
+fn triggered_sends_wait_for_their_counters_and_hold_nothing_up() {
+    let (mut a, mut b) = pair();
+    let c = counter();
+    let mut bufs = [[0u8; 8]; 3];
+    for (i, x) in bufs.iter_mut().enumerate() {
+        recv(&mut b, 10 + i, x, 0, None);
+    }
+    triggered_send(&mut a, &c, 2, 1, b"second!!");
+    triggered_send(&mut a, &c, 1, 2, b"first!!!");
+    // (Posted after two armed sends to the same peer, it goes at once.)
+    send(&mut a, 3, b"at once!", None);
+    assert_eq!(ok(next(&mut a, &mut b, 1)).op_context, 10);
+    assert_eq!(ok(next1(&mut a)).op_context, 3);
+    for _ in 0..200 {
+        a.eng.progress();
+        b.eng.progress();
+    }
+    assert!(read(&a).is_none() && read(&b).is_none(), "an armed send went before its counter reached its threshold");
+    c.add(1);
+    assert_eq!(ok(next(&mut a, &mut b, 1)).op_context, 11);
+    assert_eq!(ok(next1(&mut a)).op_context, 2);
+    for _ in 0..200 {
+        a.eng.progress();
+        b.eng.progress();
+    }
+    assert!(read(&b).is_none(), "the send armed until 2 went at 1");
+    c.add(1);
+    assert_eq!(ok(next(&mut a, &mut b, 1)).op_context, 12);
+    assert_eq!(ok(next1(&mut a)).op_context, 1);
+    assert_eq!(&bufs, &[*b"at once!", *b"first!!!", *b"second!!"]);
+}
+
+fn a_triggered_send_that_cannot_be_posted_when_it_fires_completes_with_an_error() {
+    let (mut a, mut b) = pair();
+    let c = counter();
+    triggered_send(&mut a, &c, 1, 7, b"nowhere!");
+    // (Its peer leaves the AV while it is armed.)
+    a.av.remove(&[0]).expect("removed");
+    c.add(1);
+    let e = err(next(&mut a, &mut b, 0));
+    assert_eq!(e.op_context, 7);
+    assert!(e.flags & ffi::FI_SEND as u64 != 0, "flags {:#x}", e.flags);
+    assert!(read(&a).is_none());
+}
+
+over_both!(
+    triggered_sends_wait_for_their_counters_and_hold_nothing_up,
+    a_triggered_send_that_cannot_be_posted_when_it_fires_completes_with_an_error,
+);
