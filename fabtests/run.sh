@@ -196,6 +196,8 @@ extra_run "xfer[FI_OXMR_WIRE=tcp]" xfer FI_OXMR_WIRE=tcp
 extra_run "xfer[FI_OXMR_WIRE=tcp,FI_OXMR_TCP_IO_URING=0]" xfer FI_OXMR_WIRE=tcp FI_OXMR_TCP_IO_URING=0
 # Blocked waiters woken by arrivals on TCP sockets (not the shm doorbell).
 extra_run "wake[FI_OXMR_WIRE=tcp]" wake FI_OXMR_WIRE=tcp
+# A wait set's fi_wait and fd woken by arrivals on TCP sockets.
+extra_run "wait_set[FI_OXMR_WIRE=tcp]" wait_set FI_OXMR_WIRE=tcp
 # Atomics over TCP (the table, the forms, the refusals, four initiators).
 extra_run "atomic[FI_OXMR_WIRE=tcp]" atomic FI_OXMR_WIRE=tcp
 # Endpoint aliases and triggered operations with the endpoint's traffic to
@@ -310,11 +312,13 @@ extra_run "hostile_tcp[FI_OXMR_AUTH_KEY]" hostile_tcp FI_OXMR_AUTH_KEY="$hostile
 # conn.c's refused, unanswered, killed and restarted peers and raw sockets
 # sending garbage; xfer.c's whole RDM operation set with its error groups
 # (it checks that a TCP connection to its peer's endpoint carried them);
-# wake.c's blocked receivers woken by a socket across the veth pair.
+# wake.c's blocked receivers, and wait_set.c's sets, woken by a socket
+# across the veth pair.
 if [ "$(id -u)" -ne 0 ]; then
 	skip_run "conn[two hosts]" "needs root (network namespaces, setns)"
 	skip_run "xfer[two hosts]" "needs root (network namespaces, setns)"
 	skip_run "wake[two hosts]" "needs root (network namespaces, setns)"
+	skip_run "wait_set[two hosts]" "needs root (network namespaces, setns)"
 	skip_run "xfer[two hosts,FI_OXMR_TCP_LANES=4]" "needs root (network namespaces, setns)"
 	skip_run "conn[two hosts,FI_OXMR_TCP_LANES=4]" "needs root (network namespaces, setns)"
 	skip_run "hostile_tcp[two hosts]" "needs root (network namespaces, setns)"
@@ -323,6 +327,7 @@ elif ! command -v ip >/dev/null; then
 	skip_run "conn[two hosts]" "ip (iproute2) is missing"
 	skip_run "xfer[two hosts]" "ip (iproute2) is missing"
 	skip_run "wake[two hosts]" "ip (iproute2) is missing"
+	skip_run "wait_set[two hosts]" "ip (iproute2) is missing"
 	skip_run "xfer[two hosts,FI_OXMR_TCP_LANES=4]" "ip (iproute2) is missing"
 	skip_run "conn[two hosts,FI_OXMR_TCP_LANES=4]" "ip (iproute2) is missing"
 	skip_run "hostile_tcp[two hosts]" "ip (iproute2) is missing"
@@ -341,6 +346,7 @@ else
 	extra_run "xfer[two hosts,FI_OXMR_TCP_ZC_COPIED=0]" xfer FI_OXMR_TCP_ZC_COPIED=0 "${two_hosts[@]}"
 	extra_run "xfer[two hosts,FI_OXMR_TCP_IO_URING=0]" xfer FI_OXMR_TCP_IO_URING=0 "${two_hosts[@]}"
 	extra_run "wake[two hosts]" wake "${two_hosts[@]}"
+	extra_run "wait_set[two hosts]" wait_set "${two_hosts[@]}"
 	# Lanes: three more TCP connections per link for the data of large
 	# transfers (FI_OXMR_TCP_LANES, docs/wire-tcp.md "Lanes"), under the whole
 	# operation set and the failing, killed and garbage-sending peers.

@@ -130,9 +130,12 @@ unsafe extern "C" fn cq_open(
         // SAFETY: fi_cq_open(3)'s `attr` is NULL (refused by `attr`) or the
         // application's fi_cq_attr.
         let a = unsafe { attr(attr_, "fi_cq_attr") }?;
+        // SAFETY: `wait_set` is the application's attr field: NULL or a
+        // wait set fid it holds (member_of's contract).
+        let set = unsafe { super::wait_set::member_of(a.wait_obj, a.wait_set, "fi_cq_open") }?;
         // SAFETY: `out` is the call's out-parameter: NULL (refused by
         // hand_out) or writable for one pointer.
-        unsafe { hand_out(out, "cq", || Ok(Arc::new(Cq::new(super::cq::header(context), d, a)?))) }
+        unsafe { hand_out(out, "cq", || Cq::open(super::cq::header(context), d, a, set)) }
     })
 }
 
@@ -147,9 +150,12 @@ unsafe extern "C" fn cntr_open(
         // SAFETY: fi_cntr_open(3)'s `attr` is NULL (refused by `attr`) or the
         // application's fi_cntr_attr.
         let a = unsafe { attr(attr_, "fi_cntr_attr") }?;
+        // SAFETY: `wait_set` is the application's attr field: NULL or a
+        // wait set fid it holds (member_of's contract).
+        let set = unsafe { super::wait_set::member_of(a.wait_obj, a.wait_set, "fi_cntr_open") }?;
         // SAFETY: `out` is the call's out-parameter: NULL (refused by
         // hand_out) or writable for one pointer.
-        unsafe { hand_out(out, "cntr", || Ok(Arc::new(Cntr::new(super::cntr::header(context), d, a)?))) }
+        unsafe { hand_out(out, "cntr", || Cntr::open(super::cntr::header(context), d, a, set)) }
     })
 }
 

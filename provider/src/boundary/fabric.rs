@@ -1,4 +1,4 @@
-//! fid_fabric: open domains, passive endpoints and EQs; fi_trywait.
+//! fid_fabric: open domains, passive endpoints, EQs and wait sets; fi_trywait.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use oxmr_ffi as ffi;
 use super::fid::{fid_header, from_fid, FidHeader};
 use super::{attr, common, guard_int, hand_out, info};
 use crate::fail;
-use crate::objects::{cq::Cq, domain::Domain, eq::Eq, fabric::Fabric, pep::Pep};
+use crate::objects::{cq::Cq, domain::Domain, eq::Eq, fabric::Fabric, pep::Pep, wait_set::WaitSet};
 
 pub static FABRIC_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
@@ -111,16 +111,34 @@ unsafe extern "C" fn eq_open(
         // SAFETY: fi_eq_open(3)'s `attr` is NULL (refused by `attr`) or the
         // application's fi_eq_attr.
         let a = unsafe { attr(attr_, "fi_eq_attr") }?;
-        if !a.wait_set.is_null() && a.wait_obj == ffi::FI_WAIT_SET {
-            return Err(fail!(ffi::FI_ENOSYS, "wait sets are not supported by oxmr"));
-        }
+        // SAFETY: `wait_set` is the application's attr field: NULL or a
+        // wait set fid it holds (member_of's contract).
+        let set = unsafe { super::wait_set::member_of(a.wait_obj, a.wait_set, "fi_eq_open") }?;
         // SAFETY: `out` is the call's out-parameter: NULL (refused by
         // hand_out) or writable for one pointer.
-        unsafe { hand_out(out, "eq", || Ok(Arc::new(Eq::new(super::eq::header(context), f, a)?))) }
+        unsafe { hand_out(out, "eq", || Eq::open(super::eq::header(context), f, a, set)) }
     })
 }
 
-crate::enosys!(wait_open, "fi_wait_open", (fabric: *mut ffi::fid_fabric, attr: *mut ffi::fi_wait_attr, waitset: *mut *mut ffi::fid_wait) -> i32);
+unsafe extern "C" fn wait_open(
+    fabric: *mut ffi::fid_fabric,
+    attr_: *mut ffi::fi_wait_attr,
+    out: *mut *mut ffi::fid_wait,
+) -> i32 {
+    guard_int("fi_wait_open", || {
+        let f = from_fid!(retain Fabric, fabric)?;
+        // SAFETY: fi_wait_open(3)'s `attr` is NULL (refused by `attr`) or
+        // the application's fi_wait_attr.
+        let a = unsafe { attr(attr_, "fi_wait_attr") }?;
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
+        unsafe {
+            hand_out(out, "wait set", || {
+                Ok(Arc::new(WaitSet::new(super::wait_set::header(std::ptr::null_mut()), f, a)?))
+            })
+        }
+    })
+}
 
 unsafe extern "C" fn trywait(fabric: *mut ffi::fid_fabric, fids: *mut *mut ffi::fid, count: i32) -> i32 {
     guard_int("fi_trywait", || {
@@ -139,8 +157,10 @@ unsafe extern "C" fn trywait(fabric: *mut ffi::fid_fabric, fids: *mut *mut ffi::
                 from_fid!(Eq, f)?.trywait()?;
             } else if from_fid!(is crate::objects::cntr::Cntr, f) {
                 from_fid!(crate::objects::cntr::Cntr, f)?.trywait();
+            } else if from_fid!(is WaitSet, f) {
+                from_fid!(WaitSet, f)?.trywait()?;
             } else {
-                return Err(fail!(ffi::FI_EINVAL, "fi_trywait: fid {i} is not an oxmr CQ, EQ or counter"));
+                return Err(fail!(ffi::FI_EINVAL, "fi_trywait: fid {i} is not an oxmr CQ, EQ, counter or wait set"));
             }
         }
         Ok(0)

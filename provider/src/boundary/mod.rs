@@ -28,6 +28,7 @@ pub mod pep;
 pub mod poll;
 pub mod provider;
 pub mod stx;
+pub mod wait_set;
 
 pub use crate::error::{Error, Result};
 pub use guard::{guard, guard_int, guard_ssize};

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use oxmr_ffi as ffi;
 
 use super::domain::Domain;
+use super::wait_set::WaitSet;
 use crate::error::{Error, Result};
 use crate::fail;
 use crate::queues::cntr::Counter;
@@ -30,6 +31,8 @@ pub struct Cntr {
     pub core: Arc<Counter>,
     /// Endpoints whose progress reading this counter drives.
     pub progress: super::progress::ProgressList,
+    /// The wait set it signals (`FI_WAIT_SET`), held while the counter lives.
+    pub wait_set: Option<Arc<WaitSet>>,
 }
 
 impl Cntr {
@@ -41,7 +44,28 @@ impl Cntr {
         if attr.flags != 0 {
             return Err(fail!(ffi::FI_EINVAL, "fi_cntr_attr flags {:#x} not supported; pass 0", attr.flags));
         }
-        Ok(Cntr { hdr, domain, core: Arc::new(Counter::new(attr.wait_obj)?), progress: Default::default() })
+        Ok(Cntr {
+            hdr,
+            domain,
+            core: Arc::new(Counter::new(attr.wait_obj)?),
+            progress: Default::default(),
+            wait_set: None,
+        })
+    }
+
+    /// fi_cntr_open: build, and join `wait_set` (`FI_WAIT_SET`: the
+    /// boundary resolved `fi_cntr_attr.wait_set`).
+    pub fn open(
+        hdr: FidHeader<ffi::fid_cntr>,
+        domain: Arc<Domain>,
+        attr: &ffi::fi_cntr_attr,
+        wait_set: Option<Arc<WaitSet>>,
+    ) -> Result<Arc<Self>> {
+        let c = Arc::new(Cntr { wait_set: wait_set.clone(), ..Cntr::new(hdr, domain, attr)? });
+        if let Some(s) = wait_set {
+            s.join_cntr(&c)?;
+        }
+        Ok(c)
     }
 
     fn drive(&self) {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use oxmr_ffi as ffi;
 
 use super::domain::Domain;
+use super::wait_set::WaitSet;
 use crate::error::{Error, Result};
 use crate::queues::wait::deadline;
 use oxmr_ffi::FidHeader;
@@ -22,6 +23,8 @@ pub struct Cq {
     pub core: Arc<CqCore>,
     /// Endpoints whose progress a read of this CQ drives.
     pub progress: super::progress::ProgressList,
+    /// The wait set it signals (`FI_WAIT_SET`), held while the CQ lives.
+    pub wait_set: Option<Arc<WaitSet>>,
 }
 
 impl std::ops::Deref for Cq {
@@ -34,7 +37,22 @@ impl std::ops::Deref for Cq {
 impl Cq {
     /// Build a CQ from `fi_cq_attr` fields.
     pub fn new(hdr: FidHeader<ffi::fid_cq>, domain: Arc<Domain>, attr: &ffi::fi_cq_attr) -> Result<Self> {
-        Ok(Cq { hdr, domain, core: Arc::new(CqCore::new(attr)?), progress: Default::default() })
+        Ok(Cq { hdr, domain, core: Arc::new(CqCore::new(attr)?), progress: Default::default(), wait_set: None })
+    }
+
+    /// fi_cq_open: build, and join `wait_set` (`FI_WAIT_SET`: the boundary
+    /// resolved `fi_cq_attr.wait_set`).
+    pub fn open(
+        hdr: FidHeader<ffi::fid_cq>,
+        domain: Arc<Domain>,
+        attr: &ffi::fi_cq_attr,
+        wait_set: Option<Arc<WaitSet>>,
+    ) -> Result<Arc<Self>> {
+        let cq = Arc::new(Cq { wait_set: wait_set.clone(), ..Cq::new(hdr, domain, attr)? });
+        if let Some(s) = wait_set {
+            s.join_cq(&cq)?;
+        }
+        Ok(cq)
     }
 
     /// Reserve a slot for an operation about to be posted (-FI_EAGAIN when full).

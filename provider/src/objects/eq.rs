@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, Weak};
 use oxmr_ffi as ffi;
 
 use super::fabric::Fabric;
+use super::wait_set::WaitSet;
 use crate::error::{Error, Result};
 use crate::fail;
 use crate::queues::wait::{deadline, Waiter};
@@ -110,6 +111,8 @@ pub struct Eq {
     /// The err_data handed out by the last fi_eq_readerr that asked for
     /// the provider's buffer (valid until the next one: fi_eq(3)).
     err_keep: Mutex<Vec<u8>>,
+    /// The wait set it signals (`FI_WAIT_SET`), held while the EQ lives.
+    pub wait_set: Option<Arc<WaitSet>>,
 }
 
 /// The bytes of a `struct fi_eq_entry`.
@@ -143,7 +146,36 @@ impl Eq {
             q: Mutex::new(Queues::default()),
             sources,
             err_keep: Mutex::new(Vec::new()),
+            wait_set: None,
         })
+    }
+
+    /// fi_eq_open: build, and join `wait_set` (`FI_WAIT_SET`: the boundary
+    /// resolved `fi_eq_attr.wait_set`).
+    pub fn open(
+        hdr: FidHeader<ffi::fid_eq>,
+        fabric: Arc<Fabric>,
+        attr: &ffi::fi_eq_attr,
+        wait_set: Option<Arc<WaitSet>>,
+    ) -> Result<Arc<Self>> {
+        let eq = Arc::new(Eq { wait_set: wait_set.clone(), ..Eq::new(hdr, fabric, attr)? });
+        if let Some(s) = wait_set {
+            s.join_eq(&eq)?;
+        }
+        Ok(eq)
+    }
+
+    /// Its wait object (a wait set watches it).
+    pub fn waiter(&self) -> &Waiter {
+        &self.waiter
+    }
+
+    /// A wait set's look: drive connection progress as a read would, then
+    /// whether an event or an error waits.
+    pub fn poll_ready(&self) -> bool {
+        self.waiter.unpark();
+        self.drive();
+        self.ready()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {

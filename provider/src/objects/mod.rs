@@ -1,5 +1,5 @@
 //! The libfabric objects: fabric, domain, endpoints, CQ, EQ, AV, counters,
-//! poll sets.
+//! poll sets, wait sets.
 //!
 //! Safe Rust: each object is `#[repr(C)]` with its C header first (so the
 //! boundary can hand it to C), holds `Arc`s to what it is bound to or
@@ -19,3 +19,4 @@ pub mod pep;
 pub mod poll;
 pub mod progress;
 pub mod stx;
+pub mod wait_set;

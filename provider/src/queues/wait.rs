@@ -4,8 +4,10 @@
 //! `FI_WAIT_YIELD` spins with `sched_yield`; `FI_WAIT_NONE` means the
 //! application promised not to block, and if it blocks anyway it spins like
 //! YIELD rather than failing (what libfabric's util objects do).
-//! `FI_WAIT_MUTEX_COND` and `FI_WAIT_SET` are refused with -FI_ENOSYS: oxmr
-//! does not advertise wait sets.
+//! `FI_WAIT_SET`: the object keeps a wait fd of its own, as with
+//! `FI_WAIT_FD`, and its wait set (`objects::wait_set`, whose own waiter
+//! is [`Waiter::for_set`]) watches that fd and attaches the object as one
+//! of its sleepers. `FI_WAIT_MUTEX_COND` is refused with -FI_ENOSYS.
 //!
 //! Progress is manual, so what peers send arrives only when a read runs
 //! progress. To sleep anyway, the objects layer attaches a [`Sleeper`]
@@ -53,6 +55,11 @@ pub struct Waiter {
     /// The safety tick in milliseconds (the shortest its sleepers were
     /// attached with, FI_OXMR_WAIT_TICK_MS; `u64::MAX` until then).
     safety_ms: AtomicU64,
+    /// A wait set's waiter: with no sleeper attached (no member yet),
+    /// nothing can happen that does not write the fd (a member joins
+    /// from another thread, and its events then ring), so a sleep waits
+    /// for the fd with the safety tick, not the short one.
+    alone_quiet: bool,
 }
 
 /// An endpoint that feeds a CQ or counter, as its wait object sees it.
@@ -67,6 +74,28 @@ pub trait Sleeper: Send + Sync {
     fn sleep(&self) -> bool;
     /// The thread that called `sleep` woke.
     fn awake(&self);
+    /// Whether it will never feed this object again (a wait set's member
+    /// that was closed): `attach` drops it from the list.
+    fn retired(&self) -> bool {
+        false
+    }
+}
+
+/// What [`Waiter::doze`] told an object's sleepers: they are told
+/// "awake" when it is dropped.
+pub struct Doze {
+    slept: Vec<Arc<dyn Sleeper>>,
+    /// Every endpoint can ring the object's fd and is quiet: a sleep may
+    /// wait for the fd with only the safety tick.
+    pub quiet: bool,
+}
+
+impl Drop for Doze {
+    fn drop(&mut self) {
+        for s in self.slept.drain(..) {
+            s.awake();
+        }
+    }
 }
 
 /// How long a sleep on the fd lasts at most when every endpoint can ring
@@ -96,17 +125,40 @@ impl Waiter {
         match wait_obj {
             ffi::FI_WAIT_NONE => Ok(Waiter::with(None, false)),
             ffi::FI_WAIT_YIELD => Ok(Waiter::with(None, true)),
-            ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_FD => {
-                let fd = WaitFd::new()
-                    .map_err(|e| fail!(ffi::FI_EMFILE, "cannot create a wait fd: {e}; raise the open-files limit (ulimit -n)"))?;
-                Ok(Waiter::with(Some(fd), false))
-            }
-            ffi::FI_WAIT_SET | ffi::FI_WAIT_MUTEX_COND => Err(fail!(
+            // (A wait set's member: an fd of its own, which the set watches.)
+            ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_FD | ffi::FI_WAIT_SET => Ok(Waiter::with(Some(Self::wait_fd()?), false)),
+            ffi::FI_WAIT_MUTEX_COND => Err(fail!(
                 ffi::FI_ENOSYS,
-                "wait_obj {wait_obj} (wait set / mutex+cond) is not supported by oxmr; use FI_WAIT_FD, FI_WAIT_UNSPEC, FI_WAIT_YIELD or FI_WAIT_NONE"
+                "wait_obj FI_WAIT_MUTEX_COND is not supported by oxmr; use FI_WAIT_FD, FI_WAIT_UNSPEC, FI_WAIT_SET, FI_WAIT_YIELD or FI_WAIT_NONE"
             )),
             other => Err(fail!(ffi::FI_EINVAL, "unknown wait_obj {other}")),
         }
+    }
+
+    /// A wait set's own waiter (`fi_wait_attr.wait_obj`): FI_WAIT_UNSPEC
+    /// and FI_WAIT_FD get a pollable fd, FI_WAIT_YIELD spins with
+    /// `sched_yield`.
+    pub fn for_set(wait_obj: u32) -> Result<Self> {
+        match wait_obj {
+            ffi::FI_WAIT_UNSPEC | ffi::FI_WAIT_FD => {
+                Ok(Waiter { alone_quiet: true, ..Waiter::with(Some(Self::wait_fd()?), false) })
+            }
+            ffi::FI_WAIT_YIELD => Ok(Waiter::with(None, true)),
+            ffi::FI_WAIT_MUTEX_COND | ffi::FI_WAIT_POLLFD => Err(fail!(
+                ffi::FI_ENOSYS,
+                "fi_wait_open: wait_obj {wait_obj} (FI_WAIT_MUTEX_COND / FI_WAIT_POLLFD) is not supported by oxmr; use FI_WAIT_FD, FI_WAIT_UNSPEC or FI_WAIT_YIELD"
+            )),
+            ffi::FI_WAIT_NONE | ffi::FI_WAIT_SET => Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_wait_open: wait_obj {wait_obj} (FI_WAIT_NONE / FI_WAIT_SET) cannot be a wait set's wait object; use FI_WAIT_FD, FI_WAIT_UNSPEC or FI_WAIT_YIELD"
+            )),
+            other => Err(fail!(ffi::FI_EINVAL, "fi_wait_open: unknown wait_obj {other}")),
+        }
+    }
+
+    fn wait_fd() -> Result<WaitFd> {
+        WaitFd::new()
+            .map_err(|e| fail!(ffi::FI_EMFILE, "cannot create a wait fd: {e}; raise the open-files limit (ulimit -n)"))
     }
 
     fn with(fd: Option<WaitFd>, yields: bool) -> Waiter {
@@ -119,7 +171,13 @@ impl Waiter {
             parked: false.into(),
             parked_with: Mutex::new(Vec::new()),
             safety_ms: AtomicU64::new(u64::MAX),
+            alone_quiet: false,
         }
+    }
+
+    /// Whether a blocking call spins with `sched_yield` (FI_WAIT_YIELD).
+    pub fn yields(&self) -> bool {
+        self.yields
     }
 
     /// The longest a sleep lasts when every endpoint can ring the fd.
@@ -141,6 +199,8 @@ impl Waiter {
         if v.iter().any(|x| Arc::ptr_eq(x, &s)) {
             return;
         }
+        // (A retired sleeper's fd closed with it, which took it out of ours.)
+        v.retain(|x| !x.retired());
         match s.wake_fd() {
             Some(fd) if w.watch(fd).is_ok() => v.push(s),
             _ => self.polls.store(true, Ordering::Release),
@@ -157,11 +217,26 @@ impl Waiter {
         }
         let v = self.sleepers.lock_ok().clone();
         if v.is_empty() {
-            return None;
+            return self.alone_quiet.then_some((v, true));
         }
         // (Every one is told, quiet or not: each `sleep` pairs with an `awake`.)
         let quiet = v.iter().fold(true, |q, s| s.sleep() & q);
         Some((v, quiet))
+    }
+
+    /// A wait set is about to sleep on this object's fd (its member's):
+    /// tell the endpoints that feed it, as a sleep of its own would. The
+    /// Doze tells them "awake" when dropped. Not quiet where an endpoint
+    /// cannot ring; with none attached, quiet (what the set's member
+    /// decides beyond that, such as a counter bound only to MRs, is its
+    /// own: `objects::wait_set`).
+    pub fn doze(&self) -> Doze {
+        if self.polls.load(Ordering::Acquire) {
+            return Doze { slept: Vec::new(), quiet: false };
+        }
+        let slept = self.sleepers.lock_ok().clone();
+        let quiet = slept.iter().fold(true, |q, s| s.sleep() & q);
+        Doze { slept, quiet }
     }
 
     /// fi_trywait found nothing ready: tell the endpoints the application
@@ -395,5 +470,47 @@ mod tests {
         assert_eq!(f.asleep.load(Ordering::SeqCst), 0);
         w.unpark();
         assert_eq!(f.asleep.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_doze_tells_the_endpoints_until_dropped() {
+        let (f, _tx) = fake(true, true);
+        let w = Waiter::new(ffi::FI_WAIT_SET).unwrap();
+        assert!(w.fd().is_some(), "a wait set's member has an fd of its own");
+        assert!(w.doze().quiet, "nothing attached: quiet");
+        w.attach(f.clone(), SAFETY_TICK);
+        let d = w.doze();
+        assert!(d.quiet);
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 1);
+        drop(d);
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 0);
+        let (g, _tx2) = fake(false, true);
+        w.attach(g.clone(), SAFETY_TICK);
+        let d = w.doze();
+        assert!(!d.quiet, "an endpoint that cannot ring: not quiet");
+        assert_eq!(f.asleep.load(Ordering::SeqCst), 0, "(and nobody is told: the sleep ticks)");
+    }
+
+    #[test]
+    fn an_empty_wait_set_sleeps_instead_of_ticking() {
+        for (w, long) in
+            [(Waiter::for_set(ffi::FI_WAIT_FD).unwrap(), true), (Waiter::new(ffi::FI_WAIT_FD).unwrap(), false)]
+        {
+            let mut looks = 0;
+            let spin_end = Instant::now() + Duration::from_millis(3);
+            let got = w.block_until(Some(Instant::now() + Duration::from_millis(50)), || {
+                if Instant::now() > spin_end {
+                    looks += 1;
+                }
+                false
+            });
+            assert!(!got);
+            if long {
+                assert!(looks <= 4, "{looks} looks in 47 ms: an empty set ticks");
+            } else {
+                assert!(looks > 10, "{looks} looks in 47 ms: a lone CQ ticks every 1 ms");
+            }
+        }
+        assert!(Waiter::for_set(ffi::FI_WAIT_YIELD).unwrap().yields());
     }
 }

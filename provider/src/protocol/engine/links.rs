@@ -195,8 +195,11 @@ impl Engine {
     pub(super) fn connecting(&mut self, to: &SocketAddr) -> bool {
         // (A connect that failed in this very call closed the link and
         // dropped the frame: that send waits too, and fails with the link
-        // at the next flush, rather than complete unsent.)
-        self.peers.get(to).is_some_and(|p| p.link.connecting() || p.link.closed())
+        // at the next flush, rather than complete unsent. A link that does
+        // not buffer, shm, took the frame into the peer's queue when the
+        // send returned Ok: closed since, the peer closed its endpoint,
+        // maybe after reading it, and the send is done.)
+        self.peers.get(to).is_some_and(|p| p.link.connecting() || (p.link.closed() && p.link.props().buffers))
     }
 
     /// A send that would complete now completes once the connection to
