@@ -59,11 +59,11 @@ use crate::sys::LockExt;
 use crate::wire::shm::dir::{self, Dir, Refused};
 
 /// The most entries a named AV holds (its file is then 4 MiB).
-pub const MAX_ENTRIES: usize = 1 << 16;
+pub(crate) const MAX_ENTRIES: usize = 1 << 16;
 /// Entries of a named AV opened with `count` 0.
-pub const DEFAULT_ENTRIES: usize = 1024;
+pub(crate) const DEFAULT_ENTRIES: usize = 1024;
 /// The longest name, in bytes (its file name, encoded, fits NAME_MAX).
-pub const MAX_NAME: usize = 80;
+pub(crate) const MAX_NAME: usize = 80;
 
 const HEADER: usize = 64;
 const ENTRY: usize = 64;
@@ -513,9 +513,9 @@ impl SharedFile {
     }
 
     /// A live entry's state code, for `record`.
-    pub const LIVE: u32 = LIVE;
+    pub(crate) const LIVE: u32 = LIVE;
     /// A removed entry's state code, for `record`.
-    pub const REMOVED: u32 = REMOVED;
+    pub(crate) const REMOVED: u32 = REMOVED;
 
     /// A reader: what the creator published since `st` (None: nothing
     /// new, or nothing usable; a file gone bad is said once and read no
