@@ -37,7 +37,7 @@ use crate::sys::LockExt;
 use oxmr_ffi::FidHeader;
 
 /// The longest AV name oxmr takes, in bytes.
-pub use crate::protocol::av::shared::MAX_NAME;
+pub(crate) use crate::protocol::av::shared::MAX_NAME;
 
 /// An address vector.
 #[repr(C)]
