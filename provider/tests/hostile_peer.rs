@@ -1419,11 +1419,13 @@ fn a_read_that_claims_remote_cq_data_raises_no_completion_at_the_target() {
     let mut answer = None;
     while answer.is_none() && std::time::Instant::now() < until {
         assert_eq!(t.poll(), None, "the target reported a completion for a read");
-        p.rx.pop(|m, _| answer = Hdr::decode(m).map(|(h, _)| h));
+        p.rx.pop(|m, _| answer = Hdr::decode(m).map(|(h, n)| (h, m[n..].to_vec())));
     }
-    let a = answer.expect("the read is answered");
+    let (a, data) = answer.expect("the read is answered");
     assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(1), 0));
-    assert_eq!(&dst[..], &t.page()[..64], "the read itself was served");
+    // (A read this small is answered with its bytes in the ACK.)
+    assert_eq!(&data[..], &t.page()[..64], "the read itself was served");
+    assert!(dst.iter().all(|&b| b == 0), "nor written into the initiator's memory");
     assert_eq!(t.poll(), None, "no completion at the target after the read either");
 }
 
@@ -1472,9 +1474,10 @@ fn a_request_naming_another_process_than_its_queues_owner_is_dropped() {
         ..Default::default()
     };
     p.send(h, &iovs(&[(dst.as_mut_ptr() as usize, 64)]));
-    let (a, _) = p.answer(&t).expect("an answer to the honest read");
+    let (a, data) = p.answer(&t).expect("an answer to the honest read");
     assert_eq!((a.op, a.msg_id, a.status), (ACK, p.id(3), 0));
-    assert_eq!(&dst[..], &t.page()[..64]);
+    // (A read this small is answered with its bytes in the ACK.)
+    assert_eq!(&data[..], &t.page()[..64]);
 }
 
 /// A READ written into the target's queue that names the target itself as
@@ -1715,4 +1718,32 @@ fn a_fenced_operation_and_those_after_it_wait_for_the_peers_earlier_ones() {
     assert_eq!(seen[0].1, fenced.to_vec());
     assert_eq!(seen[1].0.op, EAGER);
     assert_eq!(done, vec![Ok(3)], "the eager send behind the fence completes when sent");
+}
+
+#[test]
+fn a_read_answered_with_data_takes_exactly_its_length() {
+    // A small read is answered with its bytes in the ACK (docs/wire.md):
+    // the initiator takes them into the read's buffer only when the answer
+    // carries exactly the bytes asked for; anything else fails the read.
+    let t = unsafe { Target::open() };
+    let mut p = Peer::new(&t.name);
+    let to = t.insert(&p._port.local_addr().unwrap());
+    let mut buf = vec![0u8; 64];
+    for (ctx, answer, want) in [(1usize, vec![0x5a; 3], Err(ffi::FI_EIO as i32)), (2, vec![0x6b; 64], Ok(2))] {
+        buf.iter_mut().for_each(|b| *b = 0);
+        t.read(&mut buf, to, 0x1000, 0x77, ctx);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut req = None;
+        while req.is_none() && std::time::Instant::now() < until {
+            assert_eq!(t.poll(), None);
+            req = p.drain().into_iter().find(|h| h.op == READ);
+        }
+        let req = req.expect("the read's request");
+        p.send(Hdr { op: ACK, msg_id: req.msg_id, ..Default::default() }, &answer);
+        assert_eq!(t.completion(), Some(want), "an answer of {} bytes", answer.len());
+        match want {
+            Ok(_) => assert!(buf.iter().all(|&b| b == 0x6b), "the answer's bytes are in the read's buffer"),
+            Err(_) => assert!(buf.iter().all(|&b| b == 0), "a short answer wrote nothing"),
+        }
+    }
 }

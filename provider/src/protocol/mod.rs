@@ -21,7 +21,10 @@ pub mod inbox;
 
 /// The version of the message format this build speaks (1..=15). Bump it
 /// with every change to the header or to a message's meaning.
-pub(crate) const PROTO_VERSION: u8 = 1;
+/// (2: ATOMIC messages and ACKs that carry data: a fetch's old values, a
+/// small read's bytes; a version-1 peer would drop the one and complete a
+/// read without its data on the other.)
+pub(crate) const PROTO_VERSION: u8 = 2;
 
 /// Bytes of the fixed part of a message header.
 pub(crate) const HDR_BASE: usize = 32;

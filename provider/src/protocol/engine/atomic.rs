@@ -187,9 +187,10 @@ impl Engine {
         answer(self, 0, if w.call == Call::Write { &[] } else { &old });
     }
 
-    /// The answer to one of our fetch or compare atomics: its old values,
-    /// into the result buffers. Returns the status it completes with (an
-    /// answer of the wrong length is an error: the target lied or broke).
+    /// An answer that carries data: a fetch or compare atomic's old values
+    /// into its result buffers, or a small read's bytes into its
+    /// destination. Returns the status it completes with (an answer of
+    /// the wrong length is an error: the target lied or broke).
     pub(super) fn fetched(&self, result: &Iovs, len: usize, body: &[u8], from: &SocketAddr) -> u32 {
         if body.len() != len {
             tracing::warn!(

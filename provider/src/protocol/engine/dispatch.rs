@@ -95,6 +95,8 @@ impl Engine {
                     }
                     let status = match (h.status, p.kind) {
                         (0, Kind::Fetch) => self.fetched(&p.iovs, p.len, body, &from),
+                        // (A small read answered with its data: rma_target.)
+                        (0, Kind::Read) if !body.is_empty() => self.fetched(&p.iovs, p.len, body, &from),
                         (s, _) => s,
                     };
                     if status == 0 {
