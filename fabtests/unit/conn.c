@@ -503,7 +503,7 @@ static void t_garbage(struct ep *p)
 	g[4] = (struct garbage){ .what = "a header that lies about its size", .log = "malformed" };
 	n = hello(g[4].bytes, TCP_WIRE_VERSION);
 	{
-		/* A 40-byte frame whose header (protocol version 1 in byte 26's
+		/* A 40-byte frame whose header (protocol version 2 in byte 26's
 		 * high half) says all five optional words follow (byte 27):
 		 * 72 bytes of header in a frame of 40. */
 		uint32_t flen = 40;
@@ -511,7 +511,7 @@ static void t_garbage(struct ep *p)
 		memcpy(g[4].bytes + n, &flen, 4);
 		memset(g[4].bytes + n + 4, 0, 40);
 		g[4].bytes[n + 4 + 0] = 1;    /* op: an eager send */
-		g[4].bytes[n + 4 + 26] = 0x14; /* version 1, IPv4 sender */
+		g[4].bytes[n + 4 + 26] = 0x24; /* version 2, IPv4 sender */
 		g[4].bytes[n + 4 + 27] = 0x1f;
 		g[4].len = n + 44;
 	}

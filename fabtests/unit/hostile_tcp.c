@@ -158,7 +158,7 @@ static size_t frame(unsigned char *b, uint8_t op, uint8_t flags, uint16_t iovs, 
 	put64(h + 8, len);
 	put64(h + 16, tag);
 	memcpy(h + 24, &name->sin_port, 2);
-	h[26] = 1 << 4 | 4;
+	h[26] = 2 << 4 | 4; /* protocol version 2 (protocol/mod.rs), IPv4 sender */
 	memcpy(h + 28, &name->sin_addr, 4);
 	if (msg_id) {
 		present |= OPT_MSG_ID;
