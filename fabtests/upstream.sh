@@ -3,7 +3,7 @@
 # checkout matching the installed library; nothing of upstream is kept in
 # this repository) against oxmr.
 #
-#   fabtests/upstream.sh <fabtests-bin-dir> <dir-with-liboxmr-fi.so> [unit|quick]
+#   fabtests/upstream.sh <fabtests-bin-dir> <dir-with-liboxmr-fi.so> [unit|quick|standard]
 #
 # An empty <fabtests-bin-dir> ("") means $OXMR_UPSTREAM_FABTESTS, else
 # /opt/ft117/bin: the variable ci/test.sh and the bench/compare_*.sh
@@ -15,7 +15,8 @@
 # the negative getinfo tests that must exit with FI_ENODATA (61). A test's
 # own "skipped because" cases (features oxmr does not offer) are counted
 # on its PASS line.
-# "quick" runs runfabtests.sh -t quick with fabtests/test_configs/oxmr/oxmr.exclude.
+# "quick" and "standard" run runfabtests.sh -t quick / -t standard with
+# fabtests/test_configs/oxmr/oxmr.exclude.
 # OXMR_FT_ADDR (default 127.0.0.1) is the loopback address both sides use:
 # another 127/8 address (127.0.0.2) keeps a run off the ports (9228, ...) of
 # another run on 127.0.0.1 at the same time.
@@ -28,10 +29,12 @@ export FI_PROVIDER_PATH=$prov
 here=$(cd "$(dirname "$0")" && pwd)
 addr=${OXMR_FT_ADDR:-127.0.0.1}
 
-if [ "$set_" = quick ]; then
+if [ "$set_" = quick ] || [ "$set_" = standard ]; then
     # v1.17's runfabtests.sh takes an exclude *file* with -f (-e takes patterns).
-    exec "$bin/runfabtests.sh" -p "$bin/" -t quick -T 120 -f "$here/test_configs/oxmr/oxmr.exclude" \
-        -s "$addr" -c "$addr" oxmr
+    # (The standard set runs every size of its pingpongs and bandwidth
+    # tests: 300 s per test leaves room on a slow machine.)
+    exec "$bin/runfabtests.sh" -p "$bin/" -t "$set_" -T "$([ "$set_" = quick ] && echo 120 || echo 300)" \
+        -f "$here/test_configs/oxmr/oxmr.exclude" -s "$addr" -c "$addr" oxmr
 fi
 
 pass=0 fail=0
