@@ -109,23 +109,10 @@ median() {
 # (MB/s is taken from the round whose latency is the median: the two
 # columns stay one run's.)
 
-# Open MPI: launched as bench/compare_mpi.sh does (an agent that starts each
-# rank in the namespace of its host's address).
+# Open MPI: launched as bench/compare_mpi.sh does (fabtests/netns.sh's agent
+# starts each rank in the namespace of its host's address).
 mpicc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$tmp/pp" "$here/mpi_pp.c"
-cat >"$tmp/agent" <<EOF
-#!/bin/sh
-while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
-host="\$1"
-shift
-case "\$host" in
-$NETNS_ADDR_A) ns="$nsa" ;;
-$NETNS_ADDR_B) ns="$nsb" ;;
-*) echo "agent: no namespace for \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec "\$ns" /bin/sh -c "\$*"
-EOF
-chmod +x "$tmp/agent"
-printf '%s slots=1\n%s slots=1\n' "$NETNS_ADDR_A" "$NETNS_ADDR_B" >"$tmp/hosts"
+netns_mpi_hosts "$tmp"
 base=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x FI_PROVIDER_PATH)
 oxmr=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include oxmr)
 ns=(--hostfile "$tmp/hosts" --mca plm_rsh_agent "$tmp/agent" --mca oob_tcp_if_include 198.18.0.0/24)

@@ -324,7 +324,7 @@ impl AddrTable {
 mod tests {
     use super::*;
     use crate::protocol::av::shared::{SharedFile, MAX_ENTRIES};
-    use crate::wire::shm::dir::tests::Scratch;
+    use crate::wire::user_dir::tests::Scratch;
     use std::os::unix::fs::FileExt;
 
     fn a(i: u16) -> SocketAddr {

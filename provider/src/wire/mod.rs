@@ -37,6 +37,10 @@ pub use tcp::DomainWires;
 pub(crate) use types::FRAME_FLOOR;
 pub use types::{Arrival, Copied, LinkState, OpenError, Proof, Props, WireError};
 
+/// The per-user directory this user's processes share files in (the shm
+/// wire's queues live there; named AVs keep their tables there too), and
+/// its checked-file helpers.
+pub use shm::dir as user_dir;
 pub use shm::region::KeyMismatch;
 pub use shm::share::{Copies, SharedCopy, Span};
 /// A listener of connections (an endpoint's, a passive endpoint's): the

@@ -56,7 +56,7 @@ use crate::error::Result;
 use crate::fail;
 use crate::info::addr;
 use crate::sys::LockExt;
-use crate::wire::shm::dir::{self, Dir, Refused};
+use crate::wire::user_dir::{self as dir, Dir, Refused};
 
 /// The most entries a named AV holds (its file is then 4 MiB).
 pub(crate) const MAX_ENTRIES: usize = 1 << 16;
