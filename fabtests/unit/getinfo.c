@@ -475,9 +475,14 @@ static void test_refusals(void)
 	h->fabric_attr->name = strdup("10.99.0.0/16");
 	REFUSED("fabric name that does not exist", NULL, NULL, 0, h);
 
-	h = oxt_hints(FI_EP_RDM);
+	/* (Several contexts are a scalable endpoint's: RDM, at most 16.) */
+	h = oxt_hints(FI_EP_MSG);
 	h->ep_attr->tx_ctx_cnt = 2;
-	REFUSED("ep_attr->tx_ctx_cnt 2", NULL, NULL, 0, h);
+	REFUSED("ep_attr->tx_ctx_cnt 2 on FI_EP_MSG", NULL, NULL, 0, h);
+
+	h = oxt_hints(FI_EP_RDM);
+	h->ep_attr->rx_ctx_cnt = 17;
+	REFUSED("ep_attr->rx_ctx_cnt 17", NULL, NULL, 0, h);
 
 	h = oxt_hints(FI_EP_RDM);
 	h->ep_attr->auth_key_size = 8;

@@ -218,7 +218,15 @@ unsafe extern "C" fn endpoint2(
     unsafe { endpoint(domain, info_, out, context) }
 }
 
-crate::enosys!(scalable_ep, "fi_scalable_ep", (domain: *mut ffi::fid_domain, info: *mut ffi::fi_info, sep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
+unsafe extern "C" fn scalable_ep(
+    domain: *mut ffi::fid_domain,
+    info_: *mut ffi::fi_info,
+    out: *mut *mut ffi::fid_ep,
+    context: *mut c_void,
+) -> i32 {
+    // SAFETY: fi_scalable_ep(3)'s `info` and `sep` (`out`), as `open` requires.
+    guard_int("fi_scalable_ep", || unsafe { super::sep::open(domain, info_, out, context) })
+}
 unsafe extern "C" fn poll_open(
     domain: *mut ffi::fid_domain,
     attr_: *mut ffi::fi_poll_attr,

@@ -11,7 +11,9 @@ use super::{common, guard_int, guard_ssize};
 use crate::error::Result;
 use crate::fail;
 use crate::info::{addr, attrs};
-use crate::objects::{alias::EpAlias, av::Av, cntr::Cntr, cq::Cq, ep::Ep, eq::Eq};
+use crate::objects::alias::{EpAlias, OpDefaults};
+use crate::objects::sep::{RxCtx, Sep, TxCtx};
+use crate::objects::{av::Av, cntr::Cntr, cq::Cq, ep::Ep, eq::Eq};
 
 pub static EP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
@@ -66,10 +68,27 @@ crate::fid_object!(EpAlias, hdr, ffi::FI_CLASS_EP, "endpoint alias", ALIAS_FI_OP
 /// The endpoint behind a data or endpoint slot's own fid argument
 /// (`from_fid!`'s contract): an endpoint, or an alias of one (then also
 /// the alias, whose default op flags the slot applies).
-pub(super) fn target<'a, F>(p: *const F) -> Result<(&'a Ep, Option<&'a EpAlias>)> {
+pub(super) fn target<'a, F>(p: *const F) -> Result<(&'a Ep, Option<&'a OpDefaults>)> {
+    if from_fid!(is Ep, p) {
+        return Ok((from_fid!(Ep, p)?, None));
+    }
     if from_fid!(is EpAlias, p) {
         let a = from_fid!(EpAlias, p)?;
-        return Ok((&a.ep, Some(a)));
+        return Ok((&a.d.ep, Some(&a.d)));
+    }
+    if from_fid!(is TxCtx, p) {
+        let c = from_fid!(TxCtx, p)?;
+        return Ok((&c.d.ep, Some(&c.d)));
+    }
+    if from_fid!(is RxCtx, p) {
+        let c = from_fid!(RxCtx, p)?;
+        return Ok((&c.d.ep, Some(&c.d)));
+    }
+    if from_fid!(is Sep, p) {
+        return Err(fail!(
+            ffi::FI_EINVAL,
+            "an operation on a scalable endpoint: post it through one of its contexts (fi_tx_context, fi_rx_context)"
+        ));
     }
     Ok((from_fid!(Ep, p)?, None))
 }
@@ -153,7 +172,7 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, arg: *mut c_void) -
 /// # Safety
 /// `arg` is NULL or a readable and writable `uint64_t` (both commands'
 /// argument, fi_endpoint(3)).
-unsafe fn ops_flags_control(
+pub(super) unsafe fn ops_flags_control(
     command: u32,
     arg: *mut c_void,
     ops_flags: impl FnOnce(u64, Option<u64>) -> Result<u64>,
@@ -209,15 +228,15 @@ unsafe extern "C" fn alias_control(f: *mut ffi::fid, command: i32, arg: *mut c_v
     guard_int("fi_control(ep alias)", || {
         let a = from_fid!(EpAlias, f)?;
         match command as u32 {
-            ffi::FI_ENABLE => a.ep.enable_and_start().map(|_| 0),
+            ffi::FI_ENABLE => a.d.ep.enable_and_start().map(|_| 0),
             c @ (ffi::FI_GETOPSFLAG | ffi::FI_SETOPSFLAG) => {
                 let call = if c == ffi::FI_SETOPSFLAG { "FI_SETOPSFLAG" } else { "FI_GETOPSFLAG" };
                 // SAFETY: both commands take a `uint64_t *` (fi_endpoint(3)).
-                unsafe { ops_flags_control(c, arg, |which, set| a.ops_flags(call, which, set)) }
+                unsafe { ops_flags_control(c, arg, |which, set| a.d.ops_flags(call, which, set)) }
             }
             // (An alias of an alias is one of the endpoint.)
             // SAFETY: FI_ALIAS takes a `struct fi_alias *` (fi_control(3)).
-            ffi::FI_ALIAS => unsafe { make_alias(a.ep.clone(), arg) },
+            ffi::FI_ALIAS => unsafe { make_alias(a.d.ep.clone(), arg) },
             c => Err(fail!(ffi::FI_ENOSYS, "fi_control command {c} is not supported on an endpoint alias")),
         }
     })

@@ -94,6 +94,9 @@ fn op(
 fn post(name: &'static str, ep: *mut fid_ep, o: impl FnOnce() -> Result<AtomicOp>) -> isize {
     with_ep(name, ep, |ep, alias| {
         let o = o()?;
+        if let Some(a) = alias {
+            a.allows(crate::objects::alias::Only::Transmit, name)?;
+        }
         match triggered(alias, o.flags) {
             (true, flags) => post_triggered(ep, o.ctx, Held::Atomic(AtomicOp { flags, ..o })),
             (false, flags) => ep.atomic(AtomicOp { flags, ..o }),

@@ -21,7 +21,7 @@ use super::guard_ssize;
 use crate::error::Result;
 use crate::fail;
 use crate::info::attrs;
-use crate::objects::alias::EpAlias;
+use crate::objects::alias::{Only, OpDefaults};
 use crate::objects::cntr::Cntr;
 use crate::objects::ep::Ep;
 use crate::objects::ep::{Held, Iovs, RmaOp, Trigger, TxOp, INJECT_CALL};
@@ -109,8 +109,8 @@ fn triggers(flags: Option<u64>) -> bool {
 /// The flags a transmit posted through `alias` takes: its own (a `*msg`
 /// call's, an inject's), else the alias's defaults, else None (the
 /// endpoint's).
-fn tx_flags(alias: Option<&EpAlias>, own: Option<u64>) -> Option<u64> {
-    own.or_else(|| alias.and_then(EpAlias::tx_flags))
+fn tx_flags(alias: Option<&OpDefaults>, own: Option<u64>) -> Option<u64> {
+    own.or_else(|| alias.and_then(OpDefaults::tx_flags))
 }
 
 /// The threshold trigger a triggered operation's context holds
@@ -178,7 +178,7 @@ fn untrigger(f: u64) -> u64 {
 
 /// Whether a transmit posts as a triggered operation, with its flags
 /// (`tx_flags`).
-pub(super) fn triggered(alias: Option<&EpAlias>, own: Option<u64>) -> (bool, Option<u64>) {
+pub(super) fn triggered(alias: Option<&OpDefaults>, own: Option<u64>) -> (bool, Option<u64>) {
     let f = tx_flags(alias, own);
     (triggers(f), f)
 }
@@ -194,7 +194,7 @@ pub(super) fn null_msg(name: &'static str) -> isize {
 pub(super) fn with_ep(
     name: &'static str,
     ep: *mut fid_ep,
-    f: impl FnOnce(&Ep, Option<&EpAlias>) -> Result<()>,
+    f: impl FnOnce(&Ep, Option<&OpDefaults>) -> Result<()>,
 ) -> isize {
     guard_ssize(name, || {
         let (ep, alias) = super::ep::target(ep)?;
@@ -207,9 +207,13 @@ fn send_common(name: &'static str, ep: *mut fid_ep, o: Result<TxOp>) -> isize {
         // (By reference from here on: an operation is ~150 bytes, and each
         // move by value is a memmove on the per-message path.)
         let o = o?;
-        if alias.is_none() && !triggers(o.flags) {
-            return ep.send(&o);
-        }
+        let Some(a) = alias else {
+            if !triggers(o.flags) {
+                return ep.send(&o);
+            }
+            return post_triggered(ep, o.ctx, Held::Send(o));
+        };
+        a.allows(Only::Transmit, name)?;
         match triggered(alias, o.flags) {
             (true, flags) => post_triggered(ep, o.ctx, Held::Send(TxOp { flags, ..o })),
             (false, flags) => ep.send(&TxOp { flags, ..o }),
@@ -227,8 +231,11 @@ fn recv_common(
     flags: Option<u64>,
 ) -> isize {
     with_ep(name, ep, |ep, alias| {
+        if let Some(a) = alias {
+            a.allows(Only::Receive, name)?;
+        }
         // (An alias's receive defaults never hold FI_TRIGGER.)
-        let flags = flags.or_else(|| alias.and_then(EpAlias::rx_flags));
+        let flags = flags.or_else(|| alias.and_then(OpDefaults::rx_flags));
         ep.recv(ctx as usize, v?, src, tag, flags)
     })
 }
@@ -236,6 +243,9 @@ fn recv_common(
 fn rma_common(name: &'static str, ep: *mut fid_ep, o: Result<RmaOp>) -> isize {
     with_ep(name, ep, |ep, alias| {
         let o = o?;
+        if let Some(a) = alias {
+            a.allows(Only::Transmit, name)?;
+        }
         match triggered(alias, o.flags) {
             (true, flags) => post_triggered(ep, o.ctx, Held::Rma(RmaOp { flags, ..o })),
             (false, flags) => ep.rma(RmaOp { flags, ..o }),
@@ -437,7 +447,10 @@ unsafe extern "C" fn tagged_recvmsg(ep: *mut fid_ep, msg: *const ffi::fi_msg_tag
         // SAFETY: the message's `msg_iov` is NULL or holds `iov_count` iovecs
         // (fi_msg(3); iovs refuses NULL with a count).
         let v = unsafe { iovs(m.msg_iov, m.iov_count) };
-        return with_ep(NAME, ep, |ep, _| ep.probe(m.context as usize, v?, m.addr, (m.tag, m.ignore), flags));
+        return with_ep(NAME, ep, |ep, a| {
+            a.map_or(Ok(()), |a| a.allows(Only::Receive, NAME))?;
+            ep.probe(m.context as usize, v?, m.addr, (m.tag, m.ignore), flags)
+        });
     }
     // SAFETY: the message's `msg_iov` is NULL or holds `iov_count` iovecs
     // (fi_msg(3); iovs refuses NULL with a count).

@@ -27,6 +27,7 @@ pub mod params;
 pub mod pep;
 pub mod poll;
 pub mod provider;
+pub mod sep;
 pub mod stx;
 pub mod wait_set;
 

@@ -38,6 +38,15 @@ unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> 
         let mr = from_fid!(Mr, f)?;
         match from_fid!(class bfid) {
             Some(ffi::FI_CLASS_EP) => mr.bind_ep(&from_fid!(retain Ep, bfid)?, flags)?,
+            // (A context of a scalable endpoint: its index's endpoint.)
+            Some(ffi::FI_CLASS_TX_CTX) => {
+                let c = from_fid!(crate::objects::sep::TxCtx, bfid)?;
+                mr.bind_ep_of(&c.d.ep, Some(&c.sep), flags)?
+            }
+            Some(ffi::FI_CLASS_RX_CTX) => {
+                let c = from_fid!(crate::objects::sep::RxCtx, bfid)?;
+                mr.bind_ep_of(&c.d.ep, Some(&c.sep), flags)?
+            }
             Some(ffi::FI_CLASS_CNTR) => mr.bind_cntr(&from_fid!(retain Cntr, bfid)?, flags)?,
             _ => return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: bind an MR to an endpoint or a counter")),
         }

@@ -85,8 +85,14 @@ pub(crate) const DOMAIN_CAPS: u64 = ffi::FI_LOCAL_COMM as u64 | ffi::FI_REMOTE_C
 /// DGRAM), in their info's caps and their domain's.
 pub(crate) const SHARED_AV: u64 = ffi::FI_SHARED_AV as u64;
 
-/// What an RDM endpoint of oxmr can do.
+/// The most transmit and receive contexts a scalable endpoint has
+/// (`objects::sep`: each is an endpoint of its own, at consecutive ports).
+pub(crate) const SEP_MAX_CTX: usize = 16;
+
+/// What an RDM endpoint of oxmr can do (FI_NAMED_RX_CTX: a scalable
+/// endpoint's receive contexts are named with fi_rx_addr).
 pub(crate) const RDM_CAPS: u64 = b(ffi::FI_MSG)
+    | ffi::FI_NAMED_RX_CTX as u64
     | b(ffi::FI_TAGGED)
     | b(ffi::FI_RMA)
     | b(ffi::FI_ATOMIC)
@@ -267,8 +273,8 @@ pub fn template(ep_type: u32) -> Info {
             ep_cnt: OBJ_LIMIT,
             tx_ctx_cnt: OBJ_LIMIT,
             rx_ctx_cnt: OBJ_LIMIT,
-            max_ep_tx_ctx: 1,
-            max_ep_rx_ctx: 1,
+            max_ep_tx_ctx: if ep_type == ffi::FI_EP_RDM { SEP_MAX_CTX } else { 1 },
+            max_ep_rx_ctx: if ep_type == ffi::FI_EP_RDM { SEP_MAX_CTX } else { 1 },
             max_ep_stx_ctx: 1,
             max_ep_srx_ctx: 0,
             cntr_cnt: OBJ_LIMIT,

@@ -37,18 +37,64 @@ const INHERIT: u64 = u64::MAX;
 #[repr(C)]
 pub struct EpAlias {
     pub hdr: FidHeader<ffi::fid_ep>,
-    pub ep: Arc<Ep>,
-    tx: AtomicU64,
-    rx: AtomicU64,
+    pub d: OpDefaults,
 }
 
 impl EpAlias {
     /// An alias of `ep` whose defaults for the direction `flags` names
     /// are the rest of `flags`.
     pub fn new(hdr: FidHeader<ffi::fid_ep>, ep: Arc<Ep>, flags: u64) -> Result<Self> {
-        let a = EpAlias { hdr, ep, tx: AtomicU64::new(INHERIT), rx: AtomicU64::new(INHERIT) };
-        a.ops_flags("fi_ep_alias", flags, Some(flags))?;
-        Ok(a)
+        let d = OpDefaults::new(ep, None);
+        d.ops_flags("fi_ep_alias", flags, Some(flags))?;
+        Ok(EpAlias { hdr, d })
+    }
+}
+
+/// Which operations a `fid_ep` other than the endpoint's own takes: an
+/// alias both directions, a scalable endpoint's transmit context
+/// (`objects::sep`) only transmits, its receive context only receives.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Only {
+    Transmit,
+    Receive,
+}
+
+/// What a `fid_ep` over an endpoint adds to it: its own default op flags
+/// (an alias's, a scalable endpoint's context's) and, for a context, the
+/// one direction it takes operations for.
+pub struct OpDefaults {
+    pub ep: Arc<Ep>,
+    tx: AtomicU64,
+    rx: AtomicU64,
+    only: Option<Only>,
+}
+
+impl OpDefaults {
+    /// Defaults that are the endpoint's until set; `only` restricts the
+    /// operations to one direction (a context of a scalable endpoint).
+    pub fn new(ep: Arc<Ep>, only: Option<Only>) -> Self {
+        OpDefaults { ep, tx: AtomicU64::new(INHERIT), rx: AtomicU64::new(INHERIT), only }
+    }
+
+    /// The one direction this fid takes operations for (None: both).
+    pub fn only(&self) -> Option<Only> {
+        self.only
+    }
+
+    /// `-FI_EOPNOTSUPP` with a log line when `call`, an operation of
+    /// direction `dir`, is posted to a context of the other direction.
+    pub fn allows(&self, dir: Only, call: &str) -> Result<()> {
+        match self.only {
+            Some(o) if o != dir => Err(fail!(
+                ffi::FI_EOPNOTSUPP,
+                "{call} on a scalable endpoint's {} context: post {} through a {} context (fi_{}_context)",
+                if o == Only::Transmit { "transmit" } else { "receive" },
+                if dir == Only::Transmit { "transmits" } else { "receives" },
+                if dir == Only::Transmit { "transmit" } else { "receive" },
+                if dir == Only::Transmit { "tx" } else { "rx" }
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The transmit defaults of operations posted through the alias;
@@ -71,6 +117,15 @@ impl EpAlias {
             return Err(fail!(
                 ffi::FI_EINVAL,
                 "{call}: name exactly one of FI_TRANSMIT or FI_RECV in the flags (got {which:#x})"
+            ));
+        }
+        let dir = if tx { Only::Transmit } else { Only::Receive };
+        if self.only.is_some_and(|o| o != dir) {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "{call}: {} flags on a scalable endpoint's {} context",
+                if tx { "FI_TRANSMIT" } else { "FI_RECV" },
+                if tx { "receive" } else { "transmit" }
             ));
         }
         let slot = if tx { &self.tx } else { &self.rx };

@@ -96,11 +96,16 @@ impl Av {
             t @ (ffi::FI_AV_UNSPEC | ffi::FI_AV_MAP | ffi::FI_AV_TABLE) => t,
             t => return Err(fail!(ffi::FI_EINVAL, "unknown av type {t}; use FI_AV_MAP or FI_AV_TABLE")),
         };
-        if attr.rx_ctx_bits != 0 {
+        // (fi_rx_addr puts a receive context's index in the top
+        // rx_ctx_bits of an fi_addr: what a scalable endpoint has fits
+        // in 4, and more than 16 would leave too few for the index.)
+        if !(0..=crate::protocol::av::MAX_RX_CTX_BITS as i32).contains(&attr.rx_ctx_bits) {
             return Err(fail!(
                 ffi::FI_EINVAL,
-                "rx_ctx_bits {} asked: oxmr has no scalable endpoints; pass 0",
-                attr.rx_ctx_bits
+                "rx_ctx_bits {} asked: oxmr takes 0 to {} (its scalable endpoints have at most {} receive contexts)",
+                attr.rx_ctx_bits,
+                crate::protocol::av::MAX_RX_CTX_BITS,
+                crate::info::attrs::SEP_MAX_CTX
             ));
         }
         // (FI_SYMMETRIC is a hint about the addresses to come: taken.)
@@ -161,6 +166,7 @@ impl Av {
             }
             (None, None) => (AddrTable::new(attr.count, map), None),
         };
+        let table = table.with_rx_bits(attr.rx_ctx_bits as u32);
         let events = attr.flags & ffi::FI_EVENT as u64 != 0;
         Ok(Av { hdr, domain, av_type, events, eq: Mutex::new(None), table: Arc::new(table), map: map_array })
     }
@@ -278,7 +284,9 @@ impl Av {
     pub fn lookup(&self, fi_addr: u64) -> Result<SocketAddr> {
         // (A named AV's reader reads what its creator changed first.)
         self.table.refresh();
-        self.table.lookup(fi_addr)
+        // (An fi_addr made by fi_rx_addr looks up the address inserted,
+        // the scalable endpoint's, whichever receive context it names.)
+        self.table.lookup(self.table.base_of(fi_addr))
     }
 
     /// The fi_addr of an address, if inserted (for FI_SOURCE reporting).

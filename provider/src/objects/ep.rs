@@ -99,7 +99,7 @@ pub struct Ep {
 /// Default FI_OPT_MIN_MULTI_RECV (bytes left before a multi-recv buffer is released).
 pub(crate) const DEFAULT_MIN_MULTI_RECV: usize = 64;
 
-fn listen(at: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
+pub(crate) fn listen(at: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
     let l = TcpListener::bind(at).map_err(|e| match e.kind() {
         std::io::ErrorKind::AddrInUse => {
             fail!(ffi::FI_EADDRINUSE, "address {at} is already in use; pick another service/port")
@@ -143,6 +143,17 @@ impl Drop for Ep {
 impl Ep {
     /// Validate the info and build the endpoint (with its listener for RDM).
     pub fn new(hdr: FidHeader<ffi::fid_ep>, domain: Arc<Domain>, info: Info) -> Result<Self> {
+        Self::with_listener(hdr, domain, info, None)
+    }
+
+    /// `new`, listening on `listener` (a scalable endpoint's context,
+    /// `objects::sep`) instead of a new one at the info's source address.
+    pub fn with_listener(
+        hdr: FidHeader<ffi::fid_ep>,
+        domain: Arc<Domain>,
+        info: Info,
+        listener: Option<TcpListener>,
+    ) -> Result<Self> {
         let offered = match info.ep.type_ {
             ffi::FI_EP_RDM => attrs::RDM_CAPS,
             ffi::FI_EP_MSG => attrs::MSG_CAPS,
@@ -171,7 +182,7 @@ impl Ep {
         if (info.ep.tx_ctx_cnt > 1 && !shared_tx) || info.ep.rx_ctx_cnt > 1 {
             return Err(fail!(
                 ffi::FI_EINVAL,
-                "fi_endpoint: tx_ctx_cnt {} rx_ctx_cnt {}: oxmr has one context per endpoint (or a shared transmit context, tx_ctx_cnt FI_SHARED_CONTEXT)",
+                "fi_endpoint: tx_ctx_cnt {} rx_ctx_cnt {}: an endpoint has one context (or a shared transmit context, tx_ctx_cnt FI_SHARED_CONTEXT); open several with fi_scalable_ep",
                 info.ep.tx_ctx_cnt as isize,
                 info.ep.rx_ctx_cnt as isize
             ));
@@ -196,8 +207,13 @@ impl Ep {
             )?,
             None => domain.auth_key.clone(),
         };
-        let src = source_of(&info, &domain);
-        let (l, name) = listen(src)?;
+        let (l, name) = match listener {
+            Some(l) => {
+                let name = l.local_addr().map_err(|e| fail!(ffi::FI_EIO, "getsockname: {e}"))?;
+                (l, name)
+            }
+            None => listen(source_of(&info, &domain))?,
+        };
         state.listener = Some(l);
         state.name = Some(name);
         let region = Some(Inbox::create(&name, domain.fabric.config.wire, auth_key.as_ref(), "fi_endpoint")?);

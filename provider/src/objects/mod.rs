@@ -18,5 +18,6 @@ pub mod mr;
 pub mod pep;
 pub mod poll;
 pub mod progress;
+pub mod sep;
 pub mod stx;
 pub mod wait_set;

@@ -23,6 +23,9 @@ use oxmr_ffi::FidHeader;
 #[derive(Default)]
 pub struct MrState {
     pub ep: Option<Weak<Ep>>,
+    /// Bound through a context of this scalable endpoint: binding it to
+    /// another of its contexts is binding it to the same endpoint.
+    pub sep: Option<Weak<super::sep::Sep>>,
     pub cntr: Option<Weak<Cntr>>,
 }
 
@@ -54,6 +57,13 @@ impl Mr {
 
     /// fi_mr_bind to an endpoint (FI_MR_ENDPOINT).
     pub fn bind_ep(&self, ep: &Arc<Ep>, flags: u64) -> Result<()> {
+        self.bind_ep_of(ep, None, flags)
+    }
+
+    /// fi_mr_bind to an endpoint, or to a context of scalable endpoint
+    /// `sep` (whose index's endpoint `ep` is): an MR is bound to one
+    /// endpoint, and every context of a scalable endpoint is that one.
+    pub fn bind_ep_of(&self, ep: &Arc<Ep>, sep: Option<&Arc<super::sep::Sep>>, flags: u64) -> Result<()> {
         if flags != 0 {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_mr_bind(ep): flags {flags:#x}; pass 0"));
         }
@@ -61,10 +71,18 @@ impl Mr {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: the endpoint belongs to another domain"));
         }
         let mut s = self.state();
+        let same_sep = match (&s.sep, sep) {
+            (Some(had), Some(now)) => std::ptr::eq(had.as_ptr(), Arc::as_ptr(now)),
+            _ => false,
+        };
+        if same_sep {
+            return Ok(());
+        }
         if s.ep.is_some() {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: this MR is already bound to an endpoint"));
         }
         s.ep = Some(Arc::downgrade(ep));
+        s.sep = sep.map(Arc::downgrade);
         Ok(())
     }
 

@@ -60,14 +60,42 @@ pub struct AddrTable {
     /// message's path reads no lock here (see [`AddrTable::version`]).
     version: AtomicU64,
     named: Option<Named>,
+    /// `fi_av_attr.rx_ctx_bits`: the top bits of an fi_addr that name a
+    /// receive context of a scalable endpoint (`fi_rx_addr`); 0: none.
+    rx_bits: u32,
 }
 
+/// The most `rx_ctx_bits` an AV takes.
+pub(crate) const MAX_RX_CTX_BITS: u32 = 16;
+
 impl AddrTable {
+    /// The same table, whose fi_addrs carry a receive context's index in
+    /// their top `bits` (at most `MAX_RX_CTX_BITS`).
+    pub fn with_rx_bits(mut self, bits: u32) -> Self {
+        self.rx_bits = bits.min(MAX_RX_CTX_BITS);
+        self
+    }
+
+    /// An fi_addr's entry and the receive context it names (0 without
+    /// rx_ctx_bits).
+    fn split(&self, fi_addr: u64) -> (u64, u16) {
+        match self.rx_bits {
+            0 => (fi_addr, 0),
+            b => (fi_addr & (u64::MAX >> b), (fi_addr >> (64 - b)) as u16),
+        }
+    }
+
+    /// The fi_addr of the entry an fi_addr names, without its receive
+    /// context.
+    pub fn base_of(&self, fi_addr: u64) -> u64 {
+        self.split(fi_addr).0
+    }
+
     /// An empty table with room for `count` addresses; `reuse` (FI_AV_MAP)
     /// hands freed indexes out again.
     pub fn new(count: usize, reuse: bool) -> Self {
         let table = Table { slots: Vec::with_capacity(count.min(1 << 16)), ..Default::default() };
-        AddrTable { reuse, table: RwLock::new(table), version: AtomicU64::new(0), named: None }
+        AddrTable { reuse, table: RwLock::new(table), version: AtomicU64::new(0), named: None, rx_bits: 0 }
     }
 
     /// The table of a named AV: its creator's (`creator`: it writes the
@@ -75,7 +103,13 @@ impl AddrTable {
     pub fn named(file: SharedFile, creator: bool) -> Self {
         let table = Table { slots: Vec::with_capacity(file.capacity().min(1 << 12)), ..Default::default() };
         let named = if creator { Named::Creator(file) } else { Named::Reader(file) };
-        let t = AddrTable { reuse: false, table: RwLock::new(table), version: AtomicU64::new(0), named: Some(named) };
+        let t = AddrTable {
+            reuse: false,
+            table: RwLock::new(table),
+            version: AtomicU64::new(0),
+            named: Some(named),
+            rx_bits: 0,
+        };
         t.refresh();
         t
     }
@@ -295,12 +329,27 @@ impl AddrTable {
         self.version.fetch_add(1, Ordering::Release);
     }
 
-    /// The address stored for an fi_addr.
+    /// The address an fi_addr sends to: the one stored for its entry, or
+    /// with rx_ctx_bits, that of the receive context it names: a scalable
+    /// endpoint's receive context k listens at its name's port + k
+    /// (`objects::sep`).
     pub fn lookup(&self, fi_addr: u64) -> Result<SocketAddr> {
+        let (fi_addr, rx) = self.split(fi_addr);
         self.reread_if_due(Some(fi_addr));
         let t = self.table.read_ok();
         match t.slots.get(fi_addr as usize) {
-            Some(Some(a)) => Ok(*a),
+            Some(Some(a)) if rx == 0 => Ok(*a),
+            Some(Some(a)) => match a.port().checked_add(rx) {
+                Some(p) => {
+                    let mut to = *a;
+                    to.set_port(p);
+                    Ok(to)
+                }
+                None => Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_addr {fi_addr:#x} names receive context {rx} of {a}, past port 65535: it is no scalable endpoint's context"
+                )),
+            },
             _ => match (t.bad.get(&fi_addr), self.shared_file()) {
                 (Some(why), Some(f)) => Err(fail!(
                     ffi::FI_EINVAL,
@@ -313,10 +362,26 @@ impl AddrTable {
     }
 
     /// The fi_addr of an address, if inserted (for FI_SOURCE reporting).
+    /// With rx_ctx_bits, an address k ports above one inserted (k below
+    /// the contexts a scalable endpoint has and the bits can name) is
+    /// context k of that scalable endpoint, whose transmit context k
+    /// sends from there: its fi_addr is `fi_rx_addr(entry, k)`, which
+    /// sends back to that same address.
     pub fn reverse(&self, addr: &SocketAddr) -> Option<u64> {
         self.reread_if_due(None);
         let t = self.table.read_ok();
-        t.rev.get(addr).copied()
+        if let Some(&fi) = t.rev.get(addr) {
+            return Some(fi);
+        }
+        if self.rx_bits == 0 {
+            return None;
+        }
+        let most = (1u64 << self.rx_bits).min(crate::info::attrs::SEP_MAX_CTX as u64);
+        (1..most).find_map(|k| {
+            let mut base = *addr;
+            base.set_port(addr.port().checked_sub(k as u16)?);
+            t.rev.get(&base).map(|&fi| fi | (k << (64 - self.rx_bits)))
+        })
     }
 }
 
@@ -344,6 +409,37 @@ mod tests {
         let c = AddrTable::named(SharedFile::create_in(d.clone(), name, cap, true).unwrap(), true);
         let r = AddrTable::named(SharedFile::open_in(d, name).unwrap(), false);
         (c, r)
+    }
+
+    /// `fi_rx_addr(fi_addr, rx, bits)` of fi_endpoint(3).
+    fn rx_addr(fi_addr: u64, rx: u64, bits: u32) -> u64 {
+        fi_addr | (rx << (64 - bits))
+    }
+
+    #[test]
+    fn with_rx_ctx_bits_an_fi_addr_names_a_receive_context_at_its_port_and_a_source_names_its_context() {
+        let t = AddrTable::new(4, false).with_rx_bits(2);
+        let top: SocketAddr = "127.0.0.1:65535".parse().unwrap();
+        assert_eq!(t.insert(&[Some(a(0)), Some(a(10)), Some(top)]), [Ok(0), Ok(1), Ok(2)]);
+        assert_eq!(t.lookup(rx_addr(1, 0, 2)).unwrap(), a(10));
+        assert_eq!(t.lookup(rx_addr(1, 3, 2)).unwrap(), a(13));
+        assert_eq!(t.lookup(rx_addr(0, 2, 2)).unwrap(), a(2));
+        // (Past port 65535 is nobody's context; an index never inserted is
+        // no address, whatever context it names.)
+        assert_eq!(code(t.lookup(rx_addr(2, 1, 2))), ffi::FI_EINVAL);
+        assert_eq!(code(t.lookup(rx_addr(3, 1, 2))), ffi::FI_EINVAL);
+        assert_eq!(t.base_of(rx_addr(1, 3, 2)), 1);
+        // A sender k ports above an entry is that entry's context k (k
+        // below what the bits name); an inserted address is itself.
+        assert_eq!(t.reverse(&a(10)), Some(1));
+        assert_eq!(t.reverse(&a(12)), Some(rx_addr(1, 2, 2)));
+        assert_eq!(t.reverse(&a(1)), Some(rx_addr(0, 1, 2)));
+        assert_eq!(t.reverse(&a(14)), None);
+        // Without rx_ctx_bits the top bits are part of the index.
+        let plain = AddrTable::new(4, false);
+        assert_eq!(plain.insert(&[Some(a(0))]), [Ok(0)]);
+        assert_eq!(code(plain.lookup(rx_addr(0, 1, 2))), ffi::FI_EINVAL);
+        assert_eq!(plain.reverse(&a(1)), None);
     }
 
     #[test]
