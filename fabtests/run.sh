@@ -213,6 +213,8 @@ extra_run "probe[FI_OXMR_WIRE=tcp]" probe FI_OXMR_WIRE=tcp
 extra_run "multi_recv[FI_OXMR_WIRE=tcp]" multi_recv FI_OXMR_WIRE=tcp
 # FI_EP_MSG connections with their data over TCP.
 extra_run "msg[FI_OXMR_WIRE=tcp]" msg FI_OXMR_WIRE=tcp
+# A shared receive context's endpoints receiving over TCP.
+extra_run "srx[FI_OXMR_WIRE=tcp]" srx FI_OXMR_WIRE=tcp
 # Scalable endpoints' contexts over TCP (each index its own listener).
 extra_run "sep[FI_OXMR_WIRE=tcp]" sep FI_OXMR_WIRE=tcp
 # A named AV's reader sending through it over TCP.

@@ -259,7 +259,23 @@ unsafe extern "C" fn stx_ctx(
         unsafe { hand_out(out, "shared transmit context", || Ok(Arc::new(Stx::new(hdr, d, a)?))) }
     })
 }
-crate::enosys!(srx_ctx, "fi_srx_context", (domain: *mut ffi::fid_domain, attr: *mut ffi::fi_rx_attr, rx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
+unsafe extern "C" fn srx_ctx(
+    domain: *mut ffi::fid_domain,
+    attr_: *mut ffi::fi_rx_attr,
+    out: *mut *mut ffi::fid_ep,
+    context: *mut c_void,
+) -> i32 {
+    guard_int("fi_srx_context", || {
+        let d = from_fid!(retain Domain, domain)?;
+        // SAFETY: fi_srx_context(3)'s `attr` is NULL (the defaults) or the
+        // application's fi_rx_attr.
+        let a = unsafe { attr_.as_ref() };
+        let hdr = super::srx::header(context);
+        // SAFETY: `out` is the call's out-parameter: NULL (refused by
+        // hand_out) or writable for one pointer.
+        unsafe { hand_out(out, "shared receive context", || Ok(Arc::new(crate::objects::srx::Srx::new(hdr, d, a)?))) }
+    })
+}
 unsafe extern "C" fn query_atomic(
     _domain: *mut ffi::fid_domain,
     datatype: ffi::fi_datatype,

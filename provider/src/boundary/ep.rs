@@ -84,6 +84,12 @@ pub(super) fn target<'a, F>(p: *const F) -> Result<(&'a Ep, Option<&'a OpDefault
         let c = from_fid!(RxCtx, p)?;
         return Ok((&c.d.ep, Some(&c.d)));
     }
+    if from_fid!(is crate::objects::srx::Srx, p) {
+        return Err(fail!(
+            ffi::FI_EOPNOTSUPP,
+            "an operation a shared receive context does not take: it takes receives (fi_recv, fi_trecv and their forms, no FI_PEEK) and fi_cancel; transmit through an endpoint"
+        ));
+    }
     if from_fid!(is Sep, p) {
         return Err(fail!(
             ffi::FI_EINVAL,
@@ -135,9 +141,7 @@ unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> 
             Some(ffi::FI_CLASS_EQ) => ep.bind_eq(from_fid!(retain Eq, bfid)?, flags)?,
             Some(ffi::FI_CLASS_CNTR) => ep.bind_cntr(from_fid!(retain Cntr, bfid)?, flags)?,
             Some(ffi::FI_CLASS_STX_CTX) => ep.bind_stx(from_fid!(retain crate::objects::stx::Stx, bfid)?, flags)?,
-            Some(ffi::FI_CLASS_SRX_CTX) => {
-                return Err(fail!(ffi::FI_ENOSYS, "shared receive contexts are not supported by oxmr"))
-            }
+            Some(ffi::FI_CLASS_SRX_CTX) => ep.bind_srx(from_fid!(retain crate::objects::srx::Srx, bfid)?, flags)?,
             Some(c) => {
                 return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: cannot bind an object of class {c} to an endpoint"))
             }

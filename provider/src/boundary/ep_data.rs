@@ -25,6 +25,7 @@ use crate::objects::alias::{Only, OpDefaults};
 use crate::objects::cntr::Cntr;
 use crate::objects::ep::Ep;
 use crate::objects::ep::{Held, Iovs, RmaOp, Trigger, TxOp, INJECT_CALL};
+use crate::objects::srx::Srx;
 
 /// # Safety
 /// `iov` is NULL or holds `count` iovecs.
@@ -230,6 +231,12 @@ fn recv_common(
     tag: Option<(u64, u64)>,
     flags: Option<u64>,
 ) -> isize {
+    if !from_fid!(is Ep, ep) && from_fid!(is Srx, ep) {
+        return guard_ssize(name, || {
+            let srx = from_fid!(Srx, ep)?;
+            srx.recv(ctx as usize, v?, src, tag, flags).map(|_| 0)
+        });
+    }
     with_ep(name, ep, |ep, alias| {
         if let Some(a) = alias {
             a.allows(Only::Receive, name)?;

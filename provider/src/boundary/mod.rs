@@ -28,6 +28,7 @@ pub mod pep;
 pub mod poll;
 pub mod provider;
 pub mod sep;
+pub mod srx;
 pub mod stx;
 pub mod wait_set;
 

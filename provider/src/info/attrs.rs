@@ -276,7 +276,7 @@ pub fn template(ep_type: u32) -> Info {
             max_ep_tx_ctx: if ep_type == ffi::FI_EP_RDM { SEP_MAX_CTX } else { 1 },
             max_ep_rx_ctx: if ep_type == ffi::FI_EP_RDM { SEP_MAX_CTX } else { 1 },
             max_ep_stx_ctx: 1,
-            max_ep_srx_ctx: 0,
+            max_ep_srx_ctx: 1,
             cntr_cnt: OBJ_LIMIT,
             mr_iov_limit: MR_IOV_LIMIT,
             caps: caps & (DOMAIN_CAPS | SHARED_AV),

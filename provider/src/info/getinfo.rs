@@ -303,12 +303,10 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
             "RMA ordering sizes asked beyond oxmr's (it orders send-after-send only)"
         );
         let shared_tx = e.tx_ctx_cnt == ffi::FI_SHARED_CONTEXT as usize;
+        let shared_rx = e.rx_ctx_cnt == ffi::FI_SHARED_CONTEXT as usize;
         refuse_if!(
-            e.rx_ctx_cnt == ffi::FI_SHARED_CONTEXT as usize,
-            "a shared receive context asked (rx_ctx_cnt FI_SHARED_CONTEXT); oxmr has none"
-        );
-        refuse_if!(
-            (e.tx_ctx_cnt > info.domain.max_ep_tx_ctx && !shared_tx) || e.rx_ctx_cnt > info.domain.max_ep_rx_ctx,
+            (e.tx_ctx_cnt > info.domain.max_ep_tx_ctx && !shared_tx)
+                || (e.rx_ctx_cnt > info.domain.max_ep_rx_ctx && !shared_rx),
             "tx_ctx_cnt {} rx_ctx_cnt {} asked; oxmr's scalable endpoints (FI_EP_RDM) have at most {} of each, other endpoints one",
             e.tx_ctx_cnt as isize,
             e.rx_ctx_cnt as isize,
@@ -317,7 +315,7 @@ pub fn fit(mut info: Info, h: &Hints, version: u32) -> std::result::Result<Info,
         if shared_tx || e.tx_ctx_cnt > 1 {
             info.ep.tx_ctx_cnt = e.tx_ctx_cnt;
         }
-        if e.rx_ctx_cnt > 1 {
+        if shared_rx || e.rx_ctx_cnt > 1 {
             info.ep.rx_ctx_cnt = e.rx_ctx_cnt;
         }
         refuse_if!(key_unfit(e.auth_key.as_deref(), e.auth_key_size), "ep_attr {}", key_rule(e.auth_key_size));

@@ -64,6 +64,8 @@ pub struct EpState {
     pub cntrs: [Option<Arc<Cntr>>; 6],
     /// The shared transmit context bound (held while the endpoint lives).
     pub stx: Option<Arc<super::stx::Stx>>,
+    /// The shared receive context bound (held while the endpoint lives).
+    pub srx: Option<Arc<super::srx::Srx>>,
     pub min_multi_recv: usize,
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
@@ -179,10 +181,11 @@ impl Ep {
             ));
         }
         let shared_tx = info.ep.tx_ctx_cnt == ffi::FI_SHARED_CONTEXT as usize;
-        if (info.ep.tx_ctx_cnt > 1 && !shared_tx) || info.ep.rx_ctx_cnt > 1 {
+        let shared_rx = info.ep.rx_ctx_cnt == ffi::FI_SHARED_CONTEXT as usize;
+        if (info.ep.tx_ctx_cnt > 1 && !shared_tx) || (info.ep.rx_ctx_cnt > 1 && !shared_rx) {
             return Err(fail!(
                 ffi::FI_EINVAL,
-                "fi_endpoint: tx_ctx_cnt {} rx_ctx_cnt {}: an endpoint has one context (or a shared transmit context, tx_ctx_cnt FI_SHARED_CONTEXT); open several with fi_scalable_ep",
+                "fi_endpoint: tx_ctx_cnt {} rx_ctx_cnt {}: an endpoint has one context of each (or a shared one, FI_SHARED_CONTEXT); open several with fi_scalable_ep",
                 info.ep.tx_ctx_cnt as isize,
                 info.ep.rx_ctx_cnt as isize
             ));
@@ -309,6 +312,28 @@ impl Ep {
             return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: a shared transmit context is already bound"));
         }
         s.stx = Some(stx);
+        Ok(())
+    }
+
+    /// Bind a shared receive context (`objects::srx`): only to an
+    /// endpoint opened with `rx_ctx_cnt = FI_SHARED_CONTEXT`, before
+    /// fi_enable, once.
+    pub fn bind_srx(&self, srx: Arc<super::srx::Srx>, flags: u64) -> Result<()> {
+        if flags != 0 {
+            return Err(fail!(ffi::FI_EBADFLAGS, "fi_ep_bind(srx) takes no flags"));
+        }
+        if self.info.ep.rx_ctx_cnt != ffi::FI_SHARED_CONTEXT as usize {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_ep_bind: a shared receive context binds only to an endpoint opened with ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT"
+            ));
+        }
+        self.same_domain(&srx.domain, "the shared receive context")?;
+        let mut s = self.bindable("a shared receive context")?;
+        if s.srx.is_some() {
+            return Err(fail!(ffi::FI_EINVAL, "fi_ep_bind: a shared receive context is already bound"));
+        }
+        s.srx = Some(srx);
         Ok(())
     }
 
@@ -527,7 +552,11 @@ impl Ep {
             directed: self.info.caps & ffi::FI_DIRECTED_RECV as u64 != 0,
             one_peer: self.is_msg(),
             min_multi_recv: s.min_multi_recv,
+            srx: s.srx.as_ref().map(|x| x.shared.clone()),
         };
+        if let Some(x) = &s.srx {
+            x.saw_av(b.av.as_ref());
+        }
         let name = s.name.expect("an endpoint always has a name");
         let cqs: Vec<_> = [&s.tx_cq, &s.rx_cq].into_iter().flatten().cloned().collect();
         let cntrs: Vec<_> = s.cntrs.iter().flatten().cloned().collect();

@@ -19,5 +19,6 @@ pub mod pep;
 pub mod poll;
 pub mod progress;
 pub mod sep;
+pub mod srx;
 pub mod stx;
 pub mod wait_set;

@@ -39,6 +39,10 @@ impl Engine {
         }
         match h.op {
             op::EAGER | op::RTS => {
+                if self.has_srx() {
+                    self.on_send_shared(h, body, from, pid);
+                    return;
+                }
                 let tagged = h.flags & flag::TAGGED != 0;
                 let q = tagged as usize;
                 if h.op == op::EAGER {
@@ -47,32 +51,11 @@ impl Engine {
                     if let Some(i) = self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
                         let mut p = self.take_posted(q, i, h.len);
                         p.seq = self.matched();
-                        let n = (h.len as usize).min(total(&p.iovs)).min(body.len());
-                        // SAFETY: the application's posted receive buffers.
-                        unsafe { crate::mr::local::scatter(&p.iovs, &body[..n]) };
-                        self.finish_recv(p, h, from, 0);
+                        self.eager_into(p, h, body, from);
                         return;
                     }
                 }
-                let (data, iovs) = if h.op == op::EAGER {
-                    (body[..(h.len as usize).min(body.len())].to_vec(), Vec::new())
-                } else {
-                    match decode_iovs(body, h.iov_count as usize).filter(|v| total(v) >= h.len as usize) {
-                        Some(v) => (Vec::new(), v),
-                        None => {
-                            tracing::warn!(
-                                "refused a send of {} bytes from {from}: its message does not describe that many bytes of buffers (a malformed or foreign message)",
-                                h.len
-                            );
-                            self.push_ctrl(
-                                from,
-                                Hdr { op: op::ACK, msg_id: h.msg_id, status: ffi::FI_EINVAL, ..Default::default() },
-                            );
-                            return;
-                        }
-                    }
-                };
-                let u = Unexpected { hdr: h, from, pid, data, iovs, gone: false, claimed: None };
+                let Some(u) = self.unexpected_of(h, body, from, pid) else { return };
                 match self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
                     Some(i) => {
                         let mut p = self.take_posted(q, i, h.len);
@@ -191,6 +174,40 @@ impl Engine {
                 false
             }
         }
+    }
+
+    /// An EAGER message into the receive it matched (`p`, its place in
+    /// matching order given), completed.
+    pub(super) fn eager_into(&mut self, p: super::Posted, h: Hdr, body: &[u8], from: SocketAddr) {
+        let n = (h.len as usize).min(total(&p.iovs)).min(body.len());
+        // SAFETY: the application's posted receive buffers.
+        unsafe { crate::mr::local::scatter(&p.iovs, &body[..n]) };
+        self.finish_recv(p, h, from, 0);
+    }
+
+    /// An EAGER or RTS message no receive matched, as kept: its data, or
+    /// its sender's buffers. None: an RTS whose buffers do not hold what
+    /// it sends, refused (answered FI_EINVAL, with a log line).
+    pub(super) fn unexpected_of(&mut self, h: Hdr, body: &[u8], from: SocketAddr, pid: u32) -> Option<Unexpected> {
+        let (data, iovs) = if h.op == op::EAGER {
+            (body[..(h.len as usize).min(body.len())].to_vec(), Vec::new())
+        } else {
+            match decode_iovs(body, h.iov_count as usize).filter(|v| total(v) >= h.len as usize) {
+                Some(v) => (Vec::new(), v),
+                None => {
+                    tracing::warn!(
+                        "refused a send of {} bytes from {from}: its message does not describe that many bytes of buffers (a malformed or foreign message)",
+                        h.len
+                    );
+                    self.push_ctrl(
+                        from,
+                        Hdr { op: op::ACK, msg_id: h.msg_id, status: ffi::FI_EINVAL, ..Default::default() },
+                    );
+                    return None;
+                }
+            }
+        };
+        Some(Unexpected { hdr: h, from, pid, data, iovs, gone: false, claimed: None })
     }
 
     /// A connected endpoint's frame names its peer (else it is dropped

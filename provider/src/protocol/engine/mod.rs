@@ -67,6 +67,7 @@ mod progress;
 mod push;
 mod rma_target;
 mod shared;
+mod srx;
 #[cfg(test)]
 mod tests;
 use addressing::AvCache;
@@ -74,6 +75,7 @@ pub use atomic::AtomicOp;
 pub use fence::{Held, Trigger};
 use multi::Multi;
 use peers::Peers;
+pub use srx::SharedRx;
 
 /// Marks an operation posted by an fi_inject* call (no CQ entry). A bit
 /// above every flag libfabric defines (its highest is 1 << 59).
@@ -142,6 +144,8 @@ pub struct Bindings {
     /// FI_OPT_MIN_MULTI_RECV: a multi-receive buffer posted from now on is
     /// released when less than this is left (`multi.rs`).
     pub min_multi_recv: usize,
+    /// The shared receive context its receives are posted to (`srx.rs`).
+    pub srx: Option<Arc<SharedRx>>,
 }
 
 /// A posted receive, boxed: it moves from the posted queue to a match, a
@@ -482,6 +486,8 @@ pub struct Engine {
     fences: fence::Fences,
     /// Boxes of completed receives, for the next ones posted.
     spare_posted: Vec<Posted>,
+    /// Its tag in the shared receive context's queues (`srx.rs`).
+    srx_owner: u64,
 }
 
 /// The most boxes of completed receives kept for reuse.
@@ -526,6 +532,9 @@ fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        // (What it keeps in a shared receive context goes first: no
+        // receive is handed to it any more.)
+        self.leave_srx();
         // An RMA read's target writes into our buffer with no further word
         // from us, and may be doing so now: the application may free that
         // buffer once fi_close returns, so reads still pending are given
@@ -590,7 +599,7 @@ impl Engine {
         // (A streamed write's DATA follows it at once: the inbox waits for
         // us to open its zone before it cuts them, so they land.)
         lands.set_barrier(|b| b.first() == Some(&op::WRITE) && b.get(1).is_some_and(|f| f & flag::STREAM != 0));
-        Engine {
+        let mut e = Engine {
             dial: Dial::for_endpoint(cfg, &name, epoch, wires, key).with_pairs(rx.pairs()),
             sharing: shared::Sharing::new(rx.copies(), cfg),
             delivered: 0,
@@ -628,7 +637,10 @@ impl Engine {
             spare_posted: Vec::new(),
             pulls: push::Pulls::new(lands),
             gone: Vec::new(),
-        }
+            srx_owner: 0,
+        };
+        e.join_srx();
+        e
     }
 
     /// FI_OPT_MIN_MULTI_RECV set on an enabled endpoint: for the

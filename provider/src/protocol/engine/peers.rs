@@ -267,7 +267,8 @@ impl Engine {
         // (A peer that goes with nothing pending is the usual end of a
         // job, every rank closing: no warning for it. A rendezvous of its
         // still unmatched is something: its receive will fail.)
-        let rts = self.unexpected.iter().flat_map(|q| q.iter()).filter(|u| u.from == a && u.hdr.op == op::RTS).count();
+        let rts = self.unexpected.iter().flat_map(|q| q.iter()).filter(|u| u.from == a && u.hdr.op == op::RTS).count()
+            + self.srx_peer_gone(a);
         if ids.is_empty() && pulls.is_empty() && rts == 0 {
             tracing::debug!("peer {a} {why}; nothing was pending with it");
         } else {

@@ -215,6 +215,12 @@ impl Engine {
         tag: Option<(u64, u64)>,
         flags: Option<u64>,
     ) -> Result<()> {
+        if self.has_srx() {
+            return Err(fail!(
+                ffi::FI_EOPNOTSUPP,
+                "fi_recv on an endpoint bound to a shared receive context: post receives to the context"
+            ));
+        }
         let flags = flags.unwrap_or(self.bound.rx_op_flags);
         let src = if src == ffi::FI_ADDR_UNSPEC || !self.bound.directed { None } else { Some(self.resolve(src)?) };
         let tagged = tag.is_some();
@@ -252,6 +258,12 @@ impl Engine {
     /// alone receives the message claimed with `ctx` into `iovs` (or drops
     /// it, with FI_DISCARD). Every such call gives one completion.
     pub fn probe(&mut self, ctx: usize, iovs: Iovs, src: u64, tag: (u64, u64), flags: u64) -> Result<()> {
+        if self.has_srx() {
+            return Err(fail!(
+                ffi::FI_EOPNOTSUPP,
+                "fi_trecvmsg with FI_PEEK/FI_CLAIM on an endpoint bound to a shared receive context: oxmr has no peek there"
+            ));
+        }
         let peek = flags & ffi::FI_PEEK as u64 != 0;
         let discard = flags & ffi::FI_DISCARD as u64 != 0;
         if !peek && flags & ffi::FI_CLAIM as u64 == 0 {
@@ -379,31 +391,43 @@ impl Engine {
     /// pushes back on the sender, and nothing is lost (a peer on the
     /// shared-memory wire is this user's and is not held: docs/security.md).
     pub(super) fn keep_unexpected(&mut self, q: usize, u: Unexpected) {
-        self.unexp.bytes += u.bytes();
-        if self.unexp.bytes > self.unexp.max && !self.unexp.paused.contains(&u.from) {
+        self.count_unexpected(u.bytes(), u.from);
+        self.unexpected[q].push_back(u);
+    }
+
+    /// `bytes` more are kept of what `from` sent (here or in a shared
+    /// receive context): past the bound, `from` is paused.
+    pub(super) fn count_unexpected(&mut self, bytes: usize, from: SocketAddr) {
+        self.unexp.bytes += bytes;
+        if self.unexp.bytes > self.unexp.max && !self.unexp.paused.contains(&from) {
             tracing::warn!(
                 "unexpected messages hold {} bytes, more than FI_OXMR_UNEXP_MAX ({}): not reading what {} sends until receives take some (post receives, or raise the bound)",
                 self.unexp.bytes,
                 self.unexp.max,
-                u.from
+                from
             );
-            self.unexp.paused.push(u.from);
-            self.set_paused(u.from, true);
+            self.unexp.paused.push(from);
+            self.set_paused(from, true);
         }
-        self.unexpected[q].push_back(u);
     }
 
     /// Take unexpected message `i` of queue `q` (a receive matched or
     /// discarded it).
     pub(super) fn take_unexpected(&mut self, q: usize, i: usize) -> Unexpected {
         let u = self.unexpected[q].remove(i).expect("position is in range");
-        self.unexp.bytes -= u.bytes();
+        self.uncount_unexpected(u.bytes());
+        u
+    }
+
+    /// `bytes` of unexpected messages were taken: paused senders resume
+    /// below three quarters of the bound.
+    pub(super) fn uncount_unexpected(&mut self, bytes: usize) {
+        self.unexp.bytes -= bytes;
         if !self.unexp.paused.is_empty() && self.unexp.bytes <= self.unexp.max / 4 * 3 {
             for a in std::mem::take(&mut self.unexp.paused) {
                 self.set_paused(a, false);
             }
         }
-        u
     }
 
     /// Stop (`on`) or resume reading `peer`'s TCP connections (now, or at

@@ -70,6 +70,7 @@ impl Engine {
     /// serves them anyway, so an application whose queue never runs dry
     /// cannot starve its peers.
     pub fn progress_with(&mut self, serve: bool) {
+        self.take_handoffs();
         self.flush_outbox();
         self.run_streams();
         if !self.sharing.stalled.is_empty() {
@@ -221,7 +222,10 @@ impl Engine {
         if rx.ready() {
             return false;
         }
-        self.peers.owed == 0
+        // (A receive posted to a shared receive context may be handed to
+        // us at any time, with no arrival to ring: sleep a tick.)
+        !self.has_srx()
+            && self.peers.owed == 0
             && self.deferred.is_empty()
             && self.sharing.stalled.is_empty()
             && self.sharing.open_job.is_none()

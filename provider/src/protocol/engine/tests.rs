@@ -66,6 +66,11 @@ fn side_with(mr_mode: u32, cfg: &Config) -> Side {
 /// `cached`: registrations pinned (io_uring) through the cache, which
 /// watches the memory (userfaultfd, perf), as in a domain by default.
 fn side_pinned(mr_mode: u32, cfg: &Config, cached: bool) -> Side {
+    side_bound(mr_mode, cfg, cached, None)
+}
+
+/// `side_pinned`, its receives posted to `srx` when given.
+fn side_bound(mr_mode: u32, cfg: &Config, cached: bool, srx: Option<Arc<super::SharedRx>>) -> Side {
     let via = VIA.with(|c| c.get());
     let (addr, rx, cfg) = if via == Via::Tcp {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a TCP listener");
@@ -96,6 +101,7 @@ fn side_pinned(mr_mode: u32, cfg: &Config, cached: bool) -> Side {
         directed: true,
         one_peer: false,
         min_multi_recv: 64,
+        srx,
     };
     let inbox = crate::protocol::inbox::Inbox(rx);
     let eng = Engine::new(inbox, addr, mr.clone(), &Default::default(), cfg, b, None);
@@ -1599,3 +1605,34 @@ over_both!(
     triggered_sends_wait_for_their_counters_and_hold_nothing_up,
     a_triggered_send_that_cannot_be_posted_when_it_fires_completes_with_an_error,
 );
+
+#[test]
+fn a_shared_receive_context_takes_both_endpoints_messages_and_hands_a_late_receive_to_the_keeper() {
+    let srx = Arc::new(super::SharedRx::new(8));
+    let shared =
+        || side_bound(ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY, &Config::default(), false, Some(srx.clone()));
+    let (mut a, mut b, mut t) = (shared(), shared(), side());
+    t.av.insert(&[Some(a.addr), Some(b.addr)]);
+    a.av.insert(&[Some(t.addr)]);
+    b.av.insert(&[Some(t.addr)]);
+    let (m1, m2) = ([1u8; 40], [2u8; 24]);
+    let (mut r1, mut r2) = ([0u8; 64], [0u8; 64]);
+    // Posted first: b's message takes it, completing at b.
+    srx.post(11, iov_mut(&mut r1), None, None, 0).expect("posted to the context");
+    t.eng.send(&TxOp { ctx: 1, iovs: iov(&m1), dest: 1, tag: None, data: None, flags: None }).expect("sent");
+    let e = ok(next(&mut t, &mut b, 1));
+    assert_eq!((e.op_context, e.len), (11, 40));
+    assert_eq!(r1[..40], m1);
+    // The message first: a keeps it; the receive posted later is handed
+    // to a, which delivers it at its next progress.
+    t.eng.send(&TxOp { ctx: 2, iovs: iov(&m2), dest: 0, tag: None, data: None, flags: None }).expect("sent");
+    run(&mut t, &mut a, |_, a| srx.counts().0 == 1 && read(a).is_none());
+    srx.post(12, iov_mut(&mut r2), None, None, 0).expect("posted to the context");
+    assert_eq!(srx.counts(), (0, 1));
+    let e = ok(next(&mut t, &mut a, 1));
+    assert_eq!((e.op_context, e.len), (12, 24));
+    assert_eq!(r2[..24], m2);
+    assert!(read(&b).is_none(), "b reported a's message");
+    // Receives go to the context, not the endpoint.
+    assert!(a.eng.recv(13, iov_mut(&mut r1), ffi::FI_ADDR_UNSPEC, None, None).is_err());
+}
