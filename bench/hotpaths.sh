@@ -183,6 +183,8 @@ for r in $(seq "$reps"); do
 	fi
 done
 
+# RAW=<file>: keep every repetition's figure ("<row> <contender> <value>").
+[ -n "${RAW:-}" ] && cp "$tmp/all" "$RAW"
 python3 - "$tmp/all" "${B:+B}" <<'EOF'
 import sys, statistics
 vals = {}

@@ -91,7 +91,7 @@ pub(crate) const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"tcp_eager_max",
         kind: ffi::FI_PARAM_SIZE_T,
-        help: c"Sends over TCP up to this many bytes go inline, right behind their header (the receiver copies them once from its frame buffer, or keeps them if no receive matches yet); larger ones go by rendezvous, their data read straight into the matched receive buffer after one round trip. At most 262072 (default: 65536)",
+        help: c"Sends over TCP up to this many bytes go inline, right behind their header (the receiver copies them once from its frame buffer, or keeps them if no receive matches yet); larger ones go by rendezvous, their data read straight into the matched receive buffer after one round trip. At most a TCP frame less its header: 262072 to a peer on another host, about 1 MiB on this host (default: 65536)",
     },
     ParamDef {
         name: c"tcp_zc_copied",
@@ -101,7 +101,7 @@ pub(crate) const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"tcp_lanes",
         kind: ffi::FI_PARAM_SIZE_T,
-        help: c"How many TCP connections a link keeps to its peer for the data of large transfers: rendezvous sends, and RMA writes of 1 MiB or more (which then wait for the target's pull instead of streaming), go in chunks of up to 256 KiB, each on whichever connection has nothing queued; the rest of the traffic keeps its one connection per pair of endpoints. The extra connections open at the first such transfer; measured on loopback and veth they carry no more than one. 1: one connection only; at most 8 (default: 1)",
+        help: c"How many TCP connections a link keeps to its peer for the data of large transfers: rendezvous sends, and RMA writes of 1 MiB or more (which then wait for the target's pull instead of streaming), go in chunks of up to 256 KiB (1 MiB to a peer on this host), each on whichever connection has nothing queued; the rest of the traffic keeps its one connection per pair of endpoints. The extra connections open at the first such transfer; measured on loopback and veth they carry no more than one. 1: one connection only; at most 8 (default: 1)",
     },
     ParamDef {
         name: c"cm_timeout_ms",

@@ -246,8 +246,11 @@ impl Link {
         }
         let props = *dial.props(dial.route(to));
         if props.wire == Wire::Tcp {
+            // (A peer on this host, reached over the kernel's loopback
+            // path, is sent larger frames: `tcp::TCP_FRAME`.)
+            let max_frame = if is_local(to.ip(), &dial.local) { tcp::LOCAL_FRAME } else { props.max_frame };
             return match tcp::Link::open(to, &dial.hello, &dial.tcp, dial.pairs.as_ref()) {
-                Ok(t) => Ok(Link { props: Props { spreads: t.spreads(), ..props }, via: Carrier::Tcp(t) }),
+                Ok(t) => Ok(Link { props: Props { spreads: t.spreads(), max_frame, ..props }, via: Carrier::Tcp(t) }),
                 // (Refused at once: nothing listens at the peer's port.)
                 Err(OpenError::Unreachable(e)) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
                     Err(OpenError::ConnectRefused)

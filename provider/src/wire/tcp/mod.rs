@@ -91,16 +91,31 @@ const LANES_MAX: u32 = crate::config::TCP_LANES_MAX as u32;
 /// Bytes a link queues for a peer whose socket is full before a send
 /// answers `Full` (flow control, as a full shm queue).
 const OUT_MAX: usize = 4 << 20;
-/// The largest frame on a TCP connection: the push path's DATA frames
-/// carry up to this much (one frame per 8 KiB, the shared-memory cell,
-/// cost a frame header, a queue entry and a wake-up each); a longer
-/// length prefix closes the connection.
-pub(crate) const TCP_MAX_FRAME: usize = 256 << 10;
+/// The largest frame on a TCP connection, which a peer on this host
+/// (over the kernel's loopback path) is sent (`LOCAL_FRAME`): the push
+/// path's DATA frames carry up to this much (one frame per 8 KiB, the
+/// shared-memory cell, cost a frame header, a queue entry and a wake-up
+/// each); a longer length prefix closes the connection. What connections
+/// hold of unfinished frames is bounded over all of them
+/// (FI_OXMR_TCP_PARTIAL_MAX), not by this.
+pub(crate) const TCP_MAX_FRAME: usize = 1 << 20;
 const _: () = assert!(TCP_MAX_FRAME >= FRAME_FLOOR && 2 * TCP_MAX_FRAME <= OUT_MAX);
+/// The frames a peer on another host is sent. A stream's next DATA frame
+/// is queued once the link's queue is written, and what the socket does
+/// not take of it is copied into that queue: over a network path (a veth
+/// pair here) 1 MiB frames lost up to half of `fi_rma_bw -o write` at 16
+/// MiB (1.75 -> 0.9 GB/s, medians of 5 alternating runs), while on
+/// loopback, where the receiver's copy is the limit and fewer frames mean
+/// fewer system calls on both sides, they gained 10-25%
+/// (docs/wire-tcp.md, "Frame size").
+pub(crate) const TCP_FRAME: usize = 256 << 10;
+/// The frames a peer on this host is sent (`wire::Link::open`).
+pub(crate) const LOCAL_FRAME: usize = TCP_MAX_FRAME;
 
 /// What the TCP wire is, sending up to `eager_max` bytes inline
 /// (FI_OXMR_TCP_EAGER_MAX, within a frame): frames of up to
-/// `TCP_MAX_FRAME` (the push path's DATA), queued behind a full socket,
+/// `TCP_FRAME` (the push path's DATA; a link to a peer on this host
+/// takes `LOCAL_FRAME`), queued behind a full socket,
 /// never a copy of the peer's memory (RMA writes stream their data), the
 /// sender proven by its connection's hello. A link's `spreads` is its
 /// own (lanes: `Link::spreads`).
@@ -108,7 +123,7 @@ pub fn props(eager_max: usize) -> Props {
     Props {
         wire: Wire::Tcp,
         name: "TCP",
-        max_frame: TCP_MAX_FRAME,
+        max_frame: TCP_FRAME,
         eager_max,
         eager_setting: "FI_OXMR_TCP_EAGER_MAX",
         buffers: true,
