@@ -456,7 +456,7 @@ static void t_restarted(struct ep *p)
 
 /* The TCP wire version this oxmr speaks (wire/tcp/mod.rs, VERSION), which a
  * raw connection's hello must carry to get past it. */
-#define TCP_WIRE_VERSION 4
+#define TCP_WIRE_VERSION 5
 /* Its hello's length (magic, version, name, epoch, pid, kind, flags, nonce,
  * proof; a peer without a job key leaves the last three zero). */
 #define TCP_HELLO_LEN 116

@@ -39,7 +39,7 @@
 
 #define BUF (1 << 20)
 #define HELLO_LEN 116
-#define TCP_WIRE_VERSION 4
+#define TCP_WIRE_VERSION 5
 #define MAGIC 0x3154584fu
 #define REFUSE_MAX 16
 

@@ -7,8 +7,9 @@
  * each context with its own CQ: a message from every transmit context of
  * one to every receive context of the other lands in that receive
  * context only (its CQ, and no other), completes on that transmit
- * context's CQ only, and its source (FI_SOURCE) is fi_rx_addr(peer, i),
- * which answers to the transmit context's own index. Tagged messages and
+ * context's CQ only, and its source (FI_SOURCE) is the peer's entry for
+ * context 0, a context's own address once inserted (answering to its
+ * index), FI_ADDR_NOTAVAIL otherwise. Tagged messages and
  * RMA writes and reads through a context; a plain endpoint reaches
  * receive context 0 by the scalable endpoint's name. The refusals: data
  * on the scalable endpoint itself or in a context's other direction,
@@ -196,18 +197,29 @@ int main(int argc, char **argv)
 			EXPECT(ce.op_context == &ctx[0], "tx %d -> rx %d: recv completion context", i, j);
 			EXPECT_EQ(ce.len, n);
 			EXPECT(oxt_same(in, n, seed), "tx %d -> rx %d: data differs", i, j);
-			EXPECT_EQ(src, fi_rx_addr(a_at_b, i, BITS));
+			/* (Context 0 sends from the name inserted; another
+			 * context's address was not inserted.) */
+			EXPECT_EQ(src, i == 0 ? a_at_b : FI_ADDR_NOTAVAIL);
 			EXPECT_EQ(rx_ready(&b), 0);
 			EXPECT_EQ(rx_ready(&a), 0);
 		}
 	}
 
-	OXT_GROUP("the source answers: a reply to it lands in the sender's receive context of the same index");
-	REQUIRE_RC(fi_recv(a.rx[2], in, sizeof in, NULL, FI_ADDR_UNSPEC, &ctx[0]), 0);
-	REQUIRE_RC(fi_recv(b.rx[1], in, sizeof in, NULL, FI_ADDR_UNSPEC, &ctx[2]), 0);
-	REQUIRE_RC(fi_send(a.tx[2], out, 8, NULL, fi_rx_addr(b_at_a, 1, BITS), &ctx[1]), 0);
-	EXPECT_EQ(next(b.rxcq[1], &a, &b, &ce, &src), 0);
-	EXPECT_EQ(next(a.txcq[2], &a, &b, &ce, NULL), 0);
+	OXT_GROUP("a context's own address (fi_getname), inserted, is its source, and a reply to it lands in its index's receive context");
+	{
+		char name[64];
+		size_t len = sizeof name;
+		fi_addr_t tx2;
+
+		REQUIRE_RC(fi_getname(&a.tx[2]->fid, name, &len), 0);
+		REQUIRE_RC(fi_av_insert(b.av, name, 1, &tx2, 0, NULL), 1);
+		REQUIRE_RC(fi_recv(a.rx[2], in, sizeof in, NULL, FI_ADDR_UNSPEC, &ctx[0]), 0);
+		REQUIRE_RC(fi_recv(b.rx[1], in, sizeof in, NULL, FI_ADDR_UNSPEC, &ctx[2]), 0);
+		REQUIRE_RC(fi_send(a.tx[2], out, 8, NULL, fi_rx_addr(b_at_a, 1, BITS), &ctx[1]), 0);
+		EXPECT_EQ(next(b.rxcq[1], &a, &b, &ce, &src), 0);
+		EXPECT_EQ(src, tx2);
+		EXPECT_EQ(next(a.txcq[2], &a, &b, &ce, NULL), 0);
+	}
 	REQUIRE_RC(fi_send(b.tx[0], out, 8, NULL, src, &ctx[3]), 0);
 	EXPECT_EQ(next(a.rxcq[2], &a, &b, &ce, NULL), 0);
 	EXPECT(ce.op_context == &ctx[0], "the reply landed elsewhere");

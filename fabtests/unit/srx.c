@@ -208,24 +208,25 @@ int main(int argc, char **argv)
 	EXPECT(ectx == &ctx[5], "the cancelled receive's context");
 	EXPECT_RC(fi_cancel(&srx->fid, &ctx[5]), -FI_ENOENT);
 
-	OXT_GROUP("an endpoint closed with a message kept: a later receive takes another endpoint's");
+	OXT_GROUP("an endpoint closed with a receive handed to it: the receive takes another endpoint's message");
+	/* Both endpoints 2 and 1 keep a tag-5 message (2's first); a receive
+	 * of tag 5 matches 2's and is handed to it; 2 closes before it runs
+	 * progress: the receive goes back to the context and takes 1's. */
 	oxt_fill(out, 24, 60);
-	REQUIRE_RC(fi_send(tx.ep, out, 24, NULL, rx[2].at, &ctx[7]), 0);
+	REQUIRE_RC(fi_tsend(tx.ep, out, 24, NULL, rx[2].at, 5, &ctx[7]), 0);
 	EXPECT(quiet(rx[2].cq), "a completion before any receive");
+	oxt_fill(out, 24, 61);
+	REQUIRE_RC(fi_tsend(tx.ep, out, 24, NULL, rx[1].at, 5, &ctx[7]), 0);
+	EXPECT(quiet(rx[1].cq), "a completion before any receive");
+	for (int k = 0; k < 2; k++)
+		EXPECT_EQ(next(tx.cq, &ce, &ectx), 0);
+	REQUIRE_RC(fi_trecv(srx, in[0], 64, NULL, FI_ADDR_UNSPEC, 5, 0, &ctx[0]), 0);
 	EXPECT_RC(fi_close(&rx[2].ep->fid), 0);
 	EXPECT_RC(fi_close(&rx[2].cq->fid), 0);
 	all_cq[2] = NULL;
-	{
-		/* (The sender's completion: an eager send completes when it
-		 * is sent.) */
-		EXPECT_EQ(next(tx.cq, &ce, &ectx), 0);
-	}
-	oxt_fill(out, 24, 61);
-	REQUIRE_RC(fi_recv(srx, in[0], 64, NULL, FI_ADDR_UNSPEC, &ctx[0]), 0);
-	REQUIRE_RC(fi_send(tx.ep, out, 24, NULL, rx[1].at, &ctx[7]), 0);
 	EXPECT_EQ(next(rx[1].cq, &ce, &ectx), 0);
-	EXPECT(oxt_same(in[0], 24, 61), "the receive took the closed endpoint's message");
-	EXPECT_EQ(next(tx.cq, &ce, &ectx), 0);
+	EXPECT(ce.op_context == &ctx[0], "the receive's completion context");
+	EXPECT(oxt_same(in[0], 24, 61), "the receive did not take endpoint 1's message");
 
 	OXT_GROUP("refused: fi_recv on a bound endpoint, a transmit, FI_MULTI_RECV or FI_PEEK on the context");
 	{
@@ -247,13 +248,25 @@ int main(int argc, char **argv)
 		EXPECT_RC(fi_trecvmsg(srx, &t, FI_PEEK), -FI_EOPNOTSUPP);
 	}
 
-	OXT_GROUP("refused: binding it to an endpoint without FI_SHARED_CONTEXT, closing it while bound");
+	OXT_GROUP("refused: binding it to an endpoint without FI_SHARED_CONTEXT, enabling one with it unbound, closing it while bound, FI_MULTI_RECV defaults, a cancel with no endpoint enabled");
 	{
-		struct fid_ep *ep;
+		struct fid_ep *ep, *s2 = NULL;
+		struct fi_rx_attr multi = *fi->rx_attr;
 		REQUIRE_RC(fi_endpoint(e.domain, plain, &ep, NULL), 0);
 		EXPECT_RC(fi_ep_bind(ep, &srx->fid, 0), -FI_EINVAL);
 		EXPECT_RC(fi_close(&ep->fid), 0);
+		REQUIRE_RC(fi_endpoint(e.domain, fi, &ep, NULL), 0);
+		REQUIRE_RC(fi_ep_bind(ep, &tx.cq->fid, FI_TRANSMIT | FI_RECV), 0);
+		REQUIRE_RC(fi_ep_bind(ep, &av->fid, 0), 0);
+		EXPECT_RC(fi_enable(ep), -FI_EINVAL);
+		EXPECT_RC(fi_close(&ep->fid), 0);
 		EXPECT_RC(fi_close(&srx->fid), -FI_EBUSY);
+		multi.op_flags |= FI_MULTI_RECV;
+		EXPECT_RC(fi_srx_context(e.domain, &multi, &s2, NULL), -FI_EINVAL);
+		REQUIRE_RC(fi_srx_context(e.domain, NULL, &s2, NULL), 0);
+		REQUIRE_RC(fi_recv(s2, in[0], 64, NULL, FI_ADDR_UNSPEC, &ctx[0]), 0);
+		EXPECT_RC(fi_cancel(&s2->fid, &ctx[0]), -FI_EOPBADSTATE);
+		EXPECT_RC(fi_close(&s2->fid), 0);
 	}
 
 	for (int i = 0; i < 2; i++) {

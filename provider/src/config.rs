@@ -126,6 +126,10 @@ pub enum EnvKey {
 /// pinned, alternating builds: inline instead of rendezvous, 2.5 -> 3.7
 /// GB/s on loopback and across veth (the tcp provider: 2.3).
 pub(crate) const TCP_EAGER_MAX: usize = 64 << 10;
+/// The largest frame a TCP connection carries (`wire::tcp`, whose DATA
+/// frames to a peer on this host are that large): FI_OXMR_TCP_PARTIAL_MAX
+/// is at least this.
+pub(crate) const TCP_MAX_FRAME: usize = 1 << 20;
 
 /// Default of FI_OXMR_TCP_ZC_COPIED.
 pub(crate) const TCP_ZC_COPIED: usize = 4;

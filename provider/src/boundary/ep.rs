@@ -248,7 +248,12 @@ unsafe extern "C" fn alias_control(f: *mut ffi::fid, command: i32, arg: *mut c_v
 
 unsafe extern "C" fn cancel(f: *mut ffi::fid, _context: *mut c_void) -> isize {
     guard_ssize("fi_cancel", || {
-        let ep = ep_of(f)?;
+        let (ep, ctx) = target(f)?;
+        // (A transmit context has no receives to cancel, and oxmr cancels
+        // nothing else.)
+        if ctx.is_some_and(|c| c.only() == Some(crate::objects::alias::Only::Transmit)) {
+            return Err(crate::error::Error::quiet(ffi::FI_ENOENT));
+        }
         if !ep.is_started() {
             // Nothing can be posted before fi_enable.
             return Err(crate::error::Error::quiet(ffi::FI_ENOENT));
@@ -312,7 +317,11 @@ unsafe extern "C" fn getopt(f: *mut ffi::fid, level: i32, name: i32, optval: *mu
 
 unsafe extern "C" fn setopt(f: *mut ffi::fid, level: i32, name: i32, optval: *const c_void, optlen: usize) -> i32 {
     guard_int("fi_setopt", || {
-        let ep = ep_of(f)?;
+        let (ep, ctx) = target(f)?;
+        // (The options are the receive side's: FI_OPT_MIN_MULTI_RECV.)
+        if let Some(c) = ctx {
+            c.allows(crate::objects::alias::Only::Receive, "fi_setopt")?;
+        }
         if level as u32 != ffi::FI_OPT_ENDPOINT {
             return Err(fail!(ffi::FI_ENOPROTOOPT, "fi_setopt: level {level} unknown; oxmr has FI_OPT_ENDPOINT"));
         }

@@ -161,7 +161,7 @@ pub(crate) const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"tcp_partial_max",
         kind: ffi::FI_PARAM_SIZE_T,
-        help: c"Bytes of unfinished frames an endpoint holds over all its TCP connections; past it, connections holding one are not read (TCP pushes back on their senders), and one whose frame stays unfinished for FI_OXMR_TCP_HELLO_MS meanwhile is closed (log line) (default: 67108864)",
+        help: c"Bytes of unfinished frames an endpoint holds over all its TCP connections; past it, connections holding one are not read (TCP pushes back on their senders), and one whose frame stays unfinished for FI_OXMR_TCP_HELLO_MS meanwhile is closed (log line); at least 1 MiB, a whole frame (default: 67108864)",
     },
     ParamDef {
         name: c"refuse_max",
@@ -299,7 +299,9 @@ pub fn define_and_load() {
     let ms =
         |name: &CStr, default: usize| std::time::Duration::from_millis(get_size(name).unwrap_or(default).max(1) as u64);
     let tcp_hello_wait = ms(c"tcp_hello_ms", TCP_HELLO_MS);
-    let tcp_partial_max = get_size(c"tcp_partial_max").unwrap_or(TCP_PARTIAL_MAX).max(1);
+    // (At least one whole frame: a connection whose frame alone filled a
+    // smaller budget would never be read to its end.)
+    let tcp_partial_max = get_size(c"tcp_partial_max").unwrap_or(TCP_PARTIAL_MAX).max(crate::config::TCP_MAX_FRAME);
     let refuse_max = get_size(c"refuse_max").unwrap_or(REFUSE_MAX).min(u32::MAX as usize) as u32;
     let refuse_ban = ms(c"refuse_ban_ms", REFUSE_BAN_MS);
     let unexp_max = get_size(c"unexp_max").unwrap_or(UNEXP_MAX).max(1);

@@ -555,7 +555,9 @@ impl Ep {
             srx: s.srx.as_ref().map(|x| x.shared.clone()),
         };
         if let Some(x) = &s.srx {
-            x.saw_av(b.av.as_ref());
+            // (A MSG endpoint's table holds its one peer: no source to
+            // name there.)
+            x.saw_av(if self.is_msg() { None } else { b.av.as_ref() });
         }
         let name = s.name.expect("an endpoint always has a name");
         let cqs: Vec<_> = [&s.tx_cq, &s.rx_cq].into_iter().flatten().cloned().collect();
@@ -617,6 +619,12 @@ impl Ep {
             return Err(fail!(
                 ffi::FI_ENOCQ,
                 "fi_enable: no CQ or counter bound for FI_RECV; bind one with fi_ep_bind first"
+            ));
+        }
+        if self.info.ep.rx_ctx_cnt == ffi::FI_SHARED_CONTEXT as usize && s.srx.is_none() {
+            return Err(fail!(
+                ffi::FI_EINVAL,
+                "fi_enable: the endpoint was opened with rx_ctx_cnt FI_SHARED_CONTEXT; bind a shared receive context (fi_srx_context, fi_ep_bind) first"
             ));
         }
         match self.info.ep.type_ {

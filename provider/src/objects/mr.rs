@@ -111,7 +111,12 @@ impl Mr {
     /// fi_mr_enable.
     pub fn enable(&self) -> Result<()> {
         if self.domain.mr_mode & ffi::FI_MR_ENDPOINT as i32 != 0 {
-            let bound = self.state().ep.as_ref().and_then(Weak::upgrade).is_some();
+            // (Bound through a context of a scalable endpoint: bound while
+            // the scalable endpoint lives, whichever of its contexts.)
+            let s = self.state();
+            let bound =
+                s.ep.as_ref().and_then(Weak::upgrade).is_some() || s.sep.as_ref().and_then(Weak::upgrade).is_some();
+            drop(s);
             if !bound {
                 return Err(fail!(
                     ffi::FI_EINVAL,

@@ -12,9 +12,12 @@
 //! `fi_rx_addr(fi_addr, k, bits)` to it (`protocol::av::AddrTable`), so
 //! a peer needs nothing but the scalable endpoint's name, and a plain
 //! endpoint is receive context 0 of itself. Transmit context k sends
-//! from the same endpoint as receive context k: a peer whose AV has
-//! `rx_ctx_bits` sees its messages come from `fi_rx_addr(entry, k)`
-//! (FI_SOURCE), which answers to that same context.
+//! from the same endpoint as receive context k, at the name's port + k:
+//! a peer sees its messages come (FI_SOURCE) from the scalable endpoint's
+//! entry for k = 0, and for another k from the entry of that context's
+//! own address (`fi_getname` of the context) if it inserted it, else
+//! FI_ADDR_NOTAVAIL: nothing a peer proves says that an address k ports
+//! above an entry is that entry's context.
 //!
 //! The contexts of an index are bound to its endpoint (CQs and counters
 //! for their direction), the AV to the scalable endpoint (every index's

@@ -48,6 +48,12 @@ impl Srx {
             if a.op_flags & !attrs::RX_OP_FLAGS != 0 {
                 return Err(fail!(ffi::FI_EINVAL, "fi_srx_context: op_flags {:#x} not supported", a.op_flags));
             }
+            if a.op_flags & ffi::FI_MULTI_RECV as u64 != 0 {
+                return Err(fail!(
+                    ffi::FI_EINVAL,
+                    "fi_srx_context: FI_MULTI_RECV in op_flags; oxmr takes multi-receive buffers on an endpoint's own receive context only"
+                ));
+            }
             if a.caps & !attrs::RX_CAPS != 0 {
                 return Err(fail!(
                     ffi::FI_EINVAL,
@@ -81,7 +87,7 @@ impl Srx {
             let av = self.av.lock_ok().clone().ok_or_else(|| {
                 fail!(
                     ffi::FI_EOPBADSTATE,
-                    "a directed receive on a shared receive context before an endpoint bound to it was enabled (its AV names the source)"
+                    "a directed receive on a shared receive context with no enabled RDM or DGRAM endpoint bound (their AV names the source)"
                 )
             })?;
             Some(av.lookup(src)?)

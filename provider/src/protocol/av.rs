@@ -362,26 +362,15 @@ impl AddrTable {
     }
 
     /// The fi_addr of an address, if inserted (for FI_SOURCE reporting).
-    /// With rx_ctx_bits, an address k ports above one inserted (k below
-    /// the contexts a scalable endpoint has and the bits can name) is
-    /// context k of that scalable endpoint, whose transmit context k
-    /// sends from there: its fi_addr is `fi_rx_addr(entry, k)`, which
-    /// sends back to that same address.
+    /// Only the address itself: a scalable endpoint's transmit context k
+    /// sends from its name's port + k, and nothing a peer can prove says
+    /// that an address k ports above an entry is that entry's context
+    /// (it may be any other endpoint), so such a sender is found only if
+    /// its own address (fi_getname of the context) was inserted.
     pub fn reverse(&self, addr: &SocketAddr) -> Option<u64> {
         self.reread_if_due(None);
         let t = self.table.read_ok();
-        if let Some(&fi) = t.rev.get(addr) {
-            return Some(fi);
-        }
-        if self.rx_bits == 0 {
-            return None;
-        }
-        let most = (1u64 << self.rx_bits).min(crate::info::attrs::SEP_MAX_CTX as u64);
-        (1..most).find_map(|k| {
-            let mut base = *addr;
-            base.set_port(addr.port().checked_sub(k as u16)?);
-            t.rev.get(&base).map(|&fi| fi | (k << (64 - self.rx_bits)))
-        })
+        t.rev.get(addr).copied()
     }
 }
 
@@ -417,7 +406,7 @@ mod tests {
     }
 
     #[test]
-    fn with_rx_ctx_bits_an_fi_addr_names_a_receive_context_at_its_port_and_a_source_names_its_context() {
+    fn with_rx_ctx_bits_an_fi_addr_names_a_receive_context_at_its_port_and_a_source_only_itself() {
         let t = AddrTable::new(4, false).with_rx_bits(2);
         let top: SocketAddr = "127.0.0.1:65535".parse().unwrap();
         assert_eq!(t.insert(&[Some(a(0)), Some(a(10)), Some(top)]), [Ok(0), Ok(1), Ok(2)]);
@@ -429,12 +418,11 @@ mod tests {
         assert_eq!(code(t.lookup(rx_addr(2, 1, 2))), ffi::FI_EINVAL);
         assert_eq!(code(t.lookup(rx_addr(3, 1, 2))), ffi::FI_EINVAL);
         assert_eq!(t.base_of(rx_addr(1, 3, 2)), 1);
-        // A sender k ports above an entry is that entry's context k (k
-        // below what the bits name); an inserted address is itself.
+        // A sender is found by its own address only (an address k ports
+        // above an entry may be any endpoint).
         assert_eq!(t.reverse(&a(10)), Some(1));
-        assert_eq!(t.reverse(&a(12)), Some(rx_addr(1, 2, 2)));
-        assert_eq!(t.reverse(&a(1)), Some(rx_addr(0, 1, 2)));
-        assert_eq!(t.reverse(&a(14)), None);
+        assert_eq!(t.reverse(&a(12)), None);
+        assert_eq!(t.reverse(&a(1)), None);
         // Without rx_ctx_bits the top bits are part of the index.
         let plain = AddrTable::new(4, false);
         assert_eq!(plain.insert(&[Some(a(0))]), [Ok(0)]);

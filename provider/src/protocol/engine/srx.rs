@@ -18,6 +18,10 @@
 //! the unexpected messages and posting a receive is, so a message and a
 //! receive that match always meet.
 //!
+//! An endpoint that closes drops the messages it kept, and places the
+//! receives handed to it again (`Queues::place`, at their place in
+//! posting order: they may match another endpoint's message now).
+//!
 //! A receive's CQ slot is taken when it matches (the context has no CQ of
 //! its own): a shared receive's completion is always accepted by its
 //! endpoint's CQ, which may so hold up to the context's `size` more than
@@ -44,6 +48,9 @@ use crate::sys::LockExt;
 struct Shared {
     p: Posted,
     flags: u64,
+    /// Its place in posting order (a receive handed back by an endpoint
+    /// that closed goes back to it).
+    seq: u64,
 }
 
 #[derive(Default)]
@@ -53,9 +60,33 @@ struct Queues {
     unexpected: [VecDeque<(u64, Unexpected)>; 2],
     /// (owner, receive, message): matched at the post, to deliver.
     handoff: Vec<(u64, Shared, Unexpected)>,
-    /// The receive CQ of the first endpoint bound, where a cancelled
-    /// receive is reported (the context has no CQ of its own).
-    cancel_cq: Option<Arc<CqCore>>,
+    /// The bound endpoints, in binding order, with their receive CQs: a
+    /// cancelled receive is reported to the first one's (the context has
+    /// no CQ of its own).
+    owners: Vec<(u64, Option<Arc<CqCore>>)>,
+    next_seq: u64,
+}
+
+impl Queues {
+    /// A receive into the context: handed to the endpoint that keeps a
+    /// message it matches, else among the posted ones in posting order.
+    fn place(&mut self, s: Shared, tagged: bool, handoffs: &AtomicUsize) {
+        let q = tagged as usize;
+        let found = self.unexpected[q]
+            .iter()
+            .position(|(_, u)| u.claimed.is_none() && matches(&s.p, tagged, u.hdr.tag, &u.from));
+        match found {
+            Some(i) => {
+                let (owner, u) = self.unexpected[q].remove(i).expect("position is in range");
+                self.handoff.push((owner, s, u));
+                handoffs.fetch_add(1, Ordering::Release);
+            }
+            None => {
+                let at = self.posted[q].iter().position(|x| x.seq > s.seq).unwrap_or(self.posted[q].len());
+                self.posted[q].insert(at, s);
+            }
+        }
+    }
 }
 
 /// A shared receive context's queues.
@@ -78,11 +109,9 @@ impl SharedRx {
     /// An engine binds: its owner tag; `rx_cq` reports cancelled receives
     /// when it is the first.
     fn join(&self, rx_cq: Option<&Arc<CqCore>>) -> u64 {
-        let mut q = self.q.lock_ok();
-        if q.cancel_cq.is_none() {
-            q.cancel_cq = rx_cq.cloned();
-        }
-        self.next_owner.fetch_add(1, Ordering::Relaxed)
+        let me = self.next_owner.fetch_add(1, Ordering::Relaxed);
+        self.q.lock_ok().owners.push((me, rx_cq.cloned()));
+        me
     }
 
     /// fi_recv / fi_trecv on the context: `src` already resolved (a
@@ -104,23 +133,14 @@ impl SharedRx {
         let tagged = tag.is_some();
         let (t, ignore) = tag.unwrap_or((0, 0));
         let p = Box::new(PostedRecv { ctx, iovs, src, tag: t, ignore, credit: None, seq: 0, multi: Multi::No });
-        let s = Shared { p, flags };
-        let q = tagged as usize;
         let mut g = self.q.lock_ok();
         let pending = g.posted[0].len() + g.posted[1].len();
         if pending >= self.size {
             return Err(Error::quiet(ffi::FI_EAGAIN));
         }
-        let found =
-            g.unexpected[q].iter().position(|(_, u)| u.claimed.is_none() && matches(&s.p, tagged, u.hdr.tag, &u.from));
-        match found {
-            Some(i) => {
-                let (owner, u) = g.unexpected[q].remove(i).expect("position is in range");
-                g.handoff.push((owner, s, u));
-                self.handoffs.fetch_add(1, Ordering::Release);
-            }
-            None => g.posted[q].push_back(s),
-        }
+        let seq = g.next_seq;
+        g.next_seq += 1;
+        g.place(Shared { p, flags, seq }, tagged, &self.handoffs);
         Ok(())
     }
 
@@ -137,10 +157,16 @@ impl SharedRx {
     /// endpoint's receive CQ.
     pub fn cancel(&self, ctx: usize) -> Result<()> {
         let mut g = self.q.lock_ok();
+        let Some(cq) = g.owners.iter().find_map(|(_, c)| c.clone()) else {
+            return Err(crate::fail!(
+                ffi::FI_EOPBADSTATE,
+                "fi_cancel on a shared receive context with no enabled endpoint bound: its cancellation would have no CQ to be reported to"
+            ));
+        };
         for q in 0..2 {
             if let Some(i) = g.posted[q].iter().position(|s| s.p.ctx == ctx) {
                 g.posted[q].remove(i);
-                if let Some(cq) = &g.cancel_cq {
+                {
                     cq.push_error(CqError {
                         op_context: ctx,
                         flags: ffi::FI_RECV as u64 | if q == 1 { ffi::FI_TAGGED as u64 } else { ffi::FI_MSG as u64 },
@@ -182,6 +208,9 @@ impl Engine {
     /// queue (the `on_message` arm for sends, with the context's queues).
     pub(super) fn on_send_shared(&mut self, h: Hdr, body: &[u8], from: SocketAddr, pid: u32) {
         let Some(s) = self.bound.srx.clone() else { return };
+        // (Receives handed to us first: they were matched before this
+        // message, and complete before it in matching order.)
+        self.take_handoffs();
         let tagged = h.flags & flag::TAGGED != 0;
         let q = tagged as usize;
         let take = |g: &mut Queues| {
@@ -271,12 +300,14 @@ impl Engine {
         for q in g.unexpected.iter_mut() {
             q.retain(|(o, _)| *o != me);
         }
+        g.owners.retain(|(o, _)| *o != me);
         let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut g.handoff).into_iter().partition(|(o, _, _)| *o == me);
         g.handoff = rest;
         s.handoffs.fetch_sub(mine.len(), Ordering::AcqRel);
-        for (_, shared, u) in mine.into_iter().rev() {
-            let q = (u.hdr.flags & flag::TAGGED != 0) as usize;
-            g.posted[q].push_front(shared);
+        // (Each placed again at its place in posting order, as if posted
+        // now: it may match a message another endpoint keeps.)
+        for (_, shared, u) in mine {
+            g.place(shared, u.hdr.flags & flag::TAGGED != 0, &s.handoffs);
         }
     }
 

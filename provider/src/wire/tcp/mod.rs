@@ -60,8 +60,9 @@ const MAGIC: u32 = 0x3154_584f; // "OXT1"
 /// own, checked above the wire). Version 2: one connection per pair
 /// (the hello's kind; frames wait for the answer). Version 3: lanes (the
 /// LANE kind). Version 4: the job key (flags, nonce and proof in the
-/// hello; the CHALLENGE kind).
-pub(crate) const VERSION: u32 = 4;
+/// hello; the CHALLENGE kind). Version 5: frames of up to 1 MiB (a
+/// version 4 receiver closes the connection on the first).
+pub(crate) const VERSION: u32 = 5;
 /// A hello: magic, version, name (28), epoch, pid, kind, flags, nonce
 /// (32), proof (32).
 pub(crate) const HELLO_LEN: usize = 116;
@@ -98,7 +99,7 @@ const OUT_MAX: usize = 4 << 20;
 /// each); a longer length prefix closes the connection. What connections
 /// hold of unfinished frames is bounded over all of them
 /// (FI_OXMR_TCP_PARTIAL_MAX), not by this.
-pub(crate) const TCP_MAX_FRAME: usize = 1 << 20;
+pub(crate) const TCP_MAX_FRAME: usize = crate::config::TCP_MAX_FRAME;
 const _: () = assert!(TCP_MAX_FRAME >= FRAME_FLOOR && 2 * TCP_MAX_FRAME <= OUT_MAX);
 /// The frames a peer on another host is sent. A stream's next DATA frame
 /// is queued once the link's queue is written, and what the socket does
