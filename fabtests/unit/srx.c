@@ -15,6 +15,7 @@
  */
 #include "oxt.h"
 
+#include <pthread.h>
 #include <rdma/fi_tagged.h>
 
 #define NRX 3
@@ -31,7 +32,7 @@ static struct fid_cq *all_cq[NRX + 1];
 
 static void ep_open(struct oxt_env *e, struct fi_info *fi, struct fid_av *av, struct fid_ep *srx, struct rep *r)
 {
-	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
+	struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .size = 64, .wait_obj = FI_WAIT_UNSPEC };
 	size_t len = sizeof r->name;
 
 	REQUIRE_RC(fi_endpoint(e->domain, fi, &r->ep, NULL), 0);
@@ -66,6 +67,21 @@ static int next(struct fid_cq *cq, struct fi_cq_tagged_entry *e, void **errctx)
 		poke();
 	}
 	return -1;
+}
+
+/* A thread asleep in fi_cq_sread on one CQ (10 s at most). */
+struct sleeper {
+	struct fid_cq *cq;
+	struct fi_cq_tagged_entry e;
+	ssize_t n;
+};
+
+static void *sleep_on(void *arg)
+{
+	struct sleeper *s = arg;
+
+	s->n = fi_cq_sread(s->cq, &s->e, 1, NULL, 10000);
+	return NULL;
 }
 
 /* Whether `cq` holds nothing after 20 ms of everyone's progress. */
@@ -207,6 +223,25 @@ int main(int argc, char **argv)
 	EXPECT_EQ(next(rx[0].cq, &ce, &ectx), FI_ECANCELED);
 	EXPECT(ectx == &ctx[5], "the cancelled receive's context");
 	EXPECT_RC(fi_cancel(&srx->fid, &ctx[5]), -FI_ENOENT);
+
+	OXT_GROUP("a receive posted while a thread sleeps in fi_cq_sread on the keeping endpoint's CQ completes there");
+	{
+		struct sleeper sl = { .cq = rx[1].cq };
+		pthread_t t;
+
+		oxt_fill(out, 20, 80);
+		REQUIRE_RC(fi_send(tx.ep, out, 20, NULL, rx[1].at, &ctx[7]), 0);
+		EXPECT(quiet(rx[1].cq), "a completion before any receive");
+		EXPECT_EQ(next(tx.cq, &ce, &ectx), 0);
+		REQUIRE(pthread_create(&t, NULL, sleep_on, &sl) == 0, "pthread_create");
+		/* (Let it fall asleep: the receive is posted to a sleeper.) */
+		oxt_sleep_ms(50);
+		REQUIRE_RC(fi_recv(srx, in[2], 64, NULL, FI_ADDR_UNSPEC, &ctx[6]), 0);
+		pthread_join(t, NULL);
+		EXPECT_EQ(sl.n, 1);
+		EXPECT(sl.n != 1 || sl.e.op_context == &ctx[6], "the sleeper's completion context");
+		EXPECT(oxt_same(in[2], 20, 80), "the handed-off message differs");
+	}
 
 	OXT_GROUP("an endpoint closed with a receive handed to it: the receive takes another endpoint's message");
 	/* Both endpoints 2 and 1 keep a tag-5 message (2's first); a receive

@@ -222,9 +222,10 @@ impl Engine {
         if rx.ready() {
             return false;
         }
-        // (A receive posted to a shared receive context may be handed to
-        // us at any time, with no arrival to ring: sleep a tick.)
-        !self.has_srx()
+        // (A receive posted to a shared receive context and handed to us
+        // signals our receive CQ; where that wakes nobody, or one is
+        // waiting: a tick.)
+        !self.srx_tick()
             && self.peers.owed == 0
             && self.deferred.is_empty()
             && self.sharing.stalled.is_empty()

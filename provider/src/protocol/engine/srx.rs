@@ -70,6 +70,8 @@ struct Queues {
 impl Queues {
     /// A receive into the context: handed to the endpoint that keeps a
     /// message it matches, else among the posted ones in posting order.
+    /// A handoff wakes a thread sleeping on that endpoint's receive CQ
+    /// (or a wait set or poll() over its fd): no arrival rings it.
     fn place(&mut self, s: Shared, tagged: bool, handoffs: &AtomicUsize) {
         let q = tagged as usize;
         let found = self.unexpected[q]
@@ -80,6 +82,9 @@ impl Queues {
                 let (owner, u) = self.unexpected[q].remove(i).expect("position is in range");
                 self.handoff.push((owner, s, u));
                 handoffs.fetch_add(1, Ordering::Release);
+                if let Some((_, Some(cq))) = self.owners.iter().find(|(o, _)| *o == owner) {
+                    cq.waiter.signal();
+                }
             }
             None => {
                 let at = self.posted[q].iter().position(|x| x.seq > s.seq).unwrap_or(self.posted[q].len());
@@ -315,5 +320,14 @@ impl Engine {
     /// posted to the endpoint itself is refused).
     pub(super) fn has_srx(&self) -> bool {
         self.bound.srx.is_some()
+    }
+
+    /// Whether a thread about to sleep on this endpoint must wake within a
+    /// tick for the shared receive context: a handoff is waiting, or one
+    /// could come that wakes nobody (a handoff signals the receive CQ
+    /// only: not a receive counter read instead of it).
+    pub(super) fn srx_tick(&self) -> bool {
+        let Some(s) = self.bound.srx.as_ref() else { return false };
+        self.bound.rx_cq.is_none() || self.bound.cntrs[1].is_some() || s.handoffs.load(Ordering::Acquire) > 0
     }
 }
