@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use super::ep::{ops_flags_control, put_name};
+// (The slots no endpoint of oxmr takes: the endpoint's.)
+use super::ep::{join, listen, ops_flags_control, put_name, reject, rx_size_left, tx_size_left};
 use super::fid::{fid_header, from_fid, FidHeader};
 use super::{common, guard_int, hand_out};
 use crate::error::Result;
@@ -35,8 +36,6 @@ static SEP_FI_OPS: ffi::fi_ops = ffi::fi_ops {
 crate::enosys!(sep_cancel, "fi_cancel on a scalable endpoint (cancel through its context)", (fid: *mut ffi::fid, context: *mut c_void) -> isize);
 crate::enosys!(sep_getopt, "fi_getopt on a scalable endpoint (options are its contexts')", (fid: *mut ffi::fid, level: i32, optname: i32, optval: *mut c_void, optlen: *mut usize) -> i32);
 crate::enosys!(sep_setopt, "fi_setopt on a scalable endpoint (options are its contexts')", (fid: *mut ffi::fid, level: i32, optname: i32, optval: *const c_void, optlen: usize) -> i32);
-crate::enosys!(rx_size_left, "fi_rx_size_left", (ep: *mut ffi::fid_ep) -> isize);
-crate::enosys!(tx_size_left, "fi_tx_size_left", (ep: *mut ffi::fid_ep) -> isize);
 
 static SEP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
     size: size_of::<ffi::fi_ops_ep>(),
@@ -52,11 +51,8 @@ static SEP_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
 crate::enosys!(setname, "fi_setname on a scalable endpoint (give the address in the info's src_addr)", (fid: *mut ffi::fid, addr: *mut c_void, addrlen: usize) -> i32);
 crate::enosys!(getpeer, "fi_getpeer on a scalable endpoint (FI_EP_RDM has no peer)", (ep: *mut ffi::fid_ep, addr: *mut c_void, addrlen: *mut usize) -> i32);
 crate::enosys!(connect, "fi_connect on a scalable endpoint (FI_EP_RDM)", (ep: *mut ffi::fid_ep, addr: *const c_void, param: *const c_void, paramlen: usize) -> i32);
-crate::enosys!(listen, "fi_listen on a scalable endpoint", (pep: *mut ffi::fid_pep) -> i32);
 crate::enosys!(accept, "fi_accept on a scalable endpoint (FI_EP_RDM)", (ep: *mut ffi::fid_ep, param: *const c_void, paramlen: usize) -> i32);
-crate::enosys!(reject, "fi_reject on a scalable endpoint", (pep: *mut ffi::fid_pep, handle: ffi::fid_t, param: *const c_void, paramlen: usize) -> i32);
 crate::enosys!(shutdown, "fi_shutdown on a scalable endpoint (FI_EP_RDM)", (ep: *mut ffi::fid_ep, flags: u64) -> i32);
-crate::enosys!(join, "fi_join", (ep: *mut ffi::fid_ep, addr: *const c_void, flags: u64, mc: *mut *mut ffi::fid_mc, context: *mut c_void) -> i32);
 
 static SEP_CM_OPS: ffi::fi_ops_cm = ffi::fi_ops_cm {
     size: size_of::<ffi::fi_ops_cm>(),

@@ -8,6 +8,7 @@ use std::ffi::c_void;
 
 use oxmr_ffi as ffi;
 
+use super::ep::{rx_size_left, tx_size_left};
 use super::fid::{fid_header, from_fid, FidHeader};
 use super::{common, guard_int, guard_ssize};
 use crate::fail;
@@ -27,8 +28,6 @@ crate::enosys!(getopt, "fi_getopt on a shared receive context", (fid: *mut ffi::
 crate::enosys!(setopt, "fi_setopt on a shared receive context", (fid: *mut ffi::fid, level: i32, optname: i32, optval: *const c_void, optlen: usize) -> i32);
 crate::enosys!(tx_ctx, "fi_tx_context on a shared receive context", (sep: *mut ffi::fid_ep, index: i32, attr: *mut ffi::fi_tx_attr, tx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
 crate::enosys!(rx_ctx, "fi_rx_context on a shared receive context", (sep: *mut ffi::fid_ep, index: i32, attr: *mut ffi::fi_rx_attr, rx_ep: *mut *mut ffi::fid_ep, context: *mut c_void) -> i32);
-crate::enosys!(rx_size_left, "fi_rx_size_left", (ep: *mut ffi::fid_ep) -> isize);
-crate::enosys!(tx_size_left, "fi_tx_size_left", (ep: *mut ffi::fid_ep) -> isize);
 
 static SRX_OPS: ffi::fi_ops_ep = ffi::fi_ops_ep {
     size: size_of::<ffi::fi_ops_ep>(),

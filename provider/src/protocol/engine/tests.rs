@@ -1636,3 +1636,31 @@ fn a_shared_receive_context_takes_both_endpoints_messages_and_hands_a_late_recei
     // Receives go to the context, not the endpoint.
     assert!(a.eng.recv(13, iov_mut(&mut r1), ffi::FI_ADDR_UNSPEC, None, None).is_err());
 }
+
+#[test]
+fn messages_a_shared_receive_context_keeps_count_in_their_endpoints_unexpected_budget() {
+    // (What a peer's unmatched sends make an endpoint hold is bounded by
+    // FI_OXMR_UNEXP_MAX also when they are kept in a shared context.)
+    let srx = Arc::new(super::SharedRx::new(8));
+    let cfg = Config { unexp_max: 100, ..Config::default() };
+    let mut a = side_bound(ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY, &cfg, false, Some(srx.clone()));
+    let mut t = side();
+    t.av.insert(&[Some(a.addr)]);
+    a.av.insert(&[Some(t.addr)]);
+    let m = [7u8; 64];
+    for i in 0..3 {
+        send(&mut t, 10 + i, &m, None);
+    }
+    run(&mut t, &mut a, |_, _| srx.counts().0 == 3);
+    assert!(a.eng.unexp.bytes >= 3 * 64, "kept {} bytes for 3 messages of 64", a.eng.unexp.bytes);
+    assert!(a.eng.unexp.bytes > a.eng.unexp.max && a.eng.unexp.paused == [t.addr], "the sender is held past the bound");
+    let mut r = [[0u8; 64]; 3];
+    for (i, b) in r.iter_mut().enumerate() {
+        srx.post(20 + i, iov_mut(b), None, None, 0).expect("posted to the context");
+    }
+    for _ in 0..3 {
+        ok(next(&mut t, &mut a, 1));
+    }
+    assert_eq!((a.eng.unexp.bytes, a.eng.unexp.paused.len()), (0, 0), "taken, released, the sender resumed");
+    assert_eq!(r, [m; 3]);
+}
