@@ -3,18 +3,17 @@
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use oxmr_ffi as ffi;
 
-use super::fid::{self, fid_header, from_fid, FidHeader};
+use super::fid::{self, fid_header, from_fid};
 use super::{common, guard_int, write_out};
 use crate::ext::{self, oxmr_mr_info, oxmr_mr_ops, oxmr_mr_stats, oxmr_phys_run};
 use crate::fail;
 use crate::mr::pin::{PinClass, PinMode};
 use crate::mr::registry::Ranges;
 use crate::mr::Request;
-use crate::objects::{cntr::Cntr, domain::Domain, ep::Ep, mr::Mr};
+use crate::objects::{cntr::Cntr, domain::Domain, ep::Ep, mr::Mr, mr::MrTail};
 use crate::sys::LockExt;
 
 pub static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
@@ -27,10 +26,18 @@ pub static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     ops_set: Some(common::ops_set),
 };
 
-crate::fid_object!(Mr, hdr, ffi::FI_CLASS_MR, "memory region", MR_FI_OPS);
+crate::fid_object!(Mr, face, ffi::FI_CLASS_MR, "memory region", MR_FI_OPS);
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    guard_int("fi_close(mr)", || from_fid!(close Mr, f, |_| Ok(())).map(|_| 0))
+    guard_int("fi_close(mr)", || {
+        // The key stops validating, then C's reference goes. (No -FI_EBUSY:
+        // what else holds the region, the registry until now and accesses
+        // in flight, keeps it, and its pin, until they let go; bindings from
+        // an MR are weak, and nothing binds to one.)
+        from_fid!(Mr, f)?.deregister();
+        from_fid!(release Mr, f)?;
+        Ok(0)
+    })
 }
 
 unsafe extern "C" fn bind(f: *mut ffi::fid, bfid: *mut ffi::fid, flags: u64) -> i32 {
@@ -76,21 +83,14 @@ unsafe fn reg_common(
     out: *mut *mut ffi::fid_mr,
     context: *mut c_void,
 ) -> crate::error::Result<i32> {
-    let d = from_fid!(retain Domain, domain)?;
+    let d = from_fid!(Domain, domain)?;
     if out.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: NULL mr out-parameter"));
     }
-    let region = d.mr.register(req)?;
-    let key = region.key;
-    let hdr = FidHeader(ffi::fid_mr { fid: fid_header::<Mr>(context), mem_desc: std::ptr::null_mut(), key });
-    let mut mr = Arc::new(Mr::new(hdr, d, region));
-    // The descriptor (fi_mr_desc) is the MR's own address, written while
-    // the MR is ours alone (not `Arc::new_cyclic`: its weak reference costs
-    // two more locked instructions per registration).
-    let me = Arc::as_ptr(&mr) as *mut c_void;
-    if let Some(m) = Arc::get_mut(&mut mr) {
-        m.hdr.0.mem_desc = me;
-    }
+    // (The MR holds its domain: a second look at the same fid, which C's
+    // reference keeps alive for this call.)
+    let tail = MrTail::new(from_fid!(retain Domain, domain)?);
+    let mr = d.mr.register_with(req, fid_header::<Mr>(context), tail)?;
     // SAFETY: `out` checked non-NULL above.
     unsafe { out.write(fid::publish(mr) as *mut ffi::fid_mr) };
     Ok(0)
@@ -226,9 +226,9 @@ pub unsafe extern "C" fn regattr(
 unsafe extern "C" fn ext_query(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32 {
     guard_int("oxmr_mr_ops.query", || {
         let mr = from_fid!(Mr, mr)?;
-        let r = &mr.region;
+        let r = mr;
         // A device registration reports whether its mapping is still there.
-        mr.domain.mr.phys_live(r);
+        mr.domain().mr.phys_live(r);
         let pin = r.pin.lock_ok();
         let class_ = match pin.class() {
             PinClass::Uring => ext::OXMR_MR_CLASS_PINNED,
@@ -271,27 +271,27 @@ unsafe extern "C" fn ext_phys_runs(mr: *mut c_void, runs: *mut oxmr_phys_run, co
         }
         // (Checked now, as an access would: a mapping replaced since the
         // last access revokes the registration before its runs are told.)
-        mr.domain.mr.phys_live(&mr.region);
-        let pin = mr.region.pin.lock_ok();
+        mr.domain().mr.phys_live(mr);
+        let pin = mr.pin.lock_ok();
         let Some(p) = pin.phys() else {
             return Err(fail!(
                 ffi::FI_EINVAL,
                 "oxmr_mr_ops.phys_runs: key {:#x} is not a physical-address registration",
-                mr.region.key
+                mr.key
             ));
         };
         if p.revoked() {
             return Err(fail!(
                 ffi::FI_EKEYREJECTED,
                 "oxmr_mr_ops.phys_runs: key {:#x} was revoked (its mapping changed)",
-                mr.region.key
+                mr.key
             ));
         }
         let Some(list) = &p.runs else {
             return Err(fail!(
                 ffi::FI_ENODATA,
                 "oxmr_mr_ops.phys_runs: the physical addresses of key {:#x} are unavailable (/proc/self/pagemap does not show them: no CAP_SYS_ADMIN, or a VM_PFNMAP mapping)",
-                mr.region.key
+                mr.key
             ));
         };
         // SAFETY: non-NULL count from the caller.
@@ -391,9 +391,9 @@ unsafe extern "C" fn ext_device(mr: *mut c_void, dev: *mut ext::oxmr_mr_device) 
     guard_int("oxmr_mr_ops.device", || {
         use crate::mr::device::{Caching, Device};
         let mr = from_fid!(Mr, mr)?;
-        mr.domain.mr.phys_live(&mr.region);
-        let pin = mr.region.pin.lock_ok();
-        let key = mr.region.key;
+        mr.domain().mr.phys_live(mr);
+        let pin = mr.pin.lock_ok();
+        let key = mr.key;
         let Some((p, d)) = pin.phys().and_then(|p| Some((p, p.device.as_ref()?))) else {
             return Err(fail!(
                 ffi::FI_ENODATA,

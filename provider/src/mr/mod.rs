@@ -162,9 +162,19 @@ impl MrDomain {
         self.mr_mode & bit as i32 != 0
     }
 
-    /// Register: the region, published under its key.
-    pub fn register(&self, mut req: Request) -> Result<Arc<Region>> {
-        let r = self.register_inner(&mut req);
+    /// Register: the region, published under its key (with no handle:
+    /// this layer's tests and registrations no application holds).
+    pub fn register(&self, req: Request) -> Result<Arc<Region>> {
+        let none = ffi::fid { fclass: 0, context: std::ptr::null_mut(), ops: std::ptr::null_mut() };
+        Ok(self.register_with(req, none, ())?)
+    }
+
+    /// Register, the region carrying the application's handle (`fid`, the
+    /// `struct fid` of its `fid_mr`; the rest of it, key and `mem_desc`,
+    /// written here) and its owner's `tail`: one allocation, published
+    /// under its key.
+    pub fn register_with<T: registry::Tail>(&self, mut req: Request, fid: ffi::fid, tail: T) -> Result<Arc<Region<T>>> {
+        let r = self.register_inner(&mut req, fid, tail);
         if let Err(e) = &r {
             self.stats.count_failure(*e);
         }
@@ -177,7 +187,7 @@ impl MrDomain {
         self.registry.inserted()
     }
 
-    fn register_inner(&self, req: &mut Request) -> Result<Arc<Region>> {
+    fn register_inner<T: registry::Tail>(&self, req: &mut Request, fid: ffi::fid, tail: T) -> Result<Arc<Region<T>>> {
         if req.access & !ACCESS_BITS != 0 {
             return Err(fail!(
                 ffi::FI_EINVAL,
@@ -217,18 +227,20 @@ impl MrDomain {
             })?);
             mapped = Some(m);
         }
-        self.register_checked(req, mapped, dmabuf_iova)
+        self.register_checked(req, mapped, dmabuf_iova, fid, tail)
     }
 
     /// Register what `register_inner` decoded: `mapped` a dma-buf's
     /// mapping (then `iovs` is its data, and `dmabuf_iova` where peers
     /// address it under FI_MR_VIRT_ADDR).
-    fn register_checked(
+    fn register_checked<T: registry::Tail>(
         &self,
         req: &mut Request,
         mapped: Option<dmabuf::Mapped>,
         dmabuf_iova: Option<u64>,
-    ) -> Result<Arc<Region>> {
+        fid: ffi::fid,
+        tail: T,
+    ) -> Result<Arc<Region<T>>> {
         if req.iovs.is_empty() || req.iovs.len() > MR_IOV_LIMIT {
             return Err(fail!(
                 ffi::FI_EINVAL,
@@ -307,7 +319,8 @@ impl MrDomain {
             None if self.record_pfn && len > 0 => phys::pagemap_pfns(req.iovs[0].0, 1).first().copied().unwrap_or(0),
             None => 0,
         };
-        let region = Arc::new(Region {
+        let mut region = Arc::new(Region {
+            face: registry::face(fid, key),
             key,
             iovs: std::mem::take(&mut req.iovs),
             len,
@@ -326,9 +339,15 @@ impl MrDomain {
             phys,
             mmio,
             cntr: std::sync::Mutex::new(None),
+            tail,
         });
+        // (Ours alone until inserted below.)
+        let me = Arc::as_ptr(&region) as *mut std::ffi::c_void;
+        if let Some(r) = Arc::get_mut(&mut region) {
+            r.face.0.mem_desc = me;
+        }
         if let (Some(c), Some(since)) = (&self.cache, watch) {
-            c.track_live(&region, since);
+            c.track_live(&*region, since);
         }
         self.registry
             .insert(region.clone())
@@ -493,7 +512,8 @@ mod peer_tests {
         let m = dmabuf::map(buf, 100, 4000, true).unwrap();
         let mut r = req(0, 0, RW);
         r.iovs = Ranges::One(m.data());
-        let r = d.register_checked(&mut r, Some(m), Some(0x5000_0000 + 100)).unwrap();
+        let none = ffi::fid { fclass: 0, context: std::ptr::null_mut(), ops: std::ptr::null_mut() };
+        let r = d.register_checked(&mut r, Some(m), Some(0x5000_0000 + 100), none, ()).unwrap();
         assert_eq!(r.iova, 0x5000_0064, "peers address it at base_addr + offset");
         // The caller closes its fd, and the number is reused for another
         // buffer: the registration still speaks for the first.
@@ -526,7 +546,7 @@ mod peer_tests {
         assert_eq!(unsafe { std::slice::from_raw_parts((a + 8) as *const u8, 4) }, &[1, 2, 3, 4]);
         // (The fd number now names the other buffer; refused as a memfd.)
         assert_eq!(dmabuf::open(fd).err().map(|e| e.code()), Some(ffi::FI_EINVAL));
-        d.deregister(&r);
+        d.deregister(&*r);
         drop(g);
         drop(r);
         assert!(!phys::is_device(a, 1), "closing it drops its mapping");

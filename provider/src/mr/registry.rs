@@ -98,8 +98,31 @@ impl From<Vec<(usize, usize)>> for Ranges {
     }
 }
 
-/// A registered region.
-pub struct Region {
+/// The handle of a registration of key `key` whose `struct fid` is `fid`
+/// (its `mem_desc`, the region's own address, is written once the region
+/// is allocated).
+pub fn face(fid: ffi::fid, key: u64) -> ffi::FidHeader<ffi::fid_mr> {
+    ffi::FidHeader(ffi::fid_mr { fid, mem_desc: std::ptr::null_mut(), key })
+}
+
+/// What a registration carries for the layer that hands it out: the MR
+/// object's own state (`objects::mr::MrTail`), or `()` for registrations
+/// made without one (this layer's tests).
+pub trait Tail: Send + Sync + 'static {}
+impl<T: Send + Sync + 'static> Tail for T {}
+
+/// A registered region, and the MR object the application holds: one
+/// allocation per registration, which the registry, in-flight accesses
+/// and the application's handle share. (`Region` alone is any
+/// registration, its tail unsized; `Region<T>` one with a known tail.)
+///
+/// cbindgen:ignore
+#[repr(C)]
+pub struct Region<T: ?Sized + Tail = dyn Tail> {
+    /// The application's handle, `struct fid_mr`: first, so that the
+    /// pointer C holds is the region's own address (its `mem_desc` too).
+    /// Written once, before the region is shared.
+    pub face: ffi::FidHeader<ffi::fid_mr>,
     pub key: u64,
     /// (virtual address, length) of each registered iov.
     pub iovs: Ranges,
@@ -145,6 +168,8 @@ pub struct Region {
     pub mmio: bool,
     /// Counter bound with fi_mr_bind, and the remote accesses it counts.
     pub cntr: Mutex<Option<(std::sync::Weak<dyn RmaEvents>, u64)>>,
+    /// The owning layer's part (last: it may be unsized).
+    pub tail: T,
 }
 
 /// What a registration bound to a counter (fi_mr_bind, FI_RMA_EVENT) tells
@@ -457,7 +482,7 @@ impl Registry {
         let gone = {
             let mut m = self.shard(r.key).lock();
             match m.map.entry(r.key) {
-                Entry::Occupied(e) if std::ptr::eq(Arc::as_ptr(e.get()), r) => Some(e.remove()),
+                Entry::Occupied(e) if std::ptr::addr_eq(Arc::as_ptr(e.get()), r) => Some(e.remove()),
                 _ => None,
             }
         };
@@ -520,8 +545,9 @@ impl Registry {
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn region(key: u64, iova: u64, len: usize, access: u64) -> Arc<Region> {
+    pub(crate) fn region(key: u64, iova: u64, len: usize, access: u64) -> Arc<Region<()>> {
         Arc::new(Region {
+            face: face(ffi::fid { fclass: 0, context: std::ptr::null_mut(), ops: std::ptr::null_mut() }, key),
             key,
             iovs: Ranges::One((iova as usize, len)),
             len,
@@ -537,6 +563,7 @@ pub(crate) mod tests {
             phys: false,
             mmio: false,
             cntr: Mutex::new(None),
+            tail: (),
         })
     }
 
@@ -581,12 +608,12 @@ pub(crate) mod tests {
         let old = region(7, 0x1000, 0x100, rw);
         r.insert(old.clone()).unwrap();
         // Revoked (its device mapping changed): the key is free again...
-        r.remove_region(&old);
+        r.remove_region(&*old);
         assert!(r.check(7, 0x1000, 1, rw).is_err());
         // ...and the application registers something else under it.
         r.insert(region(7, 0x9000, 0x100, rw)).unwrap();
         // Closing the old MR must not unregister the new one.
-        r.remove_region(&old);
+        r.remove_region(&*old);
         assert_eq!(r.check(7, 0x9000, 1, rw).unwrap().offset, 0);
     }
 

@@ -17,7 +17,6 @@ use crate::error::Result;
 use crate::fail;
 use crate::mr::registry::Region;
 use crate::sys::LockExt;
-use oxmr_ffi::FidHeader;
 
 /// What an MR is bound to.
 #[derive(Default)]
@@ -29,30 +28,39 @@ pub struct MrState {
     pub cntr: Option<Weak<Cntr>>,
 }
 
-/// A memory region.
-#[repr(C)]
-pub struct Mr {
-    pub hdr: FidHeader<ffi::fid_mr>,
+/// A memory region: the registration itself (`mr::registry::Region`),
+/// whose tail holds what the object layer keeps for it. One allocation
+/// per registration; C's handle is its `face`.
+///
+/// cbindgen:ignore
+pub type Mr = Region<MrTail>;
+
+/// The object layer's part of an MR.
+pub struct MrTail {
     pub domain: Arc<Domain>,
-    pub region: Arc<Region>,
     state: Mutex<MrState>,
 }
 
-impl Drop for Mr {
-    fn drop(&mut self) {
-        // The key stops validating now; the pin is released when the last
-        // in-flight user of the region lets go.
-        self.domain.mr.deregister(&self.region);
+impl MrTail {
+    pub fn new(domain: Arc<Domain>) -> Self {
+        MrTail { domain, state: Mutex::new(MrState::default()) }
     }
 }
 
-impl Mr {
-    pub fn new(hdr: FidHeader<ffi::fid_mr>, domain: Arc<Domain>, region: Arc<Region>) -> Self {
-        Mr { hdr, domain, region, state: Mutex::new(MrState::default()) }
+impl Region<MrTail> {
+    /// The domain it was registered in.
+    pub fn domain(&self) -> &Arc<Domain> {
+        &self.tail.domain
+    }
+
+    /// fi_close: the key stops validating now; the region (and its pin)
+    /// goes when the last in-flight access lets go of it.
+    pub fn deregister(&self) {
+        self.tail.domain.mr.deregister(self);
     }
 
     fn state(&self) -> MutexGuard<'_, MrState> {
-        self.state.lock_ok()
+        self.tail.state.lock_ok()
     }
 
     /// fi_mr_bind to an endpoint (FI_MR_ENDPOINT).
@@ -67,7 +75,7 @@ impl Mr {
         if flags != 0 {
             return Err(fail!(ffi::FI_EBADFLAGS, "fi_mr_bind(ep): flags {flags:#x}; pass 0"));
         }
-        if !Arc::ptr_eq(&ep.domain, &self.domain) {
+        if !Arc::ptr_eq(&ep.domain, &self.tail.domain) {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: the endpoint belongs to another domain"));
         }
         let mut s = self.state();
@@ -95,7 +103,7 @@ impl Mr {
                 "fi_mr_bind(cntr): flags {flags:#x}; use FI_REMOTE_WRITE and/or FI_REMOTE_READ"
             ));
         }
-        if !Arc::ptr_eq(&cntr.domain, &self.domain) {
+        if !Arc::ptr_eq(&cntr.domain, &self.tail.domain) {
             return Err(fail!(ffi::FI_EINVAL, "fi_mr_bind: the counter belongs to another domain"));
         }
         let mut s = self.state();
@@ -104,13 +112,13 @@ impl Mr {
         }
         s.cntr = Some(Arc::downgrade(cntr));
         let events: Arc<dyn crate::mr::registry::RmaEvents> = cntr.core.clone();
-        *self.region.cntr.lock_ok() = Some((Arc::downgrade(&events), flags));
+        *self.cntr.lock_ok() = Some((Arc::downgrade(&events), flags));
         Ok(())
     }
 
     /// fi_mr_enable.
     pub fn enable(&self) -> Result<()> {
-        if self.domain.mr_mode & ffi::FI_MR_ENDPOINT as i32 != 0 {
+        if self.tail.domain.mr_mode & ffi::FI_MR_ENDPOINT as i32 != 0 {
             // (Bound through a context of a scalable endpoint: bound while
             // the scalable endpoint lives, whichever of its contexts.)
             let s = self.state();
@@ -124,7 +132,7 @@ impl Mr {
                 ));
             }
         }
-        self.region.enabled.store(true, Ordering::Release);
+        self.enabled.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -133,6 +141,6 @@ impl Mr {
         // The memory mapped now is what the application registers: a
         // revocation of the old memory (cache invariant 7) no longer
         // applies, and one of the new memory will (see `refresh_region`).
-        self.domain.mr.refresh_region(&self.region)
+        self.tail.domain.mr.refresh_region(self)
     }
 }

@@ -233,12 +233,12 @@ fn a_move_between_watch_and_track_revokes_the_registration() {
     let since = c.watch_ranges(&[(a, len)]).expect("watched");
     unmap_elsewhere(&c, 70);
     remap(a, len, 5);
-    c.track_live(&r, since);
+    c.track_live(&*r, since);
     assert!(r.revoked.get().is_some_and(|f| f.load(Ordering::Acquire)), "moved before it was tracked: revoked");
     let r2 = crate::mr::registry::tests::region(2, a as u64, len, ffi::FI_REMOTE_WRITE as u64);
     let since = c.watch_ranges(&[(a, len)]).expect("watched");
     unmap_elsewhere(&c, 3);
-    c.track_live(&r2, since);
+    c.track_live(&*r2, since);
     assert!(!r2.revoked.get().is_some_and(|f| f.load(Ordering::Acquire)), "nothing moved since: not revoked");
     // SAFETY: our mapping.
     unsafe { libc::munmap(a as *mut libc::c_void, len) };
