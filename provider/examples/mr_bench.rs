@@ -18,11 +18,12 @@
 use std::ffi::{c_void, CString};
 use std::ptr::{null, null_mut};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oxmr::mr::pin::Pin;
 use oxmr::mr::registry::{Ranges, Region, Registry};
+use oxmr::sys::SpinLock;
 use oxmr_ffi as ffi;
 
 struct Dom {
@@ -159,11 +160,11 @@ fn lookup_bench() {
             refreshed: AtomicBool::new(false),
             revoked: std::sync::OnceLock::new(),
             denied: std::sync::OnceLock::new(),
-            pin: Mutex::new(Pin::None),
+            pin: SpinLock::new(Pin::None),
             pfn0: 0,
             phys: false,
             mmio: false,
-            cntr: Mutex::new(None),
+            cntr: SpinLock::new(None),
             tail: (),
         }))
         .unwrap();

@@ -39,7 +39,6 @@ pub mod registry;
 pub mod uffd;
 pub mod uring;
 
-use crate::sys::LockExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -334,11 +333,11 @@ impl MrDomain {
             refreshed: AtomicBool::new(false),
             revoked: std::sync::OnceLock::new(),
             denied: std::sync::OnceLock::new(),
-            pin: std::sync::Mutex::new(pin),
+            pin: crate::sys::SpinLock::new(pin),
             pfn0,
             phys,
             mmio,
-            cntr: std::sync::Mutex::new(None),
+            cntr: crate::sys::SpinLock::new(None),
             tail,
         });
         // (Ours alone until inserted below.)
@@ -362,7 +361,7 @@ impl MrDomain {
         if !r.phys {
             return true;
         }
-        let pin = r.pin.lock_ok();
+        let pin = r.pin.lock();
         let Some(p) = pin.phys() else { return true };
         let (live, newly) = p.check_live();
         drop(pin);
@@ -435,7 +434,7 @@ impl MrDomain {
                 r.key
             ));
         }
-        let old = std::mem::replace(&mut *r.pin.lock_ok(), new);
+        let old = std::mem::replace(&mut *r.pin.lock(), new);
         // (A cached pin goes back to the cache: not under the lock above.)
         drop(old);
         r.refreshed.store(true, Ordering::Release);
@@ -479,7 +478,7 @@ mod peer_tests {
         let r = d.register(req(m.0 + 0x1000, 0x2000, RW)).unwrap();
         assert!(r.phys && r.mmio, "a BAR registration is a device registration, MMIO");
         {
-            let pin = r.pin.lock().unwrap();
+            let pin = r.pin.lock();
             let p = pin.phys().unwrap();
             assert!(matches!(p.device, Some(Device::Bar { bar: 0, offset: 0x1000, .. })));
             assert_eq!(p.runs, Some(vec![(BAR0 + 0x1000, 0x2000)]));
@@ -532,7 +531,7 @@ mod peer_tests {
         unsafe { local::gather(&local::slice(&g.region.iovs, g.offset, 16), &mut seen) };
         assert_eq!(seen, &bytes[108..124]);
         {
-            let pin = r.pin.lock().unwrap();
+            let pin = r.pin.lock();
             assert!(
                 matches!(&pin.phys().unwrap().device, Some(Device::DmaBuf { ino: i, offset: 100, .. }) if *i == ino)
             );

@@ -52,7 +52,7 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use crate::sys::SpinLock;
 
@@ -155,7 +155,7 @@ pub struct Region<T: ?Sized + Tail = dyn Tail> {
     /// write into memory the owner made read-only must not fault it.
     pub denied: OnceLock<Arc<AtomicU64>>,
     /// Replaced by fi_mr_refresh (FI_MR_MMU_NOTIFY).
-    pub pin: Mutex<Pin>,
+    pub pin: SpinLock<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
     pub pfn0: u64,
     /// Device memory registered by the physical-address fallback or
@@ -167,7 +167,7 @@ pub struct Region<T: ?Sized + Tail = dyn Tail> {
     /// accesses only.
     pub mmio: bool,
     /// Counter bound with fi_mr_bind, and the remote accesses it counts.
-    pub cntr: Mutex<Option<(std::sync::Weak<dyn RmaEvents>, u64)>>,
+    pub cntr: SpinLock<Option<(std::sync::Weak<dyn RmaEvents>, u64)>>,
     /// The owning layer's part (last: it may be unsized).
     pub tail: T,
 }
@@ -558,11 +558,11 @@ pub(crate) mod tests {
             refreshed: AtomicBool::new(false),
             revoked: OnceLock::new(),
             denied: OnceLock::new(),
-            pin: Mutex::new(Pin::None),
+            pin: SpinLock::new(Pin::None),
             pfn0: 0,
             phys: false,
             mmio: false,
-            cntr: Mutex::new(None),
+            cntr: SpinLock::new(None),
             tail: (),
         })
     }

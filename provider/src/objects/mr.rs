@@ -6,7 +6,7 @@
 //! not fail with -FI_EBUSY.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 
 use oxmr_ffi as ffi;
 
@@ -16,7 +16,7 @@ use super::ep::Ep;
 use crate::error::Result;
 use crate::fail;
 use crate::mr::registry::Region;
-use crate::sys::LockExt;
+use crate::sys::{SpinGuard, SpinLock};
 
 /// What an MR is bound to.
 #[derive(Default)]
@@ -38,12 +38,12 @@ pub type Mr = Region<MrTail>;
 /// The object layer's part of an MR.
 pub struct MrTail {
     pub domain: Arc<Domain>,
-    state: Mutex<MrState>,
+    state: SpinLock<MrState>,
 }
 
 impl MrTail {
     pub fn new(domain: Arc<Domain>) -> Self {
-        MrTail { domain, state: Mutex::new(MrState::default()) }
+        MrTail { domain, state: SpinLock::new(MrState::default()) }
     }
 }
 
@@ -59,8 +59,8 @@ impl Region<MrTail> {
         self.tail.domain.mr.deregister(self);
     }
 
-    fn state(&self) -> MutexGuard<'_, MrState> {
-        self.tail.state.lock_ok()
+    fn state(&self) -> SpinGuard<'_, MrState> {
+        self.tail.state.lock()
     }
 
     /// fi_mr_bind to an endpoint (FI_MR_ENDPOINT).
@@ -112,7 +112,7 @@ impl Region<MrTail> {
         }
         s.cntr = Some(Arc::downgrade(cntr));
         let events: Arc<dyn crate::mr::registry::RmaEvents> = cntr.core.clone();
-        *self.cntr.lock_ok() = Some((Arc::downgrade(&events), flags));
+        *self.cntr.lock() = Some((Arc::downgrade(&events), flags));
         Ok(())
     }
 

@@ -3,7 +3,6 @@
 //! before any copy, then copied, counted and answered; runs of writes
 //! copied with one call.
 
-use crate::sys::LockExt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -284,7 +283,7 @@ impl Engine {
         self.count(slot, true);
         // A counter bound to the MR itself (fi_mr_bind, FI_RMA_EVENT).
         let access = if read { ffi::FI_REMOTE_READ } else { ffi::FI_REMOTE_WRITE } as u64;
-        let bound = region.and_then(|r| r.cntr.lock_ok().clone());
+        let bound = region.and_then(|r| r.cntr.lock().clone());
         if let Some(c) = bound.filter(|(_, flags)| flags & access != 0).and_then(|(c, _)| c.upgrade()) {
             c.remote_access();
         }
