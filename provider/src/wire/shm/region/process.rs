@@ -6,36 +6,49 @@ use std::io;
 /// process that its parent has not reaped yet answers kill(0) but will
 /// never read its queue again).
 pub fn pid_alive(pid: u32) -> bool {
+    owner_alive(pid, 0)
+}
+
+/// Whether `pid` names a process (kill(0): no /proc read).
+fn exists(pid: u32) -> bool {
     // SAFETY: signal 0 only checks for existence and permission.
-    let exists = pid != 0
-        && (unsafe { libc::kill(pid as i32, 0) } == 0
-            || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
-    if !exists {
-        return false;
-    }
-    // /proc/<pid>/stat: "pid (comm) S ..."; comm may hold spaces or ')'.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(st) => {
-            !matches!(st.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()), Some('Z' | 'X'))
-        }
-        Err(_) => true,
-    }
+    pid != 0
+        && (unsafe { libc::kill(pid as i32, 0) } == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// /proc/<pid>/stat from the state on: "pid (comm) S ppid ...", after the
+/// last ')' (comm may hold spaces or ')'). None if it cannot be read.
+fn stat_fields(pid: u32) -> Option<String> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    st.rsplit_once(')').map(|(_, rest)| rest.trim_start().to_string())
 }
 
 /// A process's start time (/proc/<pid>/stat field 22), None if it cannot
 /// be read (no such process).
 pub fn start_time(pid: u32) -> Option<u64> {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) S ppid ...": fields from the state on, after the last ')'
-    // (comm may hold spaces or ')'); starttime is field 22, the 20th there.
-    st.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+    start_of(&stat_fields(pid)?)
+}
+
+/// Field 22, starttime: the 20th from the state on.
+fn start_of(fields: &str) -> Option<u64> {
+    fields.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Whether the process that was `pid` when it started at `start` is
-/// alive: `pid_alive`, and (`start` known, not 0) the process now at that
-/// pid started then, not a later process that reuses the pid.
+/// alive: it exists, is not a zombie, and (`start` known, not 0) the
+/// process now at that pid started then, not a later process that reuses
+/// the pid. One read of /proc/<pid>/stat answers both (the engines ask
+/// this of every peer every 100 ms); one that cannot be read leaves kill(0)
+/// to decide.
 pub fn owner_alive(pid: u32, start: u64) -> bool {
-    pid_alive(pid) && (start == 0 || start_time(pid).is_none_or(|s| s == start))
+    if !exists(pid) {
+        return false;
+    }
+    let Some(f) = stat_fields(pid) else { return true };
+    if matches!(f.chars().next(), Some('Z' | 'X')) {
+        return false;
+    }
+    start == 0 || start_of(&f).is_none_or(|s| s == start)
 }
 
 /// This process's network namespace (`Header::netns`; 0 if unknown).

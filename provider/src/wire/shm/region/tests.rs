@@ -302,6 +302,32 @@ fn of_two_live_queues_for_one_address_a_peer_takes_its_own_namespaces() {
 }
 
 #[test]
+fn a_zombie_is_not_alive() {
+    // SAFETY: the child only calls _exit (async-signal-safe), so forking a
+    // test process with threads is sound.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    assert!(child > 0, "fork");
+    let pid = child as u32;
+    // (Not reaped yet: it answers kill(0), and /proc says Z.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while owner_alive(pid, 0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // SAFETY: kill(0) on our own child.
+    assert_eq!(unsafe { libc::kill(child, 0) }, 0, "a zombie still exists");
+    assert!(!pid_alive(pid), "a zombie never reads its queue again");
+    assert!(!owner_alive(pid, 12345), "nor with a start time");
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    assert!(!pid_alive(pid), "reaped: gone");
+}
+
+#[test]
 fn a_reused_pid_is_not_the_owner() {
     let me = std::process::id();
     let start = start_time(me).expect("our own /proc/self/stat");
