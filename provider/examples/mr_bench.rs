@@ -160,7 +160,7 @@ fn lookup_bench() {
             refreshed: AtomicBool::new(false),
             revoked: std::sync::OnceLock::new(),
             denied: std::sync::OnceLock::new(),
-            pin: SpinLock::new(Pin::None),
+            pin: std::sync::Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,
             mmio: false,

@@ -62,7 +62,9 @@ pub use oxmr_ffi::FidHeader;
 ///   for any provider). [`close`] refuses with `-FI_EBUSY` while a binding
 ///   or a child holds a further count, so a fid in use is never freed under
 ///   another call; and a borrow lasts only for the call, during which C's
-///   count keeps the object alive.
+///   count keeps the object alive. (An MR's close releases C's count with
+///   [`release`] after removing its key: its other holders, the registry
+///   and accesses in flight, are not bindings, and nothing binds to an MR.)
 /// - It is the `T` it says: [`borrow`] casts only after the class and the
 ///   `fi_ops` table address (unique to each oxmr type, [`FidObject`]) match,
 ///   so another type or another provider's object is refused, never read
@@ -241,7 +243,8 @@ pub unsafe fn close<T: FidObject>(fid: *mut ffi::fid, before_free: impl FnOnce(&
 
 /// Release C's reference without a close call: for a handle that an API
 /// call consumes (a connection request, answered by fi_reject or taken by
-/// fi_endpoint, which keeps its own reference).
+/// fi_endpoint, which keeps its own reference), and for an MR's close
+/// (`boundary::mr::close`, once its key is removed).
 ///
 /// # Safety
 /// As for [`borrow`]; after `Ok`, C's copy of the fid must not be used

@@ -14,6 +14,7 @@ use crate::mr::pin::{PinClass, PinMode};
 use crate::mr::registry::Ranges;
 use crate::mr::Request;
 use crate::objects::{cntr::Cntr, domain::Domain, ep::Ep, mr::Mr, mr::MrTail};
+use crate::sys::LockExt;
 
 pub static MR_FI_OPS: ffi::fi_ops = ffi::fi_ops {
     size: size_of::<ffi::fi_ops>(),
@@ -228,7 +229,7 @@ unsafe extern "C" fn ext_query(mr: *mut c_void, info: *mut oxmr_mr_info) -> i32 
         let r = mr;
         // A device registration reports whether its mapping is still there.
         mr.domain().mr.phys_live(r);
-        let pin = r.pin.lock();
+        let pin = r.pin.lock_ok();
         let class_ = match pin.class() {
             PinClass::Uring => ext::OXMR_MR_CLASS_PINNED,
             PinClass::Mlock => ext::OXMR_MR_CLASS_LOCKED,
@@ -271,7 +272,7 @@ unsafe extern "C" fn ext_phys_runs(mr: *mut c_void, runs: *mut oxmr_phys_run, co
         // (Checked now, as an access would: a mapping replaced since the
         // last access revokes the registration before its runs are told.)
         mr.domain().mr.phys_live(mr);
-        let pin = mr.pin.lock();
+        let pin = mr.pin.lock_ok();
         let Some(p) = pin.phys() else {
             return Err(fail!(
                 ffi::FI_EINVAL,
@@ -391,7 +392,7 @@ unsafe extern "C" fn ext_device(mr: *mut c_void, dev: *mut ext::oxmr_mr_device) 
         use crate::mr::device::{Caching, Device};
         let mr = from_fid!(Mr, mr)?;
         mr.domain().mr.phys_live(mr);
-        let pin = mr.pin.lock();
+        let pin = mr.pin.lock_ok();
         let key = mr.key;
         let Some((p, d)) = pin.phys().and_then(|p| Some((p, p.device.as_ref()?))) else {
             return Err(fail!(

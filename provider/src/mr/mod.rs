@@ -42,6 +42,8 @@ pub mod uring;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::sys::LockExt;
+
 use oxmr_ffi as ffi;
 
 use crate::error::{Error, Result};
@@ -333,7 +335,7 @@ impl MrDomain {
             refreshed: AtomicBool::new(false),
             revoked: std::sync::OnceLock::new(),
             denied: std::sync::OnceLock::new(),
-            pin: crate::sys::SpinLock::new(pin),
+            pin: std::sync::Mutex::new(pin),
             pfn0,
             phys,
             mmio,
@@ -361,7 +363,7 @@ impl MrDomain {
         if !r.phys {
             return true;
         }
-        let pin = r.pin.lock();
+        let pin = r.pin.lock_ok();
         let Some(p) = pin.phys() else { return true };
         let (live, newly) = p.check_live();
         drop(pin);
@@ -434,7 +436,7 @@ impl MrDomain {
                 r.key
             ));
         }
-        let old = std::mem::replace(&mut *r.pin.lock(), new);
+        let old = std::mem::replace(&mut *r.pin.lock_ok(), new);
         // (A cached pin goes back to the cache: not under the lock above.)
         drop(old);
         r.refreshed.store(true, Ordering::Release);
@@ -478,7 +480,7 @@ mod peer_tests {
         let r = d.register(req(m.0 + 0x1000, 0x2000, RW)).unwrap();
         assert!(r.phys && r.mmio, "a BAR registration is a device registration, MMIO");
         {
-            let pin = r.pin.lock();
+            let pin = r.pin.lock_ok();
             let p = pin.phys().unwrap();
             assert!(matches!(p.device, Some(Device::Bar { bar: 0, offset: 0x1000, .. })));
             assert_eq!(p.runs, Some(vec![(BAR0 + 0x1000, 0x2000)]));
@@ -531,7 +533,7 @@ mod peer_tests {
         unsafe { local::gather(&local::slice(&g.region.iovs, g.offset, 16), &mut seen) };
         assert_eq!(seen, &bytes[108..124]);
         {
-            let pin = r.pin.lock();
+            let pin = r.pin.lock_ok();
             assert!(
                 matches!(&pin.phys().unwrap().device, Some(Device::DmaBuf { ino: i, offset: 100, .. }) if *i == ino)
             );

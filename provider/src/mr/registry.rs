@@ -52,7 +52,7 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::sys::SpinLock;
 
@@ -155,7 +155,9 @@ pub struct Region<T: ?Sized + Tail = dyn Tail> {
     /// write into memory the owner made read-only must not fault it.
     pub denied: OnceLock<Arc<AtomicU64>>,
     /// Replaced by fi_mr_refresh (FI_MR_MMU_NOTIFY).
-    pub pin: SpinLock<Pin>,
+    /// (A Mutex, not a spin lock: a device registration's liveness check
+    /// reads the kernel's maps under it.)
+    pub pin: Mutex<Pin>,
     /// PFN of the first page as pinned (FI_OXMR_MR_RECORD_PFN), else 0.
     pub pfn0: u64,
     /// Device memory registered by the physical-address fallback or
@@ -558,7 +560,7 @@ pub(crate) mod tests {
             refreshed: AtomicBool::new(false),
             revoked: OnceLock::new(),
             denied: OnceLock::new(),
-            pin: SpinLock::new(Pin::None),
+            pin: Mutex::new(Pin::None),
             pfn0: 0,
             phys: false,
             mmio: false,

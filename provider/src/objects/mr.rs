@@ -121,9 +121,12 @@ impl Region<MrTail> {
         if self.tail.domain.mr_mode & ffi::FI_MR_ENDPOINT as i32 != 0 {
             // (Bound through a context of a scalable endpoint: bound while
             // the scalable endpoint lives, whichever of its contexts.)
+            // (Counts, not upgrades: a temporary strong reference dropped
+            // under this spin lock could be an endpoint's last, and run
+            // its close here.)
             let s = self.state();
-            let bound =
-                s.ep.as_ref().and_then(Weak::upgrade).is_some() || s.sep.as_ref().and_then(Weak::upgrade).is_some();
+            let bound = s.ep.as_ref().is_some_and(|w| w.strong_count() > 0)
+                || s.sep.as_ref().is_some_and(|w| w.strong_count() > 0);
             drop(s);
             if !bound {
                 return Err(fail!(

@@ -33,7 +33,7 @@ fn reg(d: &MrDomain, a: usize, l: usize) -> Arc<crate::mr::registry::Region> {
 }
 
 fn entry_of(r: &crate::mr::registry::Region) -> u64 {
-    r.pin.lock().cache_entry().map_or(0, |e| e.id)
+    r.pin.lock().unwrap().cache_entry().map_or(0, |e| e.id)
 }
 
 #[test]
@@ -373,7 +373,7 @@ fn a_refreshed_registration_is_revoked_by_the_next_unmap() {
     d.refresh_region(&r).expect("fi_mr_refresh");
     assert_eq!(writable(&d, &r), Ok(()), "refreshed: it speaks for the memory mapped now");
     {
-        let pin = r.pin.lock();
+        let pin = r.pin.lock().unwrap();
         assert_ne!(pin.cache_entry().map_or(0, |e| e.id), old_entry, "the revoked entry's pin is gone");
         assert!(pin.bytes() >= len as u64, "the new pin holds the whole range: {} bytes", pin.bytes());
     }
