@@ -159,6 +159,21 @@ static void test_ebusy(void)
 	EXPECT_RC(fi_close(&e.domain->fid), -FI_EBUSY); /* open AV */
 	EXPECT_RC(fi_close(&av->fid), 0);
 
+	/* An open MR holds its domain; an MR's bindings are weak, and its own
+	 * fi_close is never -FI_EBUSY (it gives the domain back: the domain's
+	 * close below succeeds). */
+	{
+		static char buf[4096];
+		struct fid_mr *mr = NULL;
+
+		REQUIRE_RC(fi_mr_reg(e.domain, buf, sizeof buf, FI_REMOTE_READ, 0, 7, 0, &mr, NULL), 0);
+		EXPECT_RC(fi_close(&e.domain->fid), -FI_EBUSY); /* open MR */
+		cntr = open_cntr(e.domain);
+		REQUIRE_RC(fi_mr_bind(mr, &cntr->fid, FI_REMOTE_READ), 0);
+		EXPECT_RC(fi_close(&cntr->fid), 0);
+		EXPECT_RC(fi_close(&mr->fid), 0);
+	}
+
 	/* objects bound to an endpoint */
 	cq = open_cq(e.domain);
 	av = open_av(e.domain);
