@@ -91,7 +91,7 @@ pub(crate) const PARAMS: &[ParamDef] = &[
     ParamDef {
         name: c"tcp_eager_max",
         kind: ffi::FI_PARAM_SIZE_T,
-        help: c"Sends over TCP up to this many bytes go inline, right behind their header (the receiver copies them once from its frame buffer, or keeps them if no receive matches yet); larger ones go by rendezvous, their data read straight into the matched receive buffer after one round trip. At most a TCP frame less its header: 262072 to a peer on another host, about 1 MiB on this host (default: 65536)",
+        help: c"Sends over TCP up to this many bytes go inline, right behind their header (the receiver copies them once from its frame buffer, or keeps them if no receive matches yet); larger ones go by rendezvous, their data read straight into the matched receive buffer after one round trip. At most a TCP frame less its header: about 512 KiB to a peer on another host, about 1 MiB on this host (default: 65536)",
     },
     ParamDef {
         name: c"tcp_zc_copied",
