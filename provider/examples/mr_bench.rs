@@ -146,10 +146,7 @@ fn lookup_bench() {
     for i in 0..10_000u64 {
         let key = reg.new_key();
         reg.insert(Arc::new(Region {
-            face: oxmr::mr::registry::face(
-                ffi::fid { fclass: 0, context: std::ptr::null_mut(), ops: std::ptr::null_mut() },
-                key,
-            ),
+            face: oxmr::mr::registry::face(oxmr::mr::registry::no_fid(), key),
             key,
             iovs: Ranges::One((0x1000_0000 + (i as usize) * 0x10000, 0x10000)),
             len: 0x10000,

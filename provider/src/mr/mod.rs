@@ -166,8 +166,7 @@ impl MrDomain {
     /// Register: the region, published under its key (with no handle:
     /// this layer's tests and registrations no application holds).
     pub fn register(&self, req: Request) -> Result<Arc<Region>> {
-        let none = ffi::fid { fclass: 0, context: std::ptr::null_mut(), ops: std::ptr::null_mut() };
-        Ok(self.register_with(req, none, ())?)
+        Ok(self.register_with(req, registry::no_fid(), ())?)
     }
 
     /// Register, the region carrying the application's handle (`fid`, the
@@ -513,8 +512,7 @@ mod peer_tests {
         let m = dmabuf::map(buf, 100, 4000, true).unwrap();
         let mut r = req(0, 0, RW);
         r.iovs = Ranges::One(m.data());
-        let none = ffi::fid { fclass: 0, context: std::ptr::null_mut(), ops: std::ptr::null_mut() };
-        let r = d.register_checked(&mut r, Some(m), Some(0x5000_0000 + 100), none, ()).unwrap();
+        let r = d.register_checked(&mut r, Some(m), Some(0x5000_0000 + 100), registry::no_fid(), ()).unwrap();
         assert_eq!(r.iova, 0x5000_0064, "peers address it at base_addr + offset");
         // The caller closes its fd, and the number is reused for another
         // buffer: the registration still speaks for the first.

@@ -105,6 +105,12 @@ pub fn face(fid: ffi::fid, key: u64) -> ffi::FidHeader<ffi::fid_mr> {
     ffi::FidHeader(ffi::fid_mr { fid, mem_desc: std::ptr::null_mut(), key })
 }
 
+/// The `struct fid` of a registration no application holds (this
+/// layer's own and its tests'): no class, no ops, no context.
+pub fn no_fid() -> ffi::fid {
+    ffi::fid { fclass: 0, context: std::ptr::null_mut(), ops: std::ptr::null_mut() }
+}
+
 /// What a registration carries for the layer that hands it out: the MR
 /// object's own state (`objects::mr::MrTail`), or `()` for registrations
 /// made without one (this layer's tests).
@@ -549,7 +555,7 @@ pub(crate) mod tests {
 
     pub(crate) fn region(key: u64, iova: u64, len: usize, access: u64) -> Arc<Region<()>> {
         Arc::new(Region {
-            face: face(ffi::fid { fclass: 0, context: std::ptr::null_mut(), ops: std::ptr::null_mut() }, key),
+            face: face(no_fid(), key),
             key,
             iovs: Ranges::One((iova as usize, len)),
             len,

@@ -16,17 +16,21 @@ fn exists(pid: u32) -> bool {
         && (unsafe { libc::kill(pid as i32, 0) } == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
-/// /proc/<pid>/stat from the state on: "pid (comm) S ppid ...", after the
-/// last ')' (comm may hold spaces or ')'). None if it cannot be read.
-fn stat_fields(pid: u32) -> Option<String> {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    st.rsplit_once(')').map(|(_, rest)| rest.trim_start().to_string())
+/// /proc/<pid>/stat, None if it cannot be read.
+fn stat(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()
+}
+
+/// A stat line from the state on: "pid (comm) S ppid ...", after the
+/// last ')' (comm may hold spaces or ')').
+fn fields(stat: &str) -> Option<&str> {
+    stat.rsplit_once(')').map(|(_, rest)| rest.trim_start())
 }
 
 /// A process's start time (/proc/<pid>/stat field 22), None if it cannot
 /// be read (no such process).
 pub fn start_time(pid: u32) -> Option<u64> {
-    start_of(&stat_fields(pid)?)
+    start_of(fields(&stat(pid)?)?)
 }
 
 /// Field 22, starttime: the 20th from the state on.
@@ -44,11 +48,12 @@ pub fn owner_alive(pid: u32, start: u64) -> bool {
     if !exists(pid) {
         return false;
     }
-    let Some(f) = stat_fields(pid) else { return true };
+    let Some(st) = stat(pid) else { return true };
+    let Some(f) = fields(&st) else { return true };
     if matches!(f.chars().next(), Some('Z' | 'X')) {
         return false;
     }
-    start == 0 || start_of(&f).is_none_or(|s| s == start)
+    start == 0 || start_of(f).is_none_or(|s| s == start)
 }
 
 /// This process's network namespace (`Header::netns`; 0 if unknown).
