@@ -199,7 +199,9 @@ impl Engine {
         // not buffer, shm, took the frame into the peer's queue when the
         // send returned Ok: closed since, the peer closed its endpoint,
         // maybe after reading it, and the send is done.)
-        self.peers.get(to).is_some_and(|p| p.link.connecting() || (p.link.closed() && p.link.props().buffers))
+        // (Only a link that buffers, TCP, connects: shm's answer is the
+        // flag, without reading the peer's queue header.)
+        self.peers.get(to).is_some_and(|p| p.link.props().buffers && (p.link.connecting() || p.link.closed()))
     }
 
     /// A send that would complete now completes once the connection to

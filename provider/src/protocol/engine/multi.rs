@@ -117,7 +117,9 @@ impl Engine {
     #[inline]
     pub(super) fn take_posted(&mut self, q: usize, i: usize, len: u64) -> Posted {
         if self.posted[q][i].multi == Multi::No {
-            return self.posted[q].remove(i).expect("position is in range");
+            // (The first, nearly always: no shifting to consider.)
+            let p = if i == 0 { self.posted[q].pop_front() } else { self.posted[q].remove(i) };
+            return p.expect("position is in range");
         }
         let cq = self.bound.rx_cq.clone();
         let (part, released) = self.posted[q][i].carve_part(len, cq.as_ref());

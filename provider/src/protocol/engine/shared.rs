@@ -377,7 +377,17 @@ impl Engine {
     /// receive kept for pairing (`pair_recv`), if any, alone. Called
     /// before any other receive completes and before any other data
     /// message takes effect.
+    #[inline]
     pub(super) fn finish_open_job(&mut self) {
+        // (Asked in line on every receive completed: most find nothing
+        // open.)
+        if self.sharing.open_job.is_some() || self.sharing.unpaired.is_some() {
+            self.finish_open_job_now();
+        }
+    }
+
+    #[inline(never)]
+    fn finish_open_job_now(&mut self) {
         // (A kept receive, when there is an open job too, was matched after
         // it: taken first, so that the job's own completion, which
         // completes what came before it, does not deliver it.)

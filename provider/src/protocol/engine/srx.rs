@@ -251,12 +251,17 @@ impl Engine {
 
     /// Receives of the context matched to messages this endpoint keeps:
     /// delivered now (from progress).
+    #[inline]
     pub(super) fn take_handoffs(&mut self) {
-        let Some(s) = self.bound.srx.as_ref() else { return };
-        if s.handoffs.load(Ordering::Acquire) == 0 {
-            return;
+        // (Checked in line on every progress call; the taking is apart.)
+        if self.bound.srx.as_ref().is_some_and(|s| s.handoffs.load(Ordering::Acquire) != 0) {
+            self.take_handoffs_now();
         }
-        let s = s.clone();
+    }
+
+    #[inline(never)]
+    fn take_handoffs_now(&mut self) {
+        let Some(s) = self.bound.srx.clone() else { return };
         let mine: Vec<(Shared, Unexpected)> = {
             let mut g = s.q.lock_ok();
             let me = self.srx_owner;
