@@ -85,6 +85,8 @@ fi
 # Results: "<row-key> <contender> <value>" lines in $tmp/all.
 : >"$tmp/all"
 put() { echo "$1 $2 $3" >>"$tmp/all"; }
+# 1 / x to four decimals (empty for an empty or zero x: a failed run).
+inv() { awk -v x="$1" 'BEGIN { if (x + 0 > 0) printf "%.4f", 1 / x }'; }
 
 port=46000
 # ft_pair <where> <prov-dir or ""> <prov> <both> <col> <prog> <args...>: the
@@ -123,10 +125,12 @@ mpi_lat() {
 for r in $(seq "$reps"); do
 	echo "round $r of $reps" >&2
 	if has pp; then
+		# (From the Mxfers/sec column, 1 / it: usec/xfer is printed with two
+		# decimals, 0.01 us steps, coarser than the differences measured.)
 		for b in "${builds[@]}"; do
-			put pp "oxmr-$b" "$(ft_pair host "$(dir_of "$b")" oxmr 0 6 fi_rdm_pingpong -S 8 -I 100000)"
+			put pp "oxmr-$b" "$(inv "$(ft_pair host "$(dir_of "$b")" oxmr 0 7 fi_rdm_pingpong -S 8 -I 100000)")"
 		done
-		put pp shm "$(ft_pair host "" shm 0 6 fi_rdm_pingpong -S 8 -I 100000)"
+		put pp shm "$(inv "$(ft_pair host "" shm 0 7 fi_rdm_pingpong -S 8 -I 100000)")"
 	fi
 	if has mpi; then
 		for b in "${builds[@]}"; do

@@ -69,8 +69,8 @@ crate::fid_object!(EpAlias, hdr, ffi::FI_CLASS_EP, "endpoint alias", ALIAS_FI_OP
 /// (`from_fid!`'s contract): an endpoint, or an alias of one (then also
 /// the alias, whose default op flags the slot applies).
 pub(super) fn target<'a, F>(p: *const F) -> Result<(&'a Ep, Option<&'a OpDefaults>)> {
-    if from_fid!(is Ep, p) {
-        return Ok((from_fid!(Ep, p)?, None));
+    if let Some(ep) = from_fid!(try Ep, p) {
+        return Ok((ep, None));
     }
     if from_fid!(is EpAlias, p) {
         let a = from_fid!(EpAlias, p)?;

@@ -207,17 +207,21 @@ fn send_common(name: &'static str, ep: *mut fid_ep, o: Result<TxOp>) -> isize {
     with_ep(name, ep, |ep, alias| {
         // (By reference from here on: an operation is ~150 bytes, and each
         // move by value is a memmove on the per-message path.)
-        let o = o?;
+        // (Borrowed, not moved out of the `Result`: a move is a copy.)
+        let o = match &o {
+            Ok(o) => o,
+            Err(e) => return Err(*e),
+        };
         let Some(a) = alias else {
             if !triggers(o.flags) {
-                return ep.send(&o);
+                return ep.send(o);
             }
-            return post_triggered(ep, o.ctx, Held::Send(o));
+            return post_triggered(ep, o.ctx, Held::Send(o.clone()));
         };
         a.allows(Only::Transmit, name)?;
         match triggered(alias, o.flags) {
-            (true, flags) => post_triggered(ep, o.ctx, Held::Send(TxOp { flags, ..o })),
-            (false, flags) => ep.send(&TxOp { flags, ..o }),
+            (true, flags) => post_triggered(ep, o.ctx, Held::Send(TxOp { flags, ..o.clone() })),
+            (false, flags) => ep.send(&TxOp { flags, ..o.clone() }),
         }
     })
 }
@@ -231,11 +235,8 @@ fn recv_common(
     tag: Option<(u64, u64)>,
     flags: Option<u64>,
 ) -> isize {
-    if !from_fid!(is Ep, ep) && from_fid!(is Srx, ep) {
-        return guard_ssize(name, || {
-            let srx = from_fid!(Srx, ep)?;
-            srx.recv(ctx as usize, v?, src, tag, flags).map(|_| 0)
-        });
+    if let Some(srx) = from_fid!(try Srx, ep) {
+        return guard_ssize(name, || srx.recv(ctx as usize, v?, src, tag, flags).map(|_| 0));
     }
     with_ep(name, ep, |ep, alias| {
         if let Some(a) = alias {

@@ -85,6 +85,10 @@ macro_rules! from_fid {
         // contract), given to a call that consumes the handle (fi_cm(3)).
         unsafe { $crate::boundary::fid::release::<$ty>($crate::boundary::fid::fid_ptr($fid)) }
     };
+    (try $ty:ty, $fid:expr) => {
+        // SAFETY: a fid that came in through the C ABI (`from_fid!`'s contract).
+        unsafe { $crate::boundary::fid::borrow_if::<$ty>($crate::boundary::fid::fid_ptr($fid)) }
+    };
     (is $ty:ty, $fid:expr) => {
         // SAFETY: a fid that came in through the C ABI (`from_fid!`'s contract).
         unsafe { $crate::boundary::fid::is::<$ty>($crate::boundary::fid::fid_ptr($fid)) }
@@ -161,12 +165,25 @@ pub unsafe fn class_of(fid: *const ffi::fid) -> Option<u32> {
 ///
 /// # Safety
 /// `fid` is NULL or points to a readable `struct fid`.
+#[inline]
 pub unsafe fn is<T: FidObject>(fid: *const ffi::fid) -> bool {
     // SAFETY: NULL (false) or a readable `struct fid` (this fn's contract).
     match unsafe { fid.as_ref() } {
         Some(h) => h.fclass == T::CLASS as usize && std::ptr::eq(h.ops, T::fi_ops()),
         None => false,
     }
+}
+
+/// The object behind a fid if it is a `T` (None: NULL or another
+/// class), for the duration of a call: `is` and the borrow in one look.
+///
+/// # Safety
+/// As for [`borrow`].
+#[inline]
+pub unsafe fn borrow_if<'a, T: FidObject>(fid: *const ffi::fid) -> Option<&'a T> {
+    // SAFETY: NULL (false) or a live fid (this fn's contract); when `is`
+    // holds, a T published by `publish`, still alive.
+    unsafe { is::<T>(fid).then(|| &*(fid as *const T)) }
 }
 
 /// Borrow the object behind a fid for the duration of a call.

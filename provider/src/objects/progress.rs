@@ -71,6 +71,7 @@ impl ProgressList {
 
     /// Run every engine; `serve`: false leaves the copies its peers asked
     /// for and that it kept (see `Engine::progress_with`) for a later call.
+    #[inline]
     pub fn run_with(&self, serve: bool) {
         let n = self.fixed_len.load(Ordering::Acquire);
         for c in self.fixed[..n].iter().filter_map(OnceLock::get) {

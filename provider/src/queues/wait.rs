@@ -261,8 +261,16 @@ impl Waiter {
     /// The application woke after fi_trywait (it reads, or tries again):
     /// tell the endpoints parked by `park` that nobody sleeps any more.
     /// One load when nothing is parked (called on every read).
+    #[inline]
     pub fn unpark(&self) {
-        if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::AcqRel) {
+        if self.parked.load(Ordering::Relaxed) {
+            self.unpark_now();
+        }
+    }
+
+    #[inline(never)]
+    fn unpark_now(&self) {
+        if self.parked.swap(false, Ordering::AcqRel) {
             let v = std::mem::take(&mut *self.parked_with.lock_ok());
             for s in v {
                 s.awake();

@@ -701,6 +701,12 @@ impl Inbox {
         }
     }
 
+    /// Whether hellos wait for `take_hellos` (one look, no read).
+    #[inline]
+    pub fn has_hellos(&self) -> bool {
+        self.tcp.as_ref().is_some_and(|t| t.has_hellos())
+    }
+
     /// The hellos of TCP connections accepted since the last call (the
     /// sender's address and epoch: a new epoch at an address is a new
     /// endpoint there).

@@ -77,7 +77,7 @@ impl Engine {
 
     /// Complete a receive whose data is in place (or failed with `status`),
     /// and answer the sender if it waits for us.
-    pub(super) fn finish_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
+    pub(super) fn finish_recv(&mut self, p: Posted, hdr: &Hdr, from: SocketAddr, status: u32) {
         self.finish_open_job();
         self.complete_recv(p, hdr, from, status);
         if hdr.op == op::RTS || hdr.flags & flag::NEED_ACK != 0 {
@@ -100,19 +100,19 @@ impl Engine {
     /// answered); every held one is reported once the earlier ones are.
     /// (One order for all peers: a pull from one peer holds back another
     /// peer's receives too, for as long as it takes.)
-    pub(super) fn complete_recv(&mut self, p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
+    pub(super) fn complete_recv(&mut self, p: Posted, hdr: &Hdr, from: SocketAddr, status: u32) {
         if p.seq != self.order.next_report && p.seq != 0 {
-            self.order.held.insert(p.seq, (p, hdr, from, status));
+            self.order.held.insert(p.seq, (p, *hdr, from, status));
             return;
         }
         if p.seq != 0 {
             self.order.next_report += 1;
         }
-        self.report_recv(p, hdr, from, status);
+        self.report_recv(p, hdr, &from, status);
         while let Some(e) = self.order.held.first_entry().filter(|e| *e.key() == self.order.next_report) {
             let (p, hdr, from, status) = e.remove();
             self.order.next_report += 1;
-            self.report_recv(p, hdr, from, status);
+            self.report_recv(p, &hdr, &from, status);
         }
     }
 
@@ -131,7 +131,7 @@ impl Engine {
         }
     }
 
-    fn report_recv(&mut self, mut p: Posted, hdr: Hdr, from: SocketAddr, status: u32) {
+    fn report_recv(&mut self, mut p: Posted, hdr: &Hdr, from: &SocketAddr, status: u32) {
         let room = total(&p.iovs);
         let len = hdr.len as usize;
         let n = len.min(room);
@@ -149,7 +149,7 @@ impl Engine {
             self.report_canceled(p.ctx, cflags);
             return self.recycle(p);
         }
-        let src = self.src_fi_addr(&from);
+        let src = self.src_fi_addr(from);
         let buf = p.iovs.first().map_or(0, |x| x.0);
         if status == 0 && len <= room {
             self.count(C_RECV, true);

@@ -19,7 +19,7 @@ impl Engine {
         if u.hdr.op == op::EAGER {
             // SAFETY: the application's posted receive buffers.
             unsafe { crate::mr::local::scatter(&p.iovs, &u.data[..n.min(u.data.len())]) };
-            return self.finish_recv(p, u.hdr, u.from, 0);
+            return self.finish_recv(p, &u.hdr, u.from, 0);
         }
         // A sender's endpoint that closed (its process may live on) gave up
         // its buffers: its queue says so (one load when we know it).
@@ -34,7 +34,7 @@ impl Engine {
                 u.from,
                 u.pid
             );
-            return self.finish_recv(p, u.hdr, u.from, ffi::FI_EINVAL);
+            return self.finish_recv(p, &u.hdr, u.from, ffi::FI_EINVAL);
         }
         let dest = clip(&p.iovs, n);
         // The sender offered a job in its region: take it when we would
@@ -100,7 +100,7 @@ impl Engine {
     /// process may live on): its buffers are no longer its to offer.
     pub(super) fn sender_closed(&mut self, p: Posted, hdr: Hdr, from: SocketAddr) {
         tracing::warn!("a receive matched a send from {from}, whose endpoint has closed since; its data is gone");
-        self.finish_recv(p, hdr, from, ffi::FI_EIO);
+        self.finish_recv(p, &hdr, from, ffi::FI_EIO);
     }
 
     /// The receiver's copy of a rendezvous send, alone: process_vm_readv
@@ -133,6 +133,6 @@ impl Engine {
                 ffi::FI_EIO
             }
         };
-        self.finish_recv(p, hdr, from, status);
+        self.finish_recv(p, &hdr, from, status);
     }
 }

@@ -51,7 +51,7 @@ impl Engine {
                     if let Some(i) = self.posted[q].iter().position(|p| matches(p, tagged, h.tag, &from)) {
                         let mut p = self.take_posted(q, i, h.len);
                         p.seq = self.matched();
-                        self.eager_into(p, h, body, from);
+                        self.eager_into(p, &h, body, from);
                         return;
                     }
                 }
@@ -178,7 +178,7 @@ impl Engine {
 
     /// An EAGER message into the receive it matched (`p`, its place in
     /// matching order given), completed.
-    pub(super) fn eager_into(&mut self, p: super::Posted, h: Hdr, body: &[u8], from: SocketAddr) {
+    pub(super) fn eager_into(&mut self, p: super::Posted, h: &Hdr, body: &[u8], from: SocketAddr) {
         let n = (h.len as usize).min(total(&p.iovs)).min(body.len());
         // SAFETY: the application's posted receive buffers.
         unsafe { crate::mr::local::scatter(&p.iovs, &body[..n]) };

@@ -181,7 +181,7 @@ impl Engine {
         b.iovs = Iovs::default();
         b.multi = Multi::Last;
         b.seq = self.matched();
-        self.complete_recv(b, Hdr::default(), NOBODY, ffi::FI_ECANCELED);
+        self.complete_recv(b, &Hdr::default(), NOBODY, ffi::FI_ECANCELED);
     }
 }
 

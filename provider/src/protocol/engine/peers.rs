@@ -166,7 +166,7 @@ impl Engine {
             for k in g.pulls {
                 if let Some(Pull { what: PullFor::Recv { p, hdr }, .. }) = self.take_pull(&k) {
                     self.finish_open_job();
-                    self.complete_recv(p, hdr, k.0, ffi::FI_EIO);
+                    self.complete_recv(p, &hdr, k.0, ffi::FI_EIO);
                 }
             }
         }

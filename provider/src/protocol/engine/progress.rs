@@ -69,7 +69,50 @@ impl Engine {
     /// completions waiting, `Cq::read`); every `SERVE_EVERY`th such call
     /// serves them anyway, so an application whose queue never runs dry
     /// cannot starve its peers.
+    #[inline]
     pub fn progress_with(&mut self, serve: bool) {
+        // The call of a spinning reader, most of them: nothing arrived and
+        // nothing of our own waits. Asked first, in line, so that it costs
+        // the looks and the tick, not the whole pass below (each empty poll
+        // is time between a peer's message landing and its reader seeing
+        // it). Everything `progress_full` would act on is in the condition.
+        if self.quiet() {
+            self.pace.ticks += 1;
+            if self.pace.ticks < LIVENESS_CALLS {
+                return;
+            }
+            self.pace.ticks -= 1;
+        }
+        self.progress_full(serve);
+    }
+
+    /// Whether a progress pass would find nothing to do but its tick: no
+    /// frame and no hello in the inbox, and none of what the pass serves
+    /// (an srx handoff, owed frames or streams, links that buffer, stalled,
+    /// kept or open copies, peers to pause, ban or settle, fences, offers,
+    /// the idle flag to show).
+    #[inline]
+    fn quiet(&mut self) -> bool {
+        let Some(rx) = self.rx.as_mut() else { return false };
+        !rx.ready()
+            && !rx.has_hellos()
+            && self.peers.owed == 0
+            && self.peers.buffering == 0
+            && self.deferred.is_empty()
+            && self.pace.idle_shown
+            && self.sharing.stalled.is_empty()
+            && self.sharing.open_job.is_none()
+            && self.sharing.unpaired.is_none()
+            && self.sharing.offers.is_empty()
+            && self.to_pause.is_empty()
+            && self.target.to_ban.is_empty()
+            && self.gone.is_empty()
+            && !self.fenced()
+            && !self.handoffs_waiting()
+    }
+
+    #[inline(never)]
+    fn progress_full(&mut self, serve: bool) {
         self.take_handoffs();
         self.flush_outbox();
         self.run_streams();

@@ -121,7 +121,7 @@ impl Engine {
             if pull.got >= pull.total {
                 let pull = self.take_pull(&(from, h.msg_id)).expect("present above");
                 match pull.what {
-                    PullFor::Recv { p, hdr } => self.finish_recv(p, hdr, from, 0),
+                    PullFor::Recv { p, hdr } => self.finish_recv(p, &hdr, from, 0),
                     PullFor::Write { hdr, _hold } => self.rma_done(hdr, from, 0, Some(&_hold)),
                 }
             }

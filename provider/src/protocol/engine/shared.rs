@@ -479,18 +479,18 @@ impl Engine {
                 // send itself, or the job was the sender's, which sees it
                 // done in its own slot: no ACK.
                 self.finish_open_job();
-                self.complete_recv(p, hdr, peer, 0);
+                self.complete_recv(p, &hdr, peer, 0);
             }
-            JobFor::Recv { p, hdr } if ok => self.finish_recv(p, hdr, peer, 0),
+            JobFor::Recv { p, hdr } if ok => self.finish_recv(p, &hdr, peer, 0),
             JobFor::Recv { p, hdr } => self.recv_rts(p, hdr, peer, &copy.remote),
             JobFor::Pair { first, second } if ok && helper_done => {
                 self.finish_open_job();
-                self.complete_recv(first.p, first.hdr, peer, 0);
-                self.complete_recv(second.p, second.hdr, peer, 0);
+                self.complete_recv(first.p, &first.hdr, peer, 0);
+                self.complete_recv(second.p, &second.hdr, peer, 0);
             }
             JobFor::Pair { first, second } if ok => {
-                self.finish_recv(first.p, first.hdr, peer, 0);
-                self.finish_recv(second.p, second.hdr, peer, 0);
+                self.finish_recv(first.p, &first.hdr, peer, 0);
+                self.finish_recv(second.p, &second.hdr, peer, 0);
             }
             JobFor::Pair { first, second } => {
                 self.recv_rts(first.p, first.hdr, peer, &first.src);

@@ -226,7 +226,7 @@ impl Engine {
             let got = take(&mut s.q.lock_ok());
             if let Some(shared) = got {
                 let p = self.adopt(shared);
-                self.eager_into(p, h, body, from);
+                self.eager_into(p, &h, body, from);
                 return;
             }
         }
@@ -254,9 +254,15 @@ impl Engine {
     #[inline]
     pub(super) fn take_handoffs(&mut self) {
         // (Checked in line on every progress call; the taking is apart.)
-        if self.bound.srx.as_ref().is_some_and(|s| s.handoffs.load(Ordering::Acquire) != 0) {
+        if self.handoffs_waiting() {
             self.take_handoffs_now();
         }
+    }
+
+    /// Whether the shared receive context handed us receives to take.
+    #[inline]
+    pub(super) fn handoffs_waiting(&self) -> bool {
+        self.bound.srx.as_ref().is_some_and(|s| s.handoffs.load(Ordering::Acquire) != 0)
     }
 
     #[inline(never)]

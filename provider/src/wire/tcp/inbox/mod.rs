@@ -677,6 +677,11 @@ impl Inbox {
         self.sweep();
     }
 
+    /// Whether hellos arrived since the last `take_hellos`.
+    pub fn has_hellos(&self) -> bool {
+        !self.hellos.is_empty()
+    }
+
     /// The hellos that arrived since the last call (the sender's address
     /// and epoch): a peer whose epoch changed was replaced.
     pub fn take_hellos(&mut self) -> Vec<(SocketAddr, u32)> {
