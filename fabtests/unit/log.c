@@ -1,9 +1,10 @@
 /*
- * log.c: oxmr's log lines follow FI_LOG_LEVEL both ways. oxmr tells its
- * logging layer the widest level libfabric takes from it, asked once at
- * load (so that a disabled debug line on the message path costs one
- * comparison); this checks that the hint neither hides what was asked for
- * nor lets through what was not.
+ * log.c: oxmr's log lines follow FI_LOG_LEVEL both ways: the receive
+ * path's debug line is written when debug is asked for, and nothing below
+ * the level asked for is. (oxmr asks libfabric per call site; a level fixed
+ * when oxmr loads was tried and dropped, since an application may import
+ * its own logger afterwards, fi_import_log, and a fixed level would hide
+ * what that logger asks for.)
  *
  * The level is read once per process, when libfabric starts, so each
  * level gets its own run of this program (re-executed with the level set

@@ -16,7 +16,6 @@ use std::fmt::Write as _;
 
 use oxmr_ffi as ffi;
 use tracing::field::{Field, Visit};
-use tracing::level_filters::LevelFilter;
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
@@ -59,39 +58,6 @@ fn enabled_for(meta: &Metadata<'_>) -> bool {
     unsafe { ffi::fi_log_enabled(provider_ptr(), level_of(meta.level()), subsys) != 0 }
 }
 
-/// The most verbose level libfabric would take from oxmr in any
-/// subsystem, asked once when the bridge is installed (`FI_LOG_LEVEL` is
-/// read by libfabric before any provider loads, and only ever narrowed for
-/// a provider after). Given to `tracing` as the subscriber's hint, it makes
-/// a disabled `debug!` on the message path one comparison instead of a
-/// per-call-site interest check.
-fn widest_level() -> LevelFilter {
-    let subsystems = [
-        ffi::FI_LOG_CORE,
-        ffi::FI_LOG_FABRIC,
-        ffi::FI_LOG_DOMAIN,
-        ffi::FI_LOG_EP_CTRL,
-        ffi::FI_LOG_EP_DATA,
-        ffi::FI_LOG_AV,
-        ffi::FI_LOG_CQ,
-        ffi::FI_LOG_EQ,
-        ffi::FI_LOG_MR,
-        ffi::FI_LOG_CNTR,
-    ];
-    for (level, filter) in [
-        (Level::TRACE, LevelFilter::TRACE),
-        (Level::DEBUG, LevelFilter::DEBUG),
-        (Level::INFO, LevelFilter::INFO),
-        (Level::WARN, LevelFilter::WARN),
-    ] {
-        // SAFETY: as in `enabled_for`: the provider struct is a static.
-        if subsystems.iter().any(|&s| unsafe { ffi::fi_log_enabled(provider_ptr(), level_of(&level), s) != 0 }) {
-            return filter;
-        }
-    }
-    LevelFilter::OFF
-}
-
 struct Message(String);
 
 impl Visit for Message {
@@ -112,16 +78,11 @@ impl Visit for Message {
 }
 
 /// The `tracing` subscriber that writes through `fi_log`.
-pub struct FiLog {
-    widest: LevelFilter,
-}
+pub struct FiLog;
 
 impl Subscriber for FiLog {
     fn enabled(&self, meta: &Metadata<'_>) -> bool {
         enabled_for(meta)
-    }
-    fn max_level_hint(&self) -> Option<LevelFilter> {
-        Some(self.widest)
     }
     fn new_span(&self, _span: &Attributes<'_>) -> Id {
         // Spans carry no state of their own here; events are self-contained.
@@ -158,7 +119,7 @@ impl Subscriber for FiLog {
 
 /// Install the bridge (once; later calls are no-ops).
 pub fn install() {
-    let _ = tracing::dispatcher::set_global_default(tracing::Dispatch::new(FiLog { widest: widest_level() }));
+    let _ = tracing::dispatcher::set_global_default(tracing::Dispatch::new(FiLog));
 }
 
 #[cfg(test)]

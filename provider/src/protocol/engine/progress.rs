@@ -76,28 +76,29 @@ impl Engine {
         // the looks and the tick, not the whole pass below (each empty poll
         // is time between a peer's message landing and its reader seeing
         // it). Everything `progress_full` would act on is in the condition.
-        if self.quiet() {
+        // (An endpoint with TCP links, `buffering`, is never quiet: its
+        // pass does the one read of its sockets. Otherwise the inbox is
+        // asked first, and a pass after an empty look does not ask again:
+        // a TCP inbox with connections reads its sockets in `ready`.)
+        let empty = self.peers.buffering == 0 && self.rx.as_mut().is_some_and(|rx| !rx.ready());
+        if empty && self.quiet() {
             self.pace.ticks += 1;
             if self.pace.ticks < LIVENESS_CALLS {
                 return;
             }
             self.pace.ticks -= 1;
         }
-        self.progress_full(serve);
+        self.progress_full(serve, empty);
     }
 
-    /// Whether a progress pass would find nothing to do but its tick: no
-    /// frame and no hello in the inbox, and none of what the pass serves
-    /// (an srx handoff, owed frames or streams, links that buffer, stalled,
-    /// kept or open copies, peers to pause, ban or settle, fences, offers,
-    /// the idle flag to show).
+    /// Whether a progress pass whose inbox was just found empty would find
+    /// nothing to do but its tick: no hello arrived, and none of what the
+    /// pass serves is waiting (an srx handoff, owed frames or streams,
+    /// stalled, kept or open copies, peers to pause, ban or settle, fences,
+    /// offers, the idle flag to show).
     #[inline]
-    fn quiet(&mut self) -> bool {
-        let Some(rx) = self.rx.as_mut() else { return false };
-        !rx.ready()
-            && !rx.has_hellos()
-            && self.peers.owed == 0
-            && self.peers.buffering == 0
+    fn quiet(&self) -> bool {
+        self.peers.owed == 0
             && self.deferred.is_empty()
             && self.pace.idle_shown
             && self.sharing.stalled.is_empty()
@@ -109,10 +110,13 @@ impl Engine {
             && self.gone.is_empty()
             && !self.fenced()
             && !self.handoffs_waiting()
+            && !self.rx.as_ref().is_some_and(|rx| rx.has_hellos())
     }
 
+    /// The pass; `empty`: the inbox was looked at just now and held no
+    /// frame (not asked again).
     #[inline(never)]
-    fn progress_full(&mut self, serve: bool) {
+    fn progress_full(&mut self, serve: bool, empty: bool) {
         self.take_handoffs();
         self.flush_outbox();
         self.run_streams();
@@ -126,7 +130,7 @@ impl Engine {
         if self.peers.buffering > 0 {
             self.flush_links();
         }
-        let ready = self.rx.as_mut().is_some_and(|r| r.ready());
+        let ready = !empty && self.rx.as_mut().is_some_and(|r| r.ready());
         if let Some(mut rx) = self.rx.take_if(|_| ready) {
             // (A panic while handling a message, caught at the C boundary,
             // must not leave the endpoint without its queue: dropping the

@@ -1018,6 +1018,31 @@ fn closed_by_peer(s: &mut std::net::TcpStream) -> bool {
     }
 }
 
+/// A progress pass reads an endpoint's sockets once. The sender has a TCP
+/// link (its frames buffer, so its calls are never quiet), the receiver
+/// only the connection it accepted (its calls are quiet when nothing came):
+/// each idle call of either is one read, not one to ask and one to take.
+#[test]
+fn an_idle_progress_call_reads_the_sockets_once() {
+    with_wire(Via::Tcp, || {
+        let (mut a, mut b) = pair();
+        let mut buf = [0u8; 8];
+        recv(&mut b, 1, &mut buf, 0, Some((7, 0)));
+        send(&mut a, 2, b"12345678", Some(7));
+        assert_eq!(ok(next(&mut a, &mut b, 1)).op_context, 1);
+        assert_eq!(ok(next(&mut a, &mut b, 0)).op_context, 2);
+        assert_eq!(&buf, b"12345678");
+        let reads = |s: &Side| s.eng.rx.as_ref().map_or(0, |r| r.tcp_reads());
+        for s in [&mut a, &mut b] {
+            let before = reads(s);
+            for _ in 0..100 {
+                s.eng.progress();
+            }
+            assert_eq!(reads(s) - before, 100, "socket reads in 100 idle progress calls");
+        }
+    });
+}
+
 #[test]
 fn random_frames_over_tcp_never_panic_and_an_unsound_one_closes_its_connection() {
     // A seeded loop (OXMR_FUZZ_SEED, OXMR_FUZZ_ROUNDS): a raw connection

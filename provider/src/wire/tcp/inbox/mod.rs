@@ -117,6 +117,10 @@ pub struct Inbox {
     /// polls its TCP side on every empty poll, many millions a second when
     /// it spins, and an accept is a system call).
     polls: u32,
+    /// Polls that looked at connections (past the idle answer): the
+    /// engine's tests count one socket read per progress pass.
+    #[cfg(test)]
+    pub(crate) reads: u64,
     accepted_at: Instant,
     /// The fds epoll said were readable in this poll (kept: no allocation
     /// per poll).
@@ -195,6 +199,8 @@ impl Inbox {
             popped: 0,
             read: 0,
             polls: 0,
+            #[cfg(test)]
+            reads: 0,
             accepted_at: Instant::now() - ACCEPT_GAP,
             readable: Vec::with_capacity(64),
             chunk: vec![0u8; 64 << 10].into_boxed_slice(),
@@ -250,6 +256,10 @@ impl Inbox {
             if self.conns.is_empty() {
                 return;
             }
+        }
+        #[cfg(test)]
+        {
+            self.reads += 1;
         }
         // (Our links' connections, once their peer answered: read here.)
         for c in self.pairs.take_handed() {
