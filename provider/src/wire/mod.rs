@@ -656,15 +656,15 @@ impl Inbox {
         self.lands.clone()
     }
 
-    /// (frames consumed, frames sent so far, over the wires): everything
-    /// sent before this call has been consumed once the first reaches the
-    /// second.
     /// Polls of the TCP inbox that looked at its connections (tests).
     #[cfg(test)]
     pub(crate) fn tcp_reads(&self) -> u64 {
         self.tcp.as_ref().map_or(0, |t| t.reads)
     }
 
+    /// (frames consumed, frames sent so far, over the wires): everything
+    /// sent before this call has been consumed once the first reaches the
+    /// second.
     pub fn positions(&self) -> (u64, u64) {
         let mut p = self.shm.as_ref().map_or((0, 0), |r| r.positions());
         if let Some(t) = &self.tcp {

@@ -148,7 +148,7 @@ impl Engine {
     pub(super) fn must_wait(&self, to: &SocketAddr, flags: u64) -> bool {
         self.fences.arming.is_some()
             || (!self.fences.releasing
-                && ((!self.fences.held.is_empty() && self.fences.held.iter().any(|(p, _)| p == to))
+                && (self.fences.held.iter().any(|(p, _)| p == to)
                     || (flags & ffi::FI_FENCE as u64 != 0 && self.pending.values().any(|p| &p.peer == to))))
     }
 

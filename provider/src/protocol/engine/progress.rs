@@ -69,6 +69,7 @@ impl Engine {
     /// completions waiting, `Cq::read`); every `SERVE_EVERY`th such call
     /// serves them anyway, so an application whose queue never runs dry
     /// cannot starve its peers.
+    // (Kept for code placement: `ProgressList::run_with`.)
     #[inline]
     pub fn progress_with(&mut self, serve: bool) {
         // The call of a spinning reader, most of them: nothing arrived and
