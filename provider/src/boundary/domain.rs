@@ -56,7 +56,12 @@ pub fn header(context: *mut c_void) -> FidHeader<ffi::fid_domain> {
 }
 
 unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
-    guard_int("fi_close(domain)", || from_fid!(close Domain, f, |_| Ok(())).map(|_| 0))
+    guard_int("fi_close(domain)", || {
+        // Closed MRs parked whole in the cache (`mr::park`) hold the
+        // domain: they go first, so that only open children make it busy.
+        from_fid!(Domain, f)?.mr.unpark_all();
+        from_fid!(close Domain, f, |_| Ok(())).map(|_| 0)
+    })
 }
 
 unsafe extern "C" fn av_open(

@@ -85,6 +85,11 @@ macro_rules! from_fid {
         // contract), given to a call that consumes the handle (fi_cm(3)).
         unsafe { $crate::boundary::fid::release::<$ty>($crate::boundary::fid::fid_ptr($fid)) }
     };
+    (take $ty:ty, $fid:expr) => {
+        // SAFETY: a fid that came in through the C ABI (`from_fid!`'s
+        // contract), given to a call that consumes the handle (fi_close).
+        unsafe { $crate::boundary::fid::take::<$ty>($crate::boundary::fid::fid_ptr($fid)) }
+    };
     (try $ty:ty, $fid:expr) => {
         // SAFETY: a fid that came in through the C ABI (`from_fid!`'s contract).
         unsafe { $crate::boundary::fid::borrow_if::<$ty>($crate::boundary::fid::fid_ptr($fid)) }
@@ -256,6 +261,20 @@ pub unsafe fn close<T: FidObject>(fid: *mut ffi::fid, before_free: impl FnOnce(&
     }
     drop(arc);
     Ok(())
+}
+
+/// Take C's reference back as an `Arc` (an MR's close, which may keep the
+/// object: `mr::park`).
+///
+/// # Safety
+/// As for [`borrow`]; after `Ok`, C's copy of the fid must not be used
+/// again unless another reference keeps the object alive.
+pub unsafe fn take<T: FidObject>(fid: *const ffi::fid) -> Result<Arc<T>> {
+    // SAFETY: `fid` is NULL or a live fid (this fn's contract, borrow's).
+    let obj: &T = unsafe { borrow(fid) }?;
+    // SAFETY: `obj` came from `Arc::into_raw` in `publish`; C's count
+    // becomes the returned Arc's.
+    Ok(unsafe { Arc::from_raw(obj as *const T) })
 }
 
 /// Release C's reference without a close call: for a handle that an API

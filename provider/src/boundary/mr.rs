@@ -34,8 +34,7 @@ unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
         // what else holds the region, the registry until now and accesses
         // in flight, keeps it, and its pin, until they let go; bindings from
         // an MR are weak, and nothing binds to one.)
-        from_fid!(Mr, f)?.deregister();
-        from_fid!(release Mr, f)?;
+        from_fid!(take Mr, f)?.close();
         Ok(0)
     })
 }
@@ -88,9 +87,9 @@ unsafe fn reg_common(
         return Err(fail!(ffi::FI_EINVAL, "fi_mr_reg: NULL mr out-parameter"));
     }
     // (The MR holds its domain: a second look at the same fid, which C's
-    // reference keeps alive for this call.)
-    let tail = MrTail::new(from_fid!(retain Domain, domain)?);
-    let mr = d.mr.register_with(req, fid_header::<Mr>(context), tail)?;
+    // reference keeps alive for this call; a parked MR has its own.)
+    let mr =
+        d.mr.register_with(req, fid_header::<Mr>(context), || Ok(MrTail::new(from_fid!(retain Domain, domain)?)))?;
     // SAFETY: `out` checked non-NULL above.
     unsafe { out.write(fid::publish(mr) as *mut ffi::fid_mr) };
     Ok(0)

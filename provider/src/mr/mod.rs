@@ -166,14 +166,20 @@ impl MrDomain {
     /// Register: the region, published under its key (with no handle:
     /// this layer's tests and registrations no application holds).
     pub fn register(&self, req: Request) -> Result<Arc<Region>> {
-        Ok(self.register_with(req, registry::no_fid(), ())?)
+        Ok(self.register_with(req, registry::no_fid(), || Ok(()))?)
     }
 
     /// Register, the region carrying the application's handle (`fid`, the
     /// `struct fid` of its `fid_mr`; the rest of it, key and `mem_desc`,
-    /// written here) and its owner's `tail`: one allocation, published
+    /// written here) and its owner's `tail` (made only for a new region: a
+    /// parked one keeps its own, see `park`): one allocation, published
     /// under its key.
-    pub fn register_with<T: registry::Tail>(&self, mut req: Request, fid: ffi::fid, tail: T) -> Result<Arc<Region<T>>> {
+    pub fn register_with<T: registry::Tail>(
+        &self,
+        mut req: Request,
+        fid: ffi::fid,
+        tail: impl FnOnce() -> Result<T>,
+    ) -> Result<Arc<Region<T>>> {
         let r = self.register_inner(&mut req, fid, tail);
         if let Err(e) = &r {
             self.stats.count_failure(*e);
@@ -187,7 +193,12 @@ impl MrDomain {
         self.registry.inserted()
     }
 
-    fn register_inner<T: registry::Tail>(&self, req: &mut Request, fid: ffi::fid, tail: T) -> Result<Arc<Region<T>>> {
+    fn register_inner<T: registry::Tail>(
+        &self,
+        req: &mut Request,
+        fid: ffi::fid,
+        tail: impl FnOnce() -> Result<T>,
+    ) -> Result<Arc<Region<T>>> {
         if req.access & !ACCESS_BITS != 0 {
             return Err(fail!(
                 ffi::FI_EINVAL,
@@ -239,7 +250,7 @@ impl MrDomain {
         mapped: Option<dmabuf::Mapped>,
         dmabuf_iova: Option<u64>,
         fid: ffi::fid,
-        tail: T,
+        tail: impl FnOnce() -> Result<T>,
     ) -> Result<Arc<Region<T>>> {
         if req.iovs.is_empty() || req.iovs.len() > MR_IOV_LIMIT {
             return Err(fail!(
@@ -292,6 +303,17 @@ impl MrDomain {
             true => device::identify(&self.pinner.sysfs, &req.iovs)?,
             false => None,
         };
+        // A closed registration of exactly this range and access, parked
+        // whole (`park`), is handed out again under the new key.
+        if let (Some(c), &[(a, l)], None, None) = (&self.cache, &*req.iovs, &mapped, &sim) {
+            if self.cache_explicit && l > 0 && req.flags & crate::ext::OXMR_MR_PHYS_FALLBACK == 0 {
+                if let Some(r) = c.unpark(a, l, req.access).and_then(|p| p.downcast::<Region<T>>().ok()) {
+                    if let Some(r) = self.rekey(r, fid, key, iova) {
+                        return r;
+                    }
+                }
+            }
+        }
         let pin = match (&self.cache, &*req.iovs, mapped, sim) {
             (_, _, Some(m), _) => Pin::Phys(Box::new(phys::PhysPin::dmabuf(m, req.access)?)),
             (_, _, None, Some(id)) => Pin::Phys(Box::new(phys::PhysPin::identified(&req.iovs, req.access, id)?)),
@@ -339,7 +361,7 @@ impl MrDomain {
             phys,
             mmio,
             cntr: crate::sys::SpinLock::new(None),
-            tail,
+            tail: tail()?,
         });
         // (Ours alone until inserted below.)
         let me = Arc::as_ptr(&region) as *mut std::ffi::c_void;
@@ -353,6 +375,31 @@ impl MrDomain {
             .insert(region.clone())
             .map_err(|_| fail!(ffi::FI_ENOKEY, "fi_mr_reg: key {key:#x} was taken by a concurrent registration"))?;
         Ok(region)
+    }
+
+    /// A parked registration (`park`), taken out of the park, handed out
+    /// again as a new one: the application's handle `fid`, key `key`,
+    /// address `iova`, disabled under FI_MR_ENDPOINT until fi_mr_enable,
+    /// and published under its key. None if something holds it after all
+    /// (it is then dropped: the pin goes back to the cache's rules).
+    fn rekey<T: registry::Tail>(
+        &self,
+        mut r: Arc<Region<T>>,
+        fid: ffi::fid,
+        key: u64,
+        iova: u64,
+    ) -> Option<Result<Arc<Region<T>>>> {
+        let me = Arc::as_ptr(&r) as *mut std::ffi::c_void;
+        let m = Arc::get_mut(&mut r)?;
+        m.face = registry::face(fid, key);
+        m.face.0.mem_desc = me;
+        m.key = key;
+        m.iova = iova;
+        *m.enabled.get_mut() = !self.mode(ffi::FI_MR_ENDPOINT);
+        Some(match self.registry.insert(r.clone()) {
+            Ok(()) => Ok(r),
+            Err(()) => Err(fail!(ffi::FI_ENOKEY, "fi_mr_reg: key {key:#x} was taken by a concurrent registration")),
+        })
     }
 
     /// Whether a device registration's mapping is still the one registered
@@ -391,6 +438,14 @@ impl MrDomain {
     /// may have seen its key handed to a newer registration.
     pub fn deregister(&self, r: &Region) {
         self.registry.remove_region(r);
+    }
+
+    /// Empty the cache's park (`park`): domain close, whose parked
+    /// registrations hold the domain.
+    pub fn unpark_all(&self) {
+        if let Some(c) = &self.cache {
+            c.unpark_all();
+        }
     }
 
     /// A pin outside the cache; when the memlock budget is short
@@ -448,6 +503,25 @@ impl MrDomain {
         }
         Ok(())
     }
+}
+
+/// fi_close of a registration whose key is already removed (`deregister`):
+/// a plain cache hit that nothing else holds (no access in flight) is
+/// parked whole in its cache for the next registration of its range and
+/// access (`cache::Parked`), its owner's part reset by `reset` (bindings
+/// go); anything else is dropped, its pin going back to the cache's rules.
+pub fn park<T: registry::Tail>(mut r: Arc<Region<T>>, reset: impl FnOnce(&mut T)) {
+    let Some(m) = Arc::get_mut(&mut r) else { return };
+    if m.phys || *m.refreshed.get_mut() || m.revoked.get().is_some() || m.denied.get().is_some() {
+        return;
+    }
+    let Ranges::One((a, l)) = m.iovs else { return };
+    let Pin::Cached(c) = m.pin.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner) else { return };
+    let (cache, slot) = (c.cache.clone(), (c.entry.start, c.entry.id));
+    reset(&mut m.tail);
+    *m.cntr.get_mut() = None;
+    let access = m.access;
+    drop(cache.park(a, l, access, slot, r));
 }
 
 #[cfg(test)]
@@ -512,7 +586,7 @@ mod peer_tests {
         let m = dmabuf::map(buf, 100, 4000, true).unwrap();
         let mut r = req(0, 0, RW);
         r.iovs = Ranges::One(m.data());
-        let r = d.register_checked(&mut r, Some(m), Some(0x5000_0000 + 100), registry::no_fid(), ()).unwrap();
+        let r = d.register_checked(&mut r, Some(m), Some(0x5000_0000 + 100), registry::no_fid(), || Ok(())).unwrap();
         assert_eq!(r.iova, 0x5000_0064, "peers address it at base_addr + offset");
         // The caller closes its fd, and the number is reused for another
         // buffer: the registration still speaks for the first.

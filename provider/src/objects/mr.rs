@@ -45,6 +45,11 @@ impl MrTail {
     pub fn new(domain: Arc<Domain>) -> Self {
         MrTail { domain, state: SpinLock::new(MrState::default()) }
     }
+
+    /// Parked (`mr::park`): closed, its bindings go.
+    fn reset(&mut self) {
+        *self.state.get_mut() = MrState::default();
+    }
 }
 
 impl Region<MrTail> {
@@ -57,6 +62,14 @@ impl Region<MrTail> {
     /// goes when the last in-flight access lets go of it.
     pub fn deregister(&self) {
         self.tail.domain.mr.deregister(self);
+    }
+
+    /// fi_close, given C's reference: deregistered, then parked whole for
+    /// the next registration of its range if it is a cache hit nothing
+    /// else holds (`mr::park`), else dropped.
+    pub fn close(self: Arc<Self>) {
+        self.deregister();
+        crate::mr::park(self, MrTail::reset);
     }
 
     fn state(&self) -> SpinGuard<'_, MrState> {

@@ -58,6 +58,11 @@ impl<T> SpinLock<T> {
         SpinGuard { lock: self }
     }
 
+    /// The value, through exclusive access to the lock (no locking).
+    pub fn get_mut(&mut self) -> &mut T {
+        self.value.get_mut()
+    }
+
     /// Lock if free now.
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
         self.locked

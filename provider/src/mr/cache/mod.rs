@@ -33,6 +33,7 @@
 //! monitor) without deadlock. Nothing here patches code or hooks malloc.
 
 use crate::sys::LockExt;
+use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,7 +84,88 @@ struct Slot {
     /// revokes its registrations (a cache hit is tracked by its entry
     /// alone, not in `live`).
     detached: bool,
+    /// How many of `users` are parked registrations (closed, kept whole:
+    /// see `Parked`); the others are open.
+    parked: usize,
 }
+
+/// A closed registration kept whole, pin and allocation, for the next
+/// registration of exactly its range and access (`Cache::park`).
+///
+/// A cache hit otherwise builds a registration around the cached pin and
+/// takes it apart again at close: the allocation, the region's fields, the
+/// entry's use count and LRU element, the domain and cache references.
+/// Applications that register the same buffer for every transfer (MPI's
+/// ofi components do) pay that each time; a parked registration is handed
+/// out again under a fresh key instead. What makes a hit honest is asked
+/// of it as of any hit: the fork token, the monitor's log applied first
+/// (an unmap, remap, discard or protection change of its range takes it
+/// out of the park and gives its pin back to the cache's rules), and the
+/// entry still in service. It counts as a user of its entry, so it is
+/// never evicted while parked; a miss, a flush and the domain's close
+/// empty the park first, so the cache's limits and its LRU see closed
+/// registrations as unused again before they act.
+#[derive(Default)]
+struct Parked {
+    start: usize,
+    len: usize,
+    access: u64,
+    /// Its entry's index key.
+    slot: (usize, u64),
+    /// (None: a free place in `Park`.)
+    region: Option<Parkable>,
+}
+
+/// The parked registrations, newest last, in places written field by
+/// field (a `Vec::push` of the whole struct built it on the stack and
+/// copied it back with wider loads than its stores: a store-forwarding
+/// stall that was a twentieth of a cached registration).
+#[derive(Default)]
+struct Park {
+    places: [Parked; PARKED_MAX],
+    n: usize,
+}
+
+impl Park {
+    fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Park `region` (the caller checked there is room).
+    fn put(&mut self, start: usize, len: usize, access: u64, slot: (usize, u64), region: Parkable) {
+        let p = &mut self.places[self.n];
+        p.start = start;
+        p.len = len;
+        p.access = access;
+        p.slot = slot;
+        p.region = Some(region);
+        self.n += 1;
+    }
+
+    /// The newest parked registration of exactly [a, a+l) with `access`,
+    /// taken out: its region and entry's index key.
+    fn take(&mut self, a: usize, l: usize, access: u64) -> Option<(Parkable, (usize, u64))> {
+        let i = self.places[..self.n].iter().rposition(|p| p.start == a && p.len == l && p.access == access)?;
+        Some(self.take_at(i))
+    }
+
+    fn take_at(&mut self, i: usize) -> (Parkable, (usize, u64)) {
+        self.n -= 1;
+        // (The newest is the usual one: nothing to move.)
+        if i != self.n {
+            self.places.swap(i, self.n);
+        }
+        let p = &mut self.places[self.n];
+        (p.region.take().expect("a parked place holds a region"), p.slot)
+    }
+}
+
+/// A parked registration, as the cache holds it: the owning layer's
+/// `Region<T>`, which it gets back by downcasting.
+pub type Parkable = Arc<dyn Any + Send + Sync>;
+
+/// Registrations parked per cache at most.
+const PARKED_MAX: usize = 16;
 
 struct State {
     /// Valid entries by (start, id).
@@ -103,6 +185,8 @@ struct State {
     longest: usize,
     /// Recent discards (madvise), kept for `REMOVE_GRACE`.
     removes: VecDeque<(u64, u64, Instant)>,
+    /// Closed registrations kept whole (`Parked`).
+    parked: Park,
 }
 
 /// How long a discard keeps its range from being cached (see `get`).
@@ -177,7 +261,7 @@ impl Live {
 
 /// A registration's use of a cache entry; gives it back on drop.
 pub struct CacheRef {
-    cache: Arc<Cache>,
+    pub(super) cache: Arc<Cache>,
     pub entry: Arc<Entry>,
 }
 
@@ -253,6 +337,18 @@ fn set_denied(denied: &AtomicU64, ranges: &[(usize, usize)]) {
     }
 }
 
+/// Move the parked registrations of the entry at index key `slot` to `out`.
+fn unpark_slot(parked: &mut Park, slot: (usize, u64), out: &mut Vec<Parkable>) {
+    let mut i = 0;
+    while i < parked.n {
+        if parked.places[i].slot == slot {
+            out.push(parked.take_at(i).0);
+        } else {
+            i += 1;
+        }
+    }
+}
+
 fn overlaps(a: usize, alen: usize, i: &Invalidation) -> bool {
     (a as u64) < i.end && i.start < (a + alen) as u64
 }
@@ -293,6 +389,7 @@ impl Cache {
                 bytes: 0,
                 longest: 0,
                 removes: VecDeque::new(),
+                parked: Park::default(),
             }),
             monitor,
             max_bytes,
@@ -337,17 +434,20 @@ impl Cache {
     }
 
     /// Apply the monitor's log to the index (invalidating what it names),
-    /// and the protection changes perf recorded.
-    fn sync(&self, s: &mut State) {
-        self.sync_uffd(s);
+    /// and the protection changes perf recorded. Parked registrations of
+    /// the entries it invalidates go to `out`, which the caller drops after
+    /// the lock (each gives its pin back through `release`, which locks):
+    /// declared before the guard, it is dropped after it.
+    fn sync(&self, s: &mut State, out: &mut Vec<Parkable>) {
+        self.sync_uffd(s, out);
         // (After the unmaps: the new mapping at an unmapped range is
         // recorded too, and must find the old entry gone, not detach it.)
         if self.prot.as_ref().is_some_and(|w| w.pending()) {
-            self.sync_prot(s);
+            self.sync_prot(s, out);
         }
     }
 
-    fn sync_uffd(&self, s: &mut State) {
+    fn sync_uffd(&self, s: &mut State, out: &mut Vec<Parkable>) {
         if self.monitor.up_to_date(s.seq) {
             return;
         }
@@ -355,7 +455,7 @@ impl Cache {
         loop {
             let (next, n) = self.monitor.since(s.seq, &mut buf);
             for inv in &buf[..n] {
-                self.invalidate(s, inv);
+                self.invalidate(s, inv, out);
             }
             s.seq = next;
             if n < buf.len() {
@@ -370,7 +470,7 @@ impl Cache {
     /// open registrations they touch learn which remote accesses their
     /// memory allows now (`denied`). New mappings are recorded too; they
     /// touch no entry.
-    fn sync_prot(&self, s: &mut State) {
+    fn sync_prot(&self, s: &mut State, out: &mut Vec<Parkable>) {
         let Some(w) = &self.prot else { return };
         let changes = match w.drain() {
             Drained::Changes(v) => v,
@@ -387,13 +487,13 @@ impl Cache {
             for (_, v) in s.index.range((lo, 0)..).take_while(|(k, _)| (k.0 as u64) < c.end) {
                 if overlaps(v.entry.start, v.entry.len.max(1), &inv) {
                     any = true;
-                    if v.users > 0 {
+                    if v.users > v.parked {
                         set_denied(&v.entry.denied, &[(v.entry.start, v.entry.len)]);
                     }
                 }
             }
             if any {
-                self.invalidate(s, &inv);
+                self.invalidate(s, &inv, out);
             }
         }
         if !changes.is_empty() {
@@ -404,7 +504,7 @@ impl Cache {
         }
     }
 
-    fn invalidate(&self, s: &mut State, inv: &Invalidation) {
+    fn invalidate(&self, s: &mut State, inv: &Invalidation, out: &mut Vec<Parkable>) {
         if inv.cause == Cause::Remove {
             let now = Instant::now();
             while s.removes.front().is_some_and(|r| now - r.2 > REMOVE_GRACE) || s.removes.len() >= 256 {
@@ -433,7 +533,16 @@ impl Cache {
         let moved = matches!(inv.cause, Cause::Unmap | Cause::Remap);
         for k in victims {
             let Some(slot) = s.index.get_mut(&k) else { continue };
-            if slot.users > 0 && !moved {
+            // (Parked registrations are closed: they leave the park, and
+            // their pins go with them after the lock; only open ones make
+            // an entry in use here.)
+            let parked = std::mem::take(&mut slot.parked);
+            let open = slot.users - parked;
+            if parked > 0 {
+                unpark_slot(&mut s.parked, k, out);
+            }
+            let Some(slot) = s.index.get_mut(&k) else { continue };
+            if open > 0 && !moved {
                 // In use, discarded (madvise keeps the mapping: the memory
                 // is still the registered memory, refilled on touch) or
                 // behind an overflow: never served again, but kept in the
@@ -450,7 +559,7 @@ impl Cache {
             }
             s.bytes -= slot.entry.len as u64;
             // (Unused: its LRU element is stale now, and the pin goes.)
-            if slot.users > 0 && !slot.entry.revoked.swap(true, Ordering::AcqRel) {
+            if open > 0 && !slot.entry.revoked.swap(true, Ordering::AcqRel) {
                 // In use: what is mapped there now is not what was
                 // registered, and remote accesses go by address, so the
                 // registrations using it are revoked (`Registry::check`
@@ -523,8 +632,9 @@ impl Cache {
         if self.prot.is_none() || crate::sys::process_token() != self.process {
             return None;
         }
+        let mut out = Vec::new();
         let mut s = self.lock();
-        self.sync(&mut s);
+        self.sync(&mut s, &mut out);
         let entry = self.lookup(&mut s, a, l, access)?;
         // (Written only under `state`'s lock, held here: a plain load and
         // store, no locked add on the hit path.)
@@ -548,10 +658,14 @@ impl Cache {
             // A forked child: the entries are the parent's pins.
             return Ok((pinner.pin(&[(a, l)], access)?, None));
         }
+        // A miss: the cache's limits and LRU see closed registrations as
+        // unused again before it pins and inserts.
+        self.unpark_all();
         for _ in 0..3 {
             {
+                let mut out = Vec::new();
                 let mut s = self.lock();
-                self.sync(&mut s);
+                self.sync(&mut s, &mut out);
                 if let Some(entry) = self.lookup(&mut s, a, l, access) {
                     // (Written only under `state`'s lock, held here: a
                     // plain load and store, no locked add on the hit path.)
@@ -598,8 +712,9 @@ impl Cache {
                 }
                 r => r?,
             };
+            let mut out = Vec::new();
             let mut s = self.lock();
-            self.sync(&mut s);
+            self.sync(&mut s, &mut out);
             // Validate after pinning, from our own `since` (not from the
             // cache's position, which other threads may have moved past an
             // event on this range): any unmap/remap/discard of the range
@@ -637,7 +752,8 @@ impl Cache {
                 revoked: AtomicBool::new(false),
                 denied: AtomicU64::new(0),
             });
-            s.index.insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick, detached: false });
+            s.index
+                .insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick, detached: false, parked: 0 });
             s.bytes += l as u64;
             s.longest = s.longest.max(l);
             let victims = self.evict(&mut s, false);
@@ -652,6 +768,86 @@ impl Cache {
         let since = self.monitor.head();
         let watched = self.monitor.watch(a, l).is_ok().then_some(since);
         Ok((pinner.pin(&[(a, l)], access)?, watched))
+    }
+
+    /// Park a closed registration (`Parked`): `region`, of exactly
+    /// [a, a+l) with `access`, whose pin is the cached entry at index key
+    /// `slot`, and which nothing else holds. Refused (handed back, for the
+    /// caller to drop) when the park is full, in a forked child, without
+    /// the mprotect watch (a hit then reads /proc/self/maps), or when the
+    /// entry is out of service.
+    pub fn park(&self, a: usize, l: usize, access: u64, slot: (usize, u64), region: Parkable) -> Option<Parkable> {
+        if self.prot.is_none() || crate::sys::process_token() != self.process {
+            return Some(region);
+        }
+        let mut s = self.lock();
+        if s.parked.n == PARKED_MAX {
+            return Some(region);
+        }
+        match s.index.get_mut(&slot) {
+            Some(v) if !v.detached => v.parked += 1,
+            _ => return Some(region),
+        }
+        s.parked.put(a, l, access, slot, region);
+        None
+    }
+
+    /// A parked registration of exactly [a, a+l) with `access`, taken out
+    /// of the park, after the same checks as a hit (`hit`): the fork token,
+    /// the monitor's log applied (what it invalidates leaves the park), the
+    /// entry in service (a parked registration's entry always is: leaving
+    /// service takes it out of the park). Counted as a hit.
+    #[inline]
+    pub fn unpark(&self, a: usize, l: usize, access: u64) -> Option<Parkable> {
+        if self.prot.is_none() || crate::sys::process_token() != self.process {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut s = self.lock();
+        self.sync(&mut s, &mut out);
+        let (region, slot) = s.parked.take(a, l, access)?;
+        s.tick += 1;
+        let tick = s.tick;
+        match s.index.get_mut(&slot) {
+            Some(v) if !v.detached => {
+                v.parked -= 1;
+                v.last_use = tick;
+            }
+            _ => {
+                // (Dropped after the lock, with `out`.)
+                out.push(region);
+                return None;
+            }
+        }
+        let hits = self.stats.hits.load(Ordering::Relaxed);
+        self.stats.hits.store(hits + 1, Ordering::Relaxed);
+        Some(region)
+    }
+
+    /// Empty the park: its registrations give their pins back to the
+    /// cache's rules (domain close, a miss, a flush).
+    pub fn unpark_all(&self) {
+        let mut out = Vec::new();
+        {
+            let mut s = self.lock();
+            if s.parked.is_empty() {
+                return;
+            }
+            while s.parked.n > 0 {
+                let last = s.parked.n - 1;
+                let (region, slot) = s.parked.take_at(last);
+                if let Some(v) = s.index.get_mut(&slot) {
+                    v.parked -= 1;
+                }
+                out.push(region);
+            }
+        }
+        drop(out);
+    }
+
+    /// Registrations parked now.
+    pub fn parked(&self) -> usize {
+        self.lock().parked.n
     }
 
     fn release(&self, entry: &Arc<Entry>) {
@@ -698,7 +894,8 @@ impl Cache {
             return;
         }
         let now = self.monitor.events();
-        self.sync(&mut self.lock());
+        let mut out = Vec::new();
+        self.sync(&mut self.lock(), &mut out);
         self.seen.fetch_max(now, Ordering::AcqRel);
     }
 
@@ -762,8 +959,10 @@ impl Cache {
         }
     }
 
-    /// Evict every unused entry (domain close, memlock pressure).
+    /// Evict every unused entry (domain close, memlock pressure), parked
+    /// registrations first.
     pub fn flush(&self) {
+        self.unpark_all();
         let victims = self.evict(&mut self.lock(), true);
         drop(victims);
     }

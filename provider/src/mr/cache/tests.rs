@@ -434,3 +434,166 @@ fn a_range_whose_last_page_wraps_is_refused() {
         Err(e) => assert_eq!(e.code(), ffi::FI_EINVAL),
     }
 }
+
+/// Register with a sized (unit) tail, which `park` takes.
+fn reg_unit(d: &MrDomain, a: usize, l: usize, access: u64) -> Result<Arc<Region<()>>> {
+    let req = Request { iovs: Ranges::One((a, l)), access, iface: ffi::FI_HMEM_SYSTEM, ..Default::default() };
+    d.register_with(req, crate::mr::registry::no_fid(), || Ok(()))
+}
+
+/// Close as the object layer does (`objects::mr`): the key goes, then
+/// the region is offered to the park.
+fn close(d: &MrDomain, r: Arc<Region<()>>) {
+    d.deregister(&*r);
+    crate::mr::park(r, |_| ());
+}
+
+const RW: u64 = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
+
+/// A miss and its close: the range is cached. (A miss's registration is
+/// tracked on its own, `track_live`, and is not parked; hits are.)
+fn cache_range(d: &MrDomain, c: &Cache, a: usize, l: usize, access: u64) {
+    let parked = c.parked();
+    close(d, reg_unit(d, a, l, access).unwrap());
+    assert_eq!(c.parked(), parked, "a miss's registration is not parked");
+}
+
+/// A parking domain: the cache with its mprotect watch (perf), which
+/// parking needs.
+fn parking_domain(max_count: usize) -> (MrDomain, Arc<Cache>) {
+    let pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
+    let cc = CacheConfig { enable: true, max_count, ..CacheConfig::default() };
+    let d = MrDomain::new((ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32, pinner, cc);
+    let c = d.cache.clone().expect("userfaultfd works here");
+    assert!(c.prot.is_some(), "perf_event_open works here (root, or perf_event_paranoid <= 2)");
+    (d, c)
+}
+
+#[test]
+fn a_closed_registration_is_parked_whole_and_handed_out_again_under_a_new_key() {
+    let (d, c) = parking_domain(4096);
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    cache_range(&d, &c, a, len, RW);
+    let r1 = reg_unit(&d, a, len, RW).unwrap();
+    let (k1, p1, e1) = (r1.key, Arc::as_ptr(&r1) as usize, entry_of(&*r1));
+    close(&d, r1);
+    assert_eq!(c.parked(), 1, "a closed cached registration nothing else holds is parked");
+    assert!(d.registry.check(k1, a as u64, 8, ffi::FI_REMOTE_READ as u64).is_err(), "a parked key validates nothing");
+    let r2 = reg_unit(&d, a, len, RW).unwrap();
+    assert_eq!(Arc::as_ptr(&r2) as usize, p1, "the same registration, handed out again");
+    assert_eq!(c.parked(), 0);
+    assert_eq!(c.stats.hits.load(Ordering::Relaxed), 2, "counted as a hit");
+    assert_eq!(entry_of(&*r2), e1);
+    assert_ne!(r2.key, k1, "under a new key");
+    assert_eq!(r2.face.0.key, r2.key, "the application's handle shows the new key");
+    assert_eq!(r2.face.0.mem_desc as usize, p1);
+    assert!(d.registry.check(r2.key, a as u64, 8, ffi::FI_REMOTE_WRITE as u64).is_ok(), "the new key validates");
+    assert!(d.registry.check(k1, a as u64, 8, ffi::FI_REMOTE_READ as u64).is_err(), "the old key still does not");
+    // Other access: not the parked one (a hit of its own, new region).
+    close(&d, r2);
+    let r3 = reg_unit(&d, a, len, ffi::FI_REMOTE_READ as u64).unwrap();
+    assert_ne!(Arc::as_ptr(&r3) as usize, p1, "a parked registration serves only its own access");
+    assert_eq!(c.parked(), 1);
+    assert_eq!(c.stats.hits.load(Ordering::Relaxed), 3);
+    close(&d, r3);
+    d.unpark_all();
+    assert_eq!(c.parked(), 0);
+    assert_eq!(c.size(), (1, len as u64), "unparked: the entry is cached, unused");
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+#[test]
+fn an_unmap_takes_a_parked_registration_out_and_revokes_nothing() {
+    let (d, c) = parking_domain(4096);
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    cache_range(&d, &c, a, len, RW);
+    let r1 = reg_unit(&d, a, len, RW).unwrap();
+    let e1 = r1.cached.clone().expect("a cached pin");
+    close(&d, r1);
+    assert_eq!(c.parked(), 1);
+    remap(a, len, 2);
+    c.refresh();
+    assert_eq!(c.parked(), 0, "the unmap took it out of the park");
+    assert_eq!(c.size(), (0, 0), "and its entry, unused, out of the cache");
+    assert!(!e1.revoked.load(Ordering::Acquire), "a closed registration is not revoked (no warning for it)");
+    let misses = c.stats.misses.load(Ordering::Relaxed);
+    let r2 = reg_unit(&d, a, len, RW).unwrap();
+    assert_eq!(c.stats.misses.load(Ordering::Relaxed), misses + 1, "the new memory is a miss");
+    assert_ne!(entry_of(&*r2), e1.id);
+    close(&d, r2);
+    d.unpark_all();
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+#[test]
+fn a_discard_or_mprotect_takes_a_parked_registration_out() {
+    let (d, c) = parking_domain(4096);
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    cache_range(&d, &c, a, len, RW);
+    close(&d, reg_unit(&d, a, len, RW).unwrap());
+    assert_eq!(c.parked(), 1);
+    discard(a, len);
+    c.refresh();
+    assert_eq!((c.parked(), c.size()), (0, (0, 0)), "a discard empties the park and the entry goes");
+    std::thread::sleep(REMOVE_GRACE * 2);
+    cache_range(&d, &c, a, len, RW);
+    close(&d, reg_unit(&d, a, len, RW).unwrap());
+    assert_eq!(c.parked(), 1);
+    protect(a, len, libc::PROT_READ);
+    let e = reg_unit(&d, a, len, RW).map(|_| ()).map_err(|e| e.code());
+    assert_eq!(e, Err(ffi::FI_EACCES), "after mprotect the parked registration answers as a miss would");
+    assert_eq!(c.parked(), 0);
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+#[test]
+fn a_miss_empties_the_park_so_the_limits_hold() {
+    let (d, c) = parking_domain(1);
+    let len = 64 << 10;
+    let (a, b) = (map(0, len, 1), map(0, len, 2));
+    cache_range(&d, &c, a, len, RW);
+    close(&d, reg_unit(&d, a, len, RW).unwrap());
+    assert_eq!((c.parked(), c.size().0), (1, 1));
+    let rb = reg_unit(&d, b, len, RW).unwrap();
+    assert_eq!(c.parked(), 0, "a miss empties the park first");
+    assert_eq!(c.size(), (1, len as u64), "so the closed entry is evicted for the new one (max_count 1)");
+    assert_eq!(c.stats.evictions.load(Ordering::Relaxed), 1);
+    close(&d, rb);
+    d.unpark_all();
+    for x in [a, b] {
+        // SAFETY: our mappings.
+        unsafe { libc::munmap(x as *mut _, len) };
+    }
+}
+
+#[test]
+fn a_held_registration_is_not_parked_and_the_park_is_bounded() {
+    let (d, c) = parking_domain(4096);
+    let page = 4096;
+    let n = PARKED_MAX + 1;
+    let a = map(0, n * page, 1);
+    for i in 0..n {
+        cache_range(&d, &c, a + i * page, page, RW);
+    }
+    let r = reg_unit(&d, a, page, RW).unwrap();
+    let held = r.clone();
+    close(&d, r);
+    assert_eq!(c.parked(), 0, "an access in flight still holds it: not parked");
+    drop(held);
+    assert_eq!(c.size().0, n, "its entry stays cached");
+    let rs: Vec<_> = (0..n).map(|i| reg_unit(&d, a + i * page, page, RW).unwrap()).collect();
+    for r in rs {
+        close(&d, r);
+    }
+    assert_eq!(c.parked(), PARKED_MAX, "at most PARKED_MAX parked");
+    d.unpark_all();
+    assert_eq!((c.parked(), c.size().0), (0, n));
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, n * page) };
+}
