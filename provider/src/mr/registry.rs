@@ -258,14 +258,80 @@ const SHARDS: usize = 64;
 #[derive(Default)]
 struct Shard(SpinLock<ShardMap>);
 
+/// Registrations a shard holds in its own cache lines, before its map.
+const INLINE: usize = 3;
+
 /// A shard's registrations, and how many it has taken in (the domain's
 /// registration count: every registration ends with its insertion here,
 /// so the count costs no atomic add of its own).
+///
+/// The first few live keys of a shard sit in the shard itself (`inline`),
+/// the rest in its map: up to 3 * SHARDS = 192 live registrations, a
+/// registration, a close and a check each touch the shard's two lines
+/// only, with no hashing or probing (the map's control bytes and buckets
+/// are an allocation of their own, elsewhere: in a cached registration,
+/// 4 KiB registered and closed in a loop, the insertion and removal took
+/// about a fifth of the time, mostly waiting on those loads).
 #[derive(Default)]
 struct ShardMap {
+    inline: [Option<(u64, Arc<Region>)>; INLINE],
     map: Map,
     inserted: u64,
 }
+
+impl ShardMap {
+    #[inline]
+    fn get(&self, key: u64) -> Option<&Arc<Region>> {
+        for (k, r) in self.inline.iter().flatten() {
+            if *k == key {
+                return Some(r);
+            }
+        }
+        if self.map.is_empty() {
+            None
+        } else {
+            self.map.get(&key)
+        }
+    }
+
+    /// Add `r` under `key`; handed back if the key is taken.
+    fn insert(&mut self, key: u64, r: Arc<Region>) -> Result<(), Arc<Region>> {
+        if self.get(key).is_some() {
+            return Err(r);
+        }
+        match self.inline.iter_mut().find(|s| s.is_none()) {
+            Some(s) => *s = Some((key, r)),
+            None => {
+                self.map.insert(key, r);
+            }
+        }
+        self.inserted += 1;
+        Ok(())
+    }
+
+    /// Remove `key` if `pred` holds for its region.
+    fn remove_if(&mut self, key: u64, pred: impl Fn(&Arc<Region>) -> bool) -> Option<Arc<Region>> {
+        for s in self.inline.iter_mut() {
+            if s.as_ref().is_some_and(|(k, r)| *k == key && pred(r)) {
+                return s.take().map(|(_, r)| r);
+            }
+        }
+        if self.map.is_empty() {
+            return None;
+        }
+        match self.map.entry(key) {
+            Entry::Occupied(e) if pred(e.get()) => Some(e.remove()),
+            _ => None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.inline.iter().flatten().count() + self.map.len()
+    }
+}
+
+// (A shard, its lock, places and map header, is its two lines.)
+const _: () = assert!(std::mem::size_of::<Shard>() == 128);
 
 /// A domain's registrations by key.
 pub struct Registry {
@@ -463,43 +529,34 @@ impl Registry {
 
     /// Whether a key is taken.
     pub fn contains(&self, key: u64) -> bool {
-        self.shard(key).lock().map.contains_key(&key)
+        self.shard(key).lock().get(key).is_some()
     }
 
     /// Add a region under its key; `Err(())` if the key is taken.
     #[allow(clippy::result_unit_err)]
     pub fn insert(&self, r: Arc<Region>) -> Result<(), ()> {
-        let mut m = self.shard(r.key).lock();
-        match m.map.entry(r.key) {
-            Entry::Occupied(_) => return Err(()),
-            Entry::Vacant(v) => v.insert(r),
-        };
-        m.inserted += 1;
-        Ok(())
+        let key = r.key;
+        let taken = self.shard(key).lock().insert(key, r);
+        // (A refused region is dropped after the lock.)
+        taken.map_err(|_| ())
     }
 
     /// Remove a key: from now on it never validates.
     pub fn remove(&self, key: u64) -> Option<Arc<Region>> {
-        self.shard(key).lock().map.remove(&key)
+        self.shard(key).lock().remove_if(key, |_| true)
     }
 
     /// Remove `r`'s key if it still names `r` (a revoked registration's
     /// key may have been given to a newer one since). The region goes
     /// after the lock (its last reference may be this one).
     pub fn remove_region(&self, r: &Region) {
-        let gone = {
-            let mut m = self.shard(r.key).lock();
-            match m.map.entry(r.key) {
-                Entry::Occupied(e) if std::ptr::addr_eq(Arc::as_ptr(e.get()), r) => Some(e.remove()),
-                _ => None,
-            }
-        };
+        let gone = self.shard(r.key).lock().remove_if(r.key, |x| std::ptr::addr_eq(Arc::as_ptr(x), r));
         drop(gone);
     }
 
     /// Live registrations.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.lock().map.len()).sum()
+        self.shards.iter().map(|s| s.0.lock().len()).sum()
     }
 
     /// Registrations taken in so far (the extension API's count).
@@ -517,7 +574,7 @@ impl Registry {
     pub fn check(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<Granted, AccessError> {
         let region = {
             let m = self.shard(key).lock();
-            m.map.get(&key).cloned().ok_or(AccessError::UnknownKey)?
+            m.get(key).cloned().ok_or(AccessError::UnknownKey)?
         };
         if !region.enabled.load(Ordering::Acquire) {
             return Err(AccessError::NotEnabled);
@@ -589,6 +646,40 @@ pub(crate) mod tests {
         assert!(r.check(k, 0x100a, 8, rw).is_ok());
         assert_eq!(r.check(k, 0x1003, 4, rw).err(), Some(AccessError::Misaligned), "offset 1");
         assert_eq!(r.check(k, 0x1006, 6, rw).err(), Some(AccessError::Misaligned), "length 6");
+    }
+
+    /// Keys past a shard's inline places go to its map; every one is
+    /// found, and removed, wherever it sits, and only its own region
+    /// removes it.
+    #[test]
+    fn keys_in_a_shards_places_and_its_map_alike() {
+        let r = Registry::new();
+        let rr = ffi::FI_REMOTE_READ as u64;
+        // (Application keys 0, 64, 128, ... all fall in shard 0.)
+        let regions: Vec<_> = (0..40u64).map(|i| region(i * SHARDS as u64, 0x1000 * (i + 1), 0x100, rr)).collect();
+        for x in &regions {
+            r.insert(x.clone()).unwrap();
+        }
+        assert_eq!(r.len(), 40);
+        assert_eq!(r.inserted(), 40);
+        assert!(r.insert(region(5 * SHARDS as u64, 0, 1, rr)).is_err(), "a key in the map is taken");
+        assert!(r.insert(region(0, 0, 1, rr)).is_err(), "a key in a place is taken");
+        // Another region under a key does not remove it.
+        let other = region(SHARDS as u64, 0x2000, 0x100, rr);
+        r.remove_region(&*other);
+        assert!(r.contains(SHARDS as u64));
+        for x in regions.iter().step_by(2) {
+            r.remove_region(&**x);
+        }
+        assert_eq!(r.len(), 20);
+        for (i, x) in regions.iter().enumerate() {
+            let found = r.check(x.key, x.iova, 8, rr);
+            assert_eq!(found.is_ok(), i % 2 == 1, "key {} after removing the even ones", x.key);
+        }
+        // Places freed in the shard take new keys again.
+        r.insert(region(1000 * SHARDS as u64, 0x9000, 0x100, rr)).unwrap();
+        assert!(r.check(1000 * SHARDS as u64, 0x9000, 8, rr).is_ok());
+        assert_eq!(r.len(), 21);
     }
 
     #[test]
