@@ -78,7 +78,7 @@ unsafe extern "C" fn control(f: *mut ffi::fid, command: i32, _arg: *mut c_void) 
 /// argument, taken by `from_fid!`.)
 unsafe fn reg_common(
     domain: *mut ffi::fid,
-    req: Request,
+    req: &mut Request,
     out: *mut *mut ffi::fid_mr,
     context: *mut c_void,
 ) -> crate::error::Result<i32> {
@@ -121,9 +121,9 @@ pub unsafe extern "C" fn reg(
     context: *mut c_void,
 ) -> i32 {
     guard_int("fi_mr_reg", || {
-        let req = Request::system(Ranges::One((buf as usize, len)), access, offset, requested_key, flags);
+        let mut req = Request::system(Ranges::One((buf as usize, len)), access, offset, requested_key, flags);
         // SAFETY: fi_mr_reg(3): `mr` (`out`) is NULL (refused) or writable.
-        unsafe { reg_common(domain, req, out, context) }
+        unsafe { reg_common(domain, &mut req, out, context) }
     })
 }
 
@@ -141,9 +141,9 @@ pub unsafe extern "C" fn regv(
     guard_int("fi_mr_regv", || {
         // SAFETY: fi_mr_regv(3): `iov` is NULL or holds `count` iovecs.
         let iovs = unsafe { iovs_of(iov, count) }?;
-        let req = Request::system(iovs.into(), access, offset, requested_key, flags);
+        let mut req = Request::system(iovs.into(), access, offset, requested_key, flags);
         // SAFETY: fi_mr_regv(3): `out` is NULL (refused) or writable.
-        unsafe { reg_common(domain, req, out, context) }
+        unsafe { reg_common(domain, &mut req, out, context) }
     })
 }
 
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn regattr(
             unsafe { iovs_of(mr_iov, count) }?
         };
         let iface = if d.fabric.api_at_least(1, 10) { field!(iface) } else { ffi::FI_HMEM_SYSTEM };
-        let req = Request {
+        let mut req = Request {
             iovs: iovs.into(),
             access: field!(access),
             offset: field!(offset),
@@ -218,7 +218,7 @@ pub unsafe extern "C" fn regattr(
         };
         let context = field!(context);
         // SAFETY: fi_mr_regattr(3): `mr` (`out`) is NULL (refused) or writable.
-        unsafe { reg_common(domain, req, out, context) }
+        unsafe { reg_common(domain, &mut req, out, context) }
     })
 }
 
@@ -475,7 +475,7 @@ unsafe extern "C" fn ext_reg_dmabuf(
         }
         // SAFETY: non-NULL oxmr_mr_dmabuf of the application.
         let b = unsafe { dmabuf.read() };
-        let req = Request {
+        let mut req = Request {
             dmabuf: Some(crate::mr::dmabuf::Request {
                 fd: b.fd,
                 offset: b.offset,
@@ -486,7 +486,7 @@ unsafe extern "C" fn ext_reg_dmabuf(
         };
         // SAFETY: oxmr_mr_ops.reg_dmabuf's `mr` (`out`) is NULL (refused by
         // reg_common) or writable for one pointer (fi_ext_oxmr.h).
-        unsafe { reg_common(domain as *mut ffi::fid, req, out as *mut *mut ffi::fid_mr, context) }
+        unsafe { reg_common(domain as *mut ffi::fid, &mut req, out as *mut *mut ffi::fid_mr, context) }
     })
 }
 

@@ -165,8 +165,8 @@ impl MrDomain {
 
     /// Register: the region, published under its key (with no handle:
     /// this layer's tests and registrations no application holds).
-    pub fn register(&self, req: Request) -> Result<Arc<Region>> {
-        Ok(self.register_with(req, registry::no_fid(), || Ok(()))?)
+    pub fn register(&self, mut req: Request) -> Result<Arc<Region>> {
+        Ok(self.register_with(&mut req, registry::no_fid(), || Ok(()))?)
     }
 
     /// Register, the region carrying the application's handle (`fid`, the
@@ -176,11 +176,11 @@ impl MrDomain {
     /// under its key.
     pub fn register_with<T: registry::Tail>(
         &self,
-        mut req: Request,
+        req: &mut Request,
         fid: ffi::fid,
         tail: impl FnOnce() -> Result<T>,
     ) -> Result<Arc<Region<T>>> {
-        let r = self.register_inner(&mut req, fid, tail);
+        let r = self.register_inner(req, fid, tail);
         if let Err(e) = &r {
             self.stats.count_failure(*e);
         }

@@ -437,8 +437,8 @@ fn a_range_whose_last_page_wraps_is_refused() {
 
 /// Register with a sized (unit) tail, which `park` takes.
 fn reg_unit(d: &MrDomain, a: usize, l: usize, access: u64) -> Result<Arc<Region<()>>> {
-    let req = Request { iovs: Ranges::One((a, l)), access, iface: ffi::FI_HMEM_SYSTEM, ..Default::default() };
-    d.register_with(req, crate::mr::registry::no_fid(), || Ok(()))
+    let mut req = Request { iovs: Ranges::One((a, l)), access, iface: ffi::FI_HMEM_SYSTEM, ..Default::default() };
+    d.register_with(&mut req, crate::mr::registry::no_fid(), || Ok(()))
 }
 
 /// Close as the object layer does (`objects::mr`): the key goes, then
