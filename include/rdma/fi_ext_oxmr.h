@@ -14,7 +14,7 @@
 /**
  * Version of the extension API described by this header.
  */
-#define OXMR_EXT_VERSION 3
+#define OXMR_EXT_VERSION 4
 
 /**
  * Registration pinned through the domain's io_uring fixed-buffer table.
@@ -268,6 +268,11 @@ typedef struct oxmr_mr_stats {
    * frames, and the length prefixes and headers of zero-copy ones.
    */
   uint64_t tcp_copied_bytes;
+  /**
+   * Closed cache hits kept whole for the next registration of their
+   * range and access (parked) now (version 4).
+   */
+  uint64_t cache_parked;
 } oxmr_mr_stats;
 
 /**

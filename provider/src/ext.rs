@@ -15,7 +15,7 @@
 use std::ffi::c_void;
 
 /// Version of the extension API described by this header.
-pub const OXMR_EXT_VERSION: u32 = 3;
+pub const OXMR_EXT_VERSION: u32 = 4;
 
 /// Name of the provider, as given to `FI_PROVIDER` and printed by `fi_info`.
 pub const OXMR_PROV_NAME: &str = "oxmr";
@@ -216,6 +216,9 @@ pub struct oxmr_mr_stats {
     /// Bytes TCP sockets took by copy (write/writev): whole copied
     /// frames, and the length prefixes and headers of zero-copy ones.
     pub tcp_copied_bytes: u64,
+    /// Closed cache hits kept whole for the next registration of their
+    /// range and access (parked) now (version 4).
+    pub cache_parked: u64,
 }
 
 /// The table `fi_open_ops(&domain->fid, OXMR_MR_OPS_NAME, 0, &ops, NULL)` returns.

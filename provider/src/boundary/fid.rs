@@ -35,6 +35,7 @@ pub use oxmr_ffi::FidHeader;
 /// | `from_fid!(retain T, p)` | `Result<Arc<T>>` | [`retain`]: a strong count of its own (a binding, a child) |
 /// | `from_fid!(close T, p, before_free)` | `Result<()>` | [`close`]: C's count released, or `-FI_EBUSY` |
 /// | `from_fid!(release T, p)` | `Result<()>` | [`release`]: C's count given back by a call that consumes the handle |
+/// | `from_fid!(take T, p)` | `Result<Arc<T>>` | [`take`]: C's count as an `Arc` (an MR's close, which may keep the object) |
 /// | `from_fid!(is T, p)` | `bool` | [`is`]: whether it is an oxmr `T` |
 /// | `from_fid!(class p)` | `Option<u32>` | [`class_of`]: the class of any provider's fid |
 ///
@@ -62,9 +63,11 @@ pub use oxmr_ffi::FidHeader;
 ///   for any provider). [`close`] refuses with `-FI_EBUSY` while a binding
 ///   or a child holds a further count, so a fid in use is never freed under
 ///   another call; and a borrow lasts only for the call, during which C's
-///   count keeps the object alive. (An MR's close releases C's count with
-///   [`release`] after removing its key: its other holders, the registry
-///   and accesses in flight, are not bindings, and nothing binds to an MR.)
+///   count keeps the object alive. (An MR's close takes C's count with
+///   [`take`] and removes its key: its other holders, the registry and
+///   accesses in flight, are not bindings, and nothing binds to an MR. A
+///   closed MR the cache keeps whole, `mr::park`, has its handle cleared,
+///   so the closed fid no longer passes the class and `fi_ops` checks.)
 /// - It is the `T` it says: [`borrow`] casts only after the class and the
 ///   `fi_ops` table address (unique to each oxmr type, [`FidObject`]) match,
 ///   so another type or another provider's object is refused, never read
@@ -279,8 +282,7 @@ pub unsafe fn take<T: FidObject>(fid: *const ffi::fid) -> Result<Arc<T>> {
 
 /// Release C's reference without a close call: for a handle that an API
 /// call consumes (a connection request, answered by fi_reject or taken by
-/// fi_endpoint, which keeps its own reference), and for an MR's close
-/// (`boundary::mr::close`, once its key is removed).
+/// fi_endpoint, which keeps its own reference).
 ///
 /// # Safety
 /// As for [`borrow`]; after `Ok`, C's copy of the fid must not be used

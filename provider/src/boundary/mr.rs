@@ -33,7 +33,9 @@ unsafe extern "C" fn close(f: *mut ffi::fid) -> i32 {
         // The key stops validating, then C's reference goes. (No -FI_EBUSY:
         // what else holds the region, the registry until now and accesses
         // in flight, keeps it, and its pin, until they let go; bindings from
-        // an MR are weak, and nothing binds to one.)
+        // an MR are weak, and nothing binds to one.) Once taken, C's
+        // reference is the Arc's: whatever follows, the handle is consumed
+        // (a panic below, a bug, answers -FI_EOTHER with the MR closed).
         from_fid!(take Mr, f)?.close();
         Ok(0)
     })
@@ -355,6 +357,7 @@ unsafe extern "C" fn ext_stats(domain: *mut c_void, stats: *mut oxmr_mr_stats) -
             tcp_zc_copied: d.wires.tcp_ring.as_ref().map_or(0, |r| r.notes.copied.load(Ordering::Relaxed)),
             tcp_copied_frames: t.copied_frames.load(Ordering::Relaxed),
             tcp_copied_bytes: t.copied_bytes.load(Ordering::Relaxed),
+            cache_parked: d.mr.cache.as_ref().map_or(0, |c| c.parked() as u64),
         };
         // SAFETY: `stats` points to a struct starting with its size (API contract).
         unsafe { put_sized(stats, &v) }

@@ -304,7 +304,10 @@ impl MrDomain {
             false => None,
         };
         // A closed registration of exactly this range and access, parked
-        // whole (`park`), is handed out again under the new key.
+        // whole (`park`), is handed out again under the new key. (A
+        // domain's registrations all have its one tail type, so the
+        // downcast holds; one that failed would drop the region and count
+        // the hit below a second time.)
         if let (Some(c), &[(a, l)], None, None) = (&self.cache, &*req.iovs, &mapped, &sim) {
             if self.cache_explicit && l > 0 && req.flags & crate::ext::OXMR_MR_PHYS_FALLBACK == 0 {
                 if let Some(r) = c.unpark(a, l, req.access).and_then(|p| p.downcast::<Region<T>>().ok()) {
@@ -520,6 +523,10 @@ pub fn park<T: registry::Tail>(mut r: Arc<Region<T>>, reset: impl FnOnce(&mut T)
     let (cache, slot) = (c.cache.clone(), (c.entry.start, c.entry.id));
     reset(&mut m.tail);
     *m.cntr.get_mut() = None;
+    // The application's handle is closed: a call on it (a second close, a
+    // bind after close) finds no oxmr MR there and gets -FI_EINVAL, not
+    // the parked object (`rekey` writes the whole handle anew).
+    m.face = registry::face(registry::no_fid(), m.key);
     let access = m.access;
     drop(cache.park(a, l, access, slot, r));
 }

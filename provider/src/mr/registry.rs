@@ -664,10 +664,13 @@ pub(crate) mod tests {
         assert_eq!(r.inserted(), 40);
         assert!(r.insert(region(5 * SHARDS as u64, 0, 1, rr)).is_err(), "a key in the map is taken");
         assert!(r.insert(region(0, 0, 1, rr)).is_err(), "a key in a place is taken");
-        // Another region under a key does not remove it.
-        let other = region(SHARDS as u64, 0x2000, 0x100, rr);
-        r.remove_region(&*other);
-        assert!(r.contains(SHARDS as u64));
+        // Another region under a key does not remove it, in a place or in
+        // the map.
+        for k in [SHARDS as u64, 5 * SHARDS as u64] {
+            let other = region(k, 0x2000, 0x100, rr);
+            r.remove_region(&*other);
+            assert!(r.contains(k), "key {k} removed by a region that is not its own");
+        }
         for x in regions.iter().step_by(2) {
             r.remove_region(&**x);
         }
@@ -676,6 +679,9 @@ pub(crate) mod tests {
             let found = r.check(x.key, x.iova, 8, rr);
             assert_eq!(found.is_ok(), i % 2 == 1, "key {} after removing the even ones", x.key);
         }
+        // With places free again, a key in the map is still taken (the
+        // places do not hide the map).
+        assert!(r.insert(region(3 * SHARDS as u64, 0, 1, rr)).is_err(), "key 3*SHARDS, in the map, is taken");
         // Places freed in the shard take new keys again.
         r.insert(region(1000 * SHARDS as u64, 0x9000, 0x100, rr)).unwrap();
         assert!(r.check(1000 * SHARDS as u64, 0x9000, 8, rr).is_ok());

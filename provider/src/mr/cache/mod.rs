@@ -706,8 +706,8 @@ impl Cache {
             }
             let pin = match pinner.pin(&[(a, l)], access) {
                 Err(e) if e.code() == ffi::FI_ENOMEM => {
-                    let victims = self.evict(&mut self.lock(), true);
-                    drop(victims);
+                    // (The park first: registrations closed meanwhile.)
+                    self.flush();
                     pinner.pin(&[(a, l)], access)?
                 }
                 r => r?,
@@ -808,13 +808,21 @@ impl Cache {
         let (region, slot) = s.parked.take(a, l, access)?;
         s.tick += 1;
         let tick = s.tick;
+        // (Leaving service takes an entry's parked registrations out of
+        // the park, `invalidate`: the slot is there and in service.)
         match s.index.get_mut(&slot) {
-            Some(v) if !v.detached => {
+            Some(v) => {
                 v.parked -= 1;
                 v.last_use = tick;
+                debug_assert!(!v.detached, "a parked registration's entry is in service");
+                if v.detached {
+                    // (Dropped after the lock, with `out`.)
+                    out.push(region);
+                    return None;
+                }
             }
-            _ => {
-                // (Dropped after the lock, with `out`.)
+            None => {
+                debug_assert!(false, "a parked registration's entry is in the index");
                 out.push(region);
                 return None;
             }
@@ -829,7 +837,19 @@ impl Cache {
     pub fn unpark_all(&self) {
         let mut out = Vec::new();
         {
-            let mut s = self.lock();
+            // (A forked child may have been forked while another thread
+            // held the lock, which no thread of the child releases: it
+            // leaves the park as it is rather than wait. Its parked
+            // registrations hold the domain, so that close answers
+            // -FI_EBUSY instead of hanging.)
+            let mut s = if crate::sys::process_token() == self.process {
+                self.lock()
+            } else {
+                match self.state.try_lock() {
+                    Some(s) => s,
+                    None => return,
+                }
+            };
             if s.parked.is_empty() {
                 return;
             }

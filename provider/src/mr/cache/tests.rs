@@ -461,9 +461,13 @@ fn cache_range(d: &MrDomain, c: &Cache, a: usize, l: usize, access: u64) {
 /// A parking domain: the cache with its mprotect watch (perf), which
 /// parking needs.
 fn parking_domain(max_count: usize) -> (MrDomain, Arc<Cache>) {
+    parking_domain_in((ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32, max_count)
+}
+
+fn parking_domain_in(mr_mode: i32, max_count: usize) -> (MrDomain, Arc<Cache>) {
     let pinner = Pinner::new(PinMode::Uring, Account::new(None, CapSource::Variable));
     let cc = CacheConfig { enable: true, max_count, ..CacheConfig::default() };
-    let d = MrDomain::new((ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_PROV_KEY) as i32, pinner, cc);
+    let d = MrDomain::new(mr_mode, pinner, cc);
     let c = d.cache.clone().expect("userfaultfd works here");
     assert!(c.prot.is_some(), "perf_event_open works here (root, or perf_event_paranoid <= 2)");
     (d, c)
@@ -596,4 +600,68 @@ fn a_held_registration_is_not_parked_and_the_park_is_bounded() {
     assert_eq!((c.parked(), c.size().0), (0, n));
     // SAFETY: our mapping.
     unsafe { libc::munmap(a as *mut _, n * page) };
+}
+
+struct Events(AtomicU64);
+
+impl crate::mr::registry::RmaEvents for Events {
+    fn remote_access(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the application set on a registration before its close is not
+/// on the one handed out again: its counter binding, its offset (without
+/// FI_MR_VIRT_ADDR), its key (an application key); a requested key in
+/// use is refused before the park is asked, which keeps its registration.
+#[test]
+fn a_registration_handed_out_again_keeps_nothing_of_the_closed_one() {
+    let (d, c) = parking_domain_in(0, 4096);
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    let req = |offset: u64, key: u64| Request {
+        iovs: Ranges::One((a, len)),
+        access: RW,
+        offset,
+        requested_key: key,
+        iface: ffi::FI_HMEM_SYSTEM,
+        ..Default::default()
+    };
+    let reg = |offset: u64, key: u64| d.register_with(&mut req(offset, key), crate::mr::registry::no_fid(), || Ok(()));
+    // (An application key, 9, taken by another registration; a miss, made
+    // first: a miss empties the park.)
+    let b = map(0, 4096, 3);
+    let mut rb = Request {
+        iovs: Ranges::One((b, 4096)),
+        access: RW,
+        requested_key: 9,
+        iface: ffi::FI_HMEM_SYSTEM,
+        ..Default::default()
+    };
+    let held = d.register_with(&mut rb, crate::mr::registry::no_fid(), || Ok(())).unwrap();
+    close(&d, reg(0x1000, 7).unwrap());
+    let r1 = reg(0x2000, 8).unwrap();
+    assert_eq!(r1.iova, 0x2000);
+    let ev: Arc<dyn crate::mr::registry::RmaEvents> = Arc::new(Events(AtomicU64::new(0)));
+    *r1.cntr.lock() = Some((Arc::downgrade(&ev), RW));
+    let p1 = Arc::as_ptr(&r1) as usize;
+    close(&d, r1);
+    assert_eq!(c.parked(), 1);
+    let e = reg(0x3000, 9).map(|_| ()).map_err(|e| e.code());
+    assert_eq!(e, Err(ffi::FI_ENOKEY), "a key in use");
+    assert_eq!(c.parked(), 1, "a refused registration leaves the park alone");
+    let r2 = reg(0x5000, 11).unwrap();
+    assert_eq!(Arc::as_ptr(&r2) as usize, p1, "the parked registration");
+    assert_eq!((r2.key, r2.face.0.key, r2.iova), (11, 11, 0x5000), "the new key and offset");
+    assert!(r2.cntr.lock().is_none(), "the counter binding went with the close");
+    assert!(d.registry.check(11, 0x5000, 8, ffi::FI_REMOTE_READ as u64).is_ok());
+    assert!(d.registry.check(8, 0x2000, 8, ffi::FI_REMOTE_READ as u64).is_err(), "the closed key");
+    close(&d, r2);
+    d.deregister(&*held);
+    drop(held);
+    d.unpark_all();
+    for (x, l) in [(a, len), (b, 4096)] {
+        // SAFETY: our mappings.
+        unsafe { libc::munmap(x as *mut _, l) };
+    }
 }
