@@ -518,17 +518,18 @@ pub fn park<T: registry::Tail>(mut r: Arc<Region<T>>, reset: impl FnOnce(&mut T)
     if m.phys || *m.refreshed.get_mut() || m.revoked.get().is_some() || m.denied.get().is_some() {
         return;
     }
-    let Ranges::One((a, l)) = m.iovs else { return };
+    if !matches!(m.iovs, Ranges::One(_)) {
+        return;
+    }
     let Pin::Cached(c) = m.pin.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner) else { return };
-    let (cache, slot) = (c.cache.clone(), (c.entry.start, c.entry.id));
+    let cache = c.cache.clone();
     reset(&mut m.tail);
     *m.cntr.get_mut() = None;
     // The application's handle is closed: a call on it (a second close, a
     // bind after close) finds no oxmr MR there and gets -FI_EINVAL, not
     // the parked object (`rekey` writes the whole handle anew).
     m.face = registry::face(registry::no_fid(), m.key);
-    let access = m.access;
-    drop(cache.park(a, l, access, slot, r));
+    drop(cache.park(r));
 }
 
 #[cfg(test)]

@@ -64,6 +64,10 @@ pub struct Entry {
     /// The remote accesses (FI_REMOTE_* bits) its memory's protection no
     /// longer allows (mprotect while in use; `Registry::check` reads it).
     pub denied: AtomicU64,
+    /// Out of service for good: detached or taken out of the index by an
+    /// invalidation (set under the cache's lock). A registration using it
+    /// is not parked (`Cache::park` reads it without the index).
+    retired: AtomicBool,
 }
 
 impl Entry {
@@ -84,9 +88,6 @@ struct Slot {
     /// revokes its registrations (a cache hit is tracked by its entry
     /// alone, not in `live`).
     detached: bool,
-    /// How many of `users` are parked registrations (closed, kept whole:
-    /// see `Parked`); the others are open.
-    parked: usize,
 }
 
 /// A closed registration kept whole, pin and allocation, for the next
@@ -158,6 +159,14 @@ impl Park {
         let p = &mut self.places[self.n];
         (p.region.take().expect("a parked place holds a region"), p.slot)
     }
+}
+
+/// How many of an entry's users are parked registrations (closed, kept
+/// whole: see `Parked`); the others are open. (Asked only when an
+/// invalidation touches the entry: a scan of at most PARKED_MAX places,
+/// where a count in the slot cost an index descent per park and unpark.)
+fn parked_of(park: &Park, slot: (usize, u64)) -> usize {
+    park.places[..park.n].iter().filter(|p| p.slot == slot).count()
 }
 
 /// A parked registration, as the cache holds it: the owning layer's
@@ -487,7 +496,7 @@ impl Cache {
             for (_, v) in s.index.range((lo, 0)..).take_while(|(k, _)| (k.0 as u64) < c.end) {
                 if overlaps(v.entry.start, v.entry.len.max(1), &inv) {
                     any = true;
-                    if v.users > v.parked {
+                    if v.users > parked_of(&s.parked, (v.entry.start, v.entry.id)) {
                         set_denied(&v.entry.denied, &[(v.entry.start, v.entry.len)]);
                     }
                 }
@@ -532,16 +541,17 @@ impl Cache {
             .collect();
         let moved = matches!(inv.cause, Cause::Unmap | Cause::Remap);
         for k in victims {
-            let Some(slot) = s.index.get_mut(&k) else { continue };
             // (Parked registrations are closed: they leave the park, and
             // their pins go with them after the lock; only open ones make
             // an entry in use here.)
-            let parked = std::mem::take(&mut slot.parked);
-            let open = slot.users - parked;
+            let parked = parked_of(&s.parked, k);
             if parked > 0 {
                 unpark_slot(&mut s.parked, k, out);
             }
             let Some(slot) = s.index.get_mut(&k) else { continue };
+            let open = slot.users - parked;
+            // (Out of service from here on, detached or removed.)
+            slot.entry.retired.store(true, Ordering::Relaxed);
             if open > 0 && !moved {
                 // In use, discarded (madvise keeps the mapping: the memory
                 // is still the registered memory, refilled on touch) or
@@ -751,9 +761,9 @@ impl Cache {
                 pfns,
                 revoked: AtomicBool::new(false),
                 denied: AtomicU64::new(0),
+                retired: AtomicBool::new(false),
             });
-            s.index
-                .insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick, detached: false, parked: 0 });
+            s.index.insert((a, id), Slot { entry: entry.clone(), users: 1, last_use: tick, detached: false });
             s.bytes += l as u64;
             s.longest = s.longest.max(l);
             let victims = self.evict(&mut s, false);
@@ -770,24 +780,24 @@ impl Cache {
         Ok((pinner.pin(&[(a, l)], access)?, watched))
     }
 
-    /// Park a closed registration (`Parked`): `region`, of exactly
-    /// [a, a+l) with `access`, whose pin is the cached entry at index key
-    /// `slot`, and which nothing else holds. Refused (handed back, for the
-    /// caller to drop) when the park is full, in a forked child, without
-    /// the mprotect watch (a hit then reads /proc/self/maps), or when the
-    /// entry is out of service.
-    pub fn park(&self, a: usize, l: usize, access: u64, slot: (usize, u64), region: Parkable) -> Option<Parkable> {
+    /// Park a closed registration (`Parked`): `region`, of one range, whose
+    /// pin is its cached entry (`Region::cached`), and which nothing else
+    /// holds. Refused (handed back, for the caller to drop) when the park
+    /// is full, in a forked child, without the mprotect watch (a hit then
+    /// reads /proc/self/maps), or when the entry is out of service.
+    pub fn park<T: super::registry::Tail>(&self, region: Arc<Region<T>>) -> Option<Arc<Region<T>>> {
         if self.prot.is_none() || crate::sys::process_token() != self.process {
             return Some(region);
         }
+        let (Some(e), &[(a, l)]) = (&region.cached, &*region.iovs) else { return Some(region) };
         let mut s = self.lock();
-        if s.parked.n == PARKED_MAX {
+        // (`retired` is written under this lock: an entry in service now
+        // is in the index, not detached, until an invalidation, which
+        // takes its parked registrations out.)
+        if s.parked.n == PARKED_MAX || e.retired.load(Ordering::Relaxed) {
             return Some(region);
         }
-        match s.index.get_mut(&slot) {
-            Some(v) if !v.detached => v.parked += 1,
-            _ => return Some(region),
-        }
+        let (access, slot) = (region.access, (e.start, e.id));
         s.parked.put(a, l, access, slot, region);
         None
     }
@@ -805,28 +815,12 @@ impl Cache {
         let mut out = Vec::new();
         let mut s = self.lock();
         self.sync(&mut s, &mut out);
-        let (region, slot) = s.parked.take(a, l, access)?;
-        s.tick += 1;
-        let tick = s.tick;
         // (Leaving service takes an entry's parked registrations out of
-        // the park, `invalidate`: the slot is there and in service.)
-        match s.index.get_mut(&slot) {
-            Some(v) => {
-                v.parked -= 1;
-                v.last_use = tick;
-                debug_assert!(!v.detached, "a parked registration's entry is in service");
-                if v.detached {
-                    // (Dropped after the lock, with `out`.)
-                    out.push(region);
-                    return None;
-                }
-            }
-            None => {
-                debug_assert!(false, "a parked registration's entry is in the index");
-                out.push(region);
-                return None;
-            }
-        }
+        // the park, `invalidate`, and a retired entry's are never parked:
+        // what is in the park has its entry in service. Its last use is
+        // set when its last user closes.)
+        let (region, slot) = s.parked.take(a, l, access)?;
+        debug_assert!(s.index.get(&slot).is_some_and(|v| !v.detached), "a parked registration's entry is in service");
         let hits = self.stats.hits.load(Ordering::Relaxed);
         self.stats.hits.store(hits + 1, Ordering::Relaxed);
         Some(region)
@@ -855,11 +849,7 @@ impl Cache {
             }
             while s.parked.n > 0 {
                 let last = s.parked.n - 1;
-                let (region, slot) = s.parked.take_at(last);
-                if let Some(v) = s.index.get_mut(&slot) {
-                    v.parked -= 1;
-                }
-                out.push(region);
+                out.push(s.parked.take_at(last).0);
             }
         }
         drop(out);

@@ -665,3 +665,27 @@ fn a_registration_handed_out_again_keeps_nothing_of_the_closed_one() {
         unsafe { libc::munmap(x as *mut _, l) };
     }
 }
+
+/// A registration whose entry left service while it was open (a discard
+/// detaches an entry in use) is not parked at its close: the next
+/// registration of its range is a miss, which pins the memory as it is.
+#[test]
+fn a_registration_whose_entry_left_service_is_not_parked() {
+    let (d, c) = parking_domain(4096);
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    cache_range(&d, &c, a, len, RW);
+    let r = reg_unit(&d, a, len, RW).unwrap();
+    discard(a, len);
+    c.refresh();
+    close(&d, r);
+    assert_eq!(c.parked(), 0, "its entry is detached: not parked");
+    std::thread::sleep(REMOVE_GRACE * 2);
+    let misses = c.stats.misses.load(Ordering::Relaxed);
+    let r2 = reg_unit(&d, a, len, RW).unwrap();
+    assert_eq!(c.stats.misses.load(Ordering::Relaxed), misses + 1, "a miss");
+    close(&d, r2);
+    d.unpark_all();
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
