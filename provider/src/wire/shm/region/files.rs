@@ -420,14 +420,28 @@ pub fn reclaim_stale(dir: &Dir) {
         if !name.starts_with("q-") {
             continue;
         }
-        if let Ok(Holder::Replaceable { owner, epoch, stale: true, st }) = holder(dir, &name) {
-            if dir.unlink_if_same(&name, &st) {
-                tracing::info!("removed {}, left by process {owner} which is gone", dir.file(&name));
-                let bell = bell_name(owner, epoch);
-                if dir.lstat(&bell).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK) {
-                    let _ = dir.unlink(&bell);
+        match holder(dir, &name) {
+            Ok(Holder::Replaceable { owner, epoch, stale: true, st }) => {
+                if dir.unlink_if_same(&name, &st) {
+                    tracing::info!("removed {}, left by process {owner} which is gone", dir.file(&name));
+                    let bell = bell_name(owner, epoch);
+                    if dir.lstat(&bell).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK) {
+                        let _ = dir.unlink(&bell);
+                    }
+                } else {
+                    tracing::debug!("stale sweep: {} changed while being removed; left", dir.file(&name));
                 }
             }
+            // (What the sweep leaves, and why: for a test that finds a
+            // stale file still there.)
+            Ok(Holder::Live(pid)) => {
+                tracing::debug!("stale sweep: {} left: its owner, process {pid}, lives", dir.file(&name))
+            }
+            Ok(Holder::Replaceable { owner, .. }) => {
+                tracing::debug!("stale sweep: {} left: this process's own (pid {owner})", dir.file(&name))
+            }
+            Ok(Holder::Other(what)) => tracing::debug!("stale sweep: {} left: {what}", dir.file(&name)),
+            Err(e) => tracing::debug!("stale sweep: {} left: {e}", dir.file(&name)),
         }
     }
 }
