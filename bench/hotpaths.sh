@@ -20,6 +20,12 @@
 #   rma    fi_rma_bw -o write over TCP, 1 and 16 MiB, loopback and a veth
 #          pair between two network namespaces: oxmr vs libfabric's tcp
 #
+# With pp or mpi, each repetition also bounces one cache line between
+# cores 0 and 1 (bench/line_pp.c), the cores the ping-pongs run on: the
+# hardware's floor under them (a one-way latency is at least half of that
+# round trip), printed below the table. This VM's vCPU placement moves it
+# between sittings, and the ping-pong rows move with it.
+#
 # Medians of REPS (default 5) alternating runs: each repetition runs every
 # contender of a row once, so a slow spell of the machine hits them all.
 # Latency ratios are oxmr / anchor (lower is better), bandwidth ratios
@@ -63,6 +69,7 @@ cflags=$(pkg-config --cflags --libs libfabric)
 cc -O2 -o "$tmp/mr_hit" "$here/mr_hit.c" $cflags
 cc -O2 -o "$tmp/conn_cost" "$here/conn_cost.c" $cflags
 cc -O2 -o "$tmp/self_pp" "$here/self_pp.c" $cflags
+cc -O2 -pthread -o "$tmp/line_pp" "$here/line_pp.c"
 if has mpi; then
 	mpicc -std=gnu11 -O2 -o "$tmp/mpi_pp" "$here/mpi_pp.c" || { echo "$0: no mpicc: mpi row skipped" >&2; rows=${rows/mpi/}; }
 fi
@@ -124,6 +131,9 @@ mpi_lat() {
 
 for r in $(seq "$reps"); do
 	echo "round $r of $reps" >&2
+	if has pp || has mpi; then
+		put line hw "$("$tmp/line_pp" 200000 0 1 | awk '{print $(NF-1)}')"
+	fi
 	if has pp; then
 		# (From the Mxfers/sec column, 1 / it: usec/xfer is printed with two
 		# decimals, 0.01 us steps, coarser than the differences measured.)
@@ -235,5 +245,8 @@ for key, name, anchor, goal in rows:
 m, t = med("mpi", "oxmr-A"), med("tagged", "oxmr-A")
 if m is not None and t is not None:
     print(f"\nOpen MPI's cm PML + ofi MTL add {m - t:.3f} us to oxmr's own tagged ping-pong (build A, same runs).")
+h = vals.get(("line", "hw"))
+if h:
+    print(f"\nA cache line's round trip between cores 0 and 1 (bench/line_pp.c, the hardware alone): median {statistics.median(h):.1f} ns, {min(h):.1f}-{max(h):.1f} over the repetitions; a one-way latency above cannot be below half of it.")
 print(f"\nmedians of {max((len(v) for v in vals.values()), default=0)} alternating runs")
 EOF
