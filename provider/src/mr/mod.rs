@@ -518,9 +518,7 @@ pub fn park<T: registry::Tail>(mut r: Arc<Region<T>>, reset: impl FnOnce(&mut T)
     if m.phys || *m.refreshed.get_mut() || m.revoked.get().is_some() || m.denied.get().is_some() {
         return;
     }
-    if !matches!(m.iovs, Ranges::One(_)) {
-        return;
-    }
+    // (A cached pin is of one range: `Cache::park` takes it from the region.)
     let Pin::Cached(c) = m.pin.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner) else { return };
     let cache = c.cache.clone();
     reset(&mut m.tail);

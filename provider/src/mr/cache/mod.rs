@@ -841,7 +841,12 @@ impl Cache {
             } else {
                 match self.state.try_lock() {
                     Some(s) => s,
-                    None => return,
+                    None => {
+                        tracing::info!(
+                            "a forked child closing a domain: its cache's park is locked by a thread of the parent that did not survive the fork, so the closed registrations parked there stay and hold the domain (fi_close answers -FI_EBUSY); the child's memory goes at its exit"
+                        );
+                        return;
+                    }
                 }
             };
             if s.parked.is_empty() {
