@@ -183,16 +183,20 @@ impl Hdr {
             *at += v.len();
         };
         let mut present = 0u8;
-        for (bit, v) in [
-            (opt::DATA, self.data),
-            (opt::MSG_ID, self.msg_id),
-            (opt::RMA_ADDR, self.rma_addr),
-            (opt::RMA_KEY, self.rma_key),
-            (opt::STATUS, self.status as u64),
-        ] {
-            if v != 0 {
-                present |= bit;
-                put(&v.to_le_bytes(), &mut at);
+        // (Most frames carry none of the optional fields: an inject, an
+        // eager send without CQ data.)
+        if self.data | self.msg_id | self.rma_addr | self.rma_key | self.status as u64 != 0 {
+            for (bit, v) in [
+                (opt::DATA, self.data),
+                (opt::MSG_ID, self.msg_id),
+                (opt::RMA_ADDR, self.rma_addr),
+                (opt::RMA_KEY, self.rma_key),
+                (opt::STATUS, self.status as u64),
+            ] {
+                if v != 0 {
+                    present |= bit;
+                    put(&v.to_le_bytes(), &mut at);
+                }
             }
         }
         if fam == AF_INET6 {
@@ -219,39 +223,46 @@ impl Hdr {
     /// Decode a header; returns it and its length (None: malformed, or of
     /// another protocol version).
     pub fn decode(b: &[u8]) -> Option<(Hdr, usize)> {
-        if b.len() < HDR_BASE || b[26] >> 4 != PROTO_VERSION {
+        // (The fixed part as one array: its fields are read without a
+        // bounds check each.)
+        let f: &[u8; HDR_BASE] = b.get(..HDR_BASE)?.try_into().ok()?;
+        if f[26] >> 4 != PROTO_VERSION {
             return None;
         }
-        let u64_at = |i: usize| b.get(i..i + 8).map(|x| u64::from_le_bytes(x.try_into().unwrap_or_default()));
+        let u64_of = |x: &[u8]| u64::from_le_bytes(x.try_into().unwrap_or_default());
         let mut h = Hdr {
-            op: b[0],
-            flags: b[1],
+            op: f[0],
+            flags: f[1],
             src_slot: 0,
-            iov_count: u16::from_le_bytes([b[2], b[3]]),
-            len: u64_at(8)?,
-            tag: u64_at(16)?,
-            pid: u32::from_le_bytes(b[4..8].try_into().unwrap_or_default()),
+            iov_count: u16::from_le_bytes([f[2], f[3]]),
+            len: u64_of(&f[8..16]),
+            tag: u64_of(&f[16..24]),
+            pid: u32::from_le_bytes([f[4], f[5], f[6], f[7]]),
             ..Default::default()
         };
-        let present = b[27];
+        let present = f[27];
         let mut at = HDR_BASE;
-        for bit in [opt::DATA, opt::MSG_ID, opt::RMA_ADDR, opt::RMA_KEY, opt::STATUS] {
-            if present & bit != 0 {
-                let v = u64_at(at)?;
-                at += 8;
-                match bit {
-                    opt::DATA => h.data = v,
-                    opt::MSG_ID => h.msg_id = v,
-                    opt::RMA_ADDR => h.rma_addr = v,
-                    opt::RMA_KEY => h.rma_key = v,
-                    _ => h.status = v as u32,
+        // (Most frames carry none of the optional fields: an inject, an
+        // eager send without CQ data.)
+        if present != 0 {
+            for bit in [opt::DATA, opt::MSG_ID, opt::RMA_ADDR, opt::RMA_KEY, opt::STATUS] {
+                if present & bit != 0 {
+                    let v = u64_of(b.get(at..at + 8)?);
+                    at += 8;
+                    match bit {
+                        opt::DATA => h.data = v,
+                        opt::MSG_ID => h.msg_id = v,
+                        opt::RMA_ADDR => h.rma_addr = v,
+                        opt::RMA_KEY => h.rma_key = v,
+                        _ => h.status = v as u32,
+                    }
                 }
             }
         }
         let n = &mut h.name;
-        n[2..4].copy_from_slice(&b[24..26]);
-        n[4..8].copy_from_slice(&b[28..32]);
-        match b[26] & 0xf {
+        n[2..4].copy_from_slice(&f[24..26]);
+        n[4..8].copy_from_slice(&f[28..32]);
+        match f[26] & 0xf {
             4 => n[0..2].copy_from_slice(&AF_INET.to_ne_bytes()),
             6 => {
                 n[0..2].copy_from_slice(&AF_INET6.to_ne_bytes());

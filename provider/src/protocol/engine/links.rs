@@ -200,8 +200,10 @@ impl Engine {
         // send returned Ok: closed since, the peer closed its endpoint,
         // maybe after reading it, and the send is done.)
         // (Only a link that buffers, TCP, connects: shm's answer is the
-        // flag, without reading the peer's queue header.)
-        self.peers.get(to).is_some_and(|p| p.link.props().buffers && (p.link.connecting() || p.link.closed()))
+        // flag, without reading the peer's queue header; with no such
+        // link open, the count, without looking the peer up.)
+        self.peers.buffering > 0
+            && self.peers.get(to).is_some_and(|p| p.link.props().buffers && (p.link.connecting() || p.link.closed()))
     }
 
     /// A send that would complete now completes once the connection to
