@@ -425,6 +425,17 @@ impl Ep {
         self.with_engine(|e| e.send(o))
     }
 
+    /// An inject of `len` bytes at `buf` to `dest` on an RDM endpoint,
+    /// the common shape (`Engine::inject`); None: not that shape, for the
+    /// general path (`send`).
+    #[inline]
+    pub fn inject(&self, dest: u64, buf: usize, len: usize, tag: Option<u64>, data: Option<u64>) -> Option<Result<()>> {
+        if self.info.ep.type_ != ffi::FI_EP_RDM {
+            return None;
+        }
+        self.engine.lock().as_mut()?.inject(dest, buf, len, tag, data)
+    }
+
     /// -FI_EOPNOTSUPP for what a datagram endpoint does not do.
     fn not_dgram(&self, what: &str) -> Result<()> {
         match self.info.ep.type_ == ffi::FI_EP_DGRAM {

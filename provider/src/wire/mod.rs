@@ -633,7 +633,7 @@ impl Inbox {
         match &mut self.tcp {
             Some(t) => {
                 let wire = &self.tcp_props;
-                t.pop(|m, more, from, landed| f(m, Arrival { more, via: Some(from), landed, wire }))
+                t.pop(|m, more, from, landed| f(m, Arrival { more, via: Some(&from), landed, wire }))
             }
             None => false,
         }

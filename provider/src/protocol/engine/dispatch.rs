@@ -138,7 +138,7 @@ impl Engine {
         if self.bound.one_peer && !self.is_from_our_peer(msg) {
             return false;
         }
-        let (via, came) = (how.via, how.wire.wire);
+        let (via, came) = (how.via.copied(), how.wire.wire);
         // (Every peer is reached over the wire of this unproven frame.)
         if via.is_none() && self.dial.wire == came {
             return true;

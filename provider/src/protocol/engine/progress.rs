@@ -156,7 +156,7 @@ impl Engine {
                     && rx.pop(|msg, how| {
                         drained = !how.more && how.via.is_some();
                         self.busy = how.more || !self.deferred.is_empty();
-                        if how.via.is_some_and(|v| !frame_sound(msg, &v, how.wire)) {
+                        if how.via.is_some_and(|v| !frame_sound(msg, v, how.wire)) {
                             reject = true;
                         } else if self.sent_by(msg, &how) {
                             // (A DATA frame whose payload landed: on_data

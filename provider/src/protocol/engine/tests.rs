@@ -485,6 +485,48 @@ fn batched_writes_are_each_checked_for_key_and_rights() {
 }
 
 #[test]
+fn an_inject_in_its_common_shape_delivers_what_the_general_path_does() {
+    let (mut a, mut b) = pair();
+    let (m1, m2) = (*b"first 8b", *b"second 8");
+    let (mut r1, mut r2) = ([0u8; 8], [0u8; 8]);
+    // No link to b yet: the lean path leaves it to `send`, which opens it.
+    assert!(a.eng.inject(0, m1.as_ptr() as usize, 8, Some(7), Some(0x55)).is_none(), "no link: the general path");
+    let o = TxOp {
+        ctx: 0,
+        iovs: iov(&m1),
+        dest: 0,
+        tag: Some(7),
+        data: Some(0x55),
+        flags: Some(ffi::FI_INJECT as u64 | INJECT_CALL),
+    };
+    a.eng.send(&o).expect("the general inject posted");
+    recv(&mut b, 1, &mut r1, 0, Some((7, 0)));
+    let general = ok(next(&mut a, &mut b, 1));
+    // Linked now: the lean path takes it, and b sees the same completion.
+    recv(&mut b, 2, &mut r2, 0, Some((7, 0)));
+    let r = a.eng.inject(0, m2.as_ptr() as usize, 8, Some(7), Some(0x66));
+    assert!(matches!(r, Some(Ok(()))), "the lean path took the inject: {:?}", r.map(|x| x.err().map(|e| e.code())));
+    let lean = ok(next(&mut a, &mut b, 1));
+    assert_eq!((r1, r2), (m1, m2), "both payloads landed");
+    assert_eq!((lean.op_context, lean.len, lean.tag, lean.data), (2, 8, 7, 0x66));
+    assert_eq!(lean.flags, general.flags, "the same kind of completion (tagged, remote CQ data)");
+    assert_ne!(lean.flags & ffi::FI_REMOTE_CQ_DATA as u64, 0);
+    assert_eq!(lean.src, general.src);
+    // Neither inject leaves a completion of its own on the sender.
+    assert!(read(&a).is_none(), "an inject has no completion");
+    // An address that names nobody: the answer `send` gives.
+    let bad = TxOp { dest: 5, ..o };
+    let want = a.eng.send(&bad).expect_err("no such fi_addr").code();
+    match a.eng.inject(5, m2.as_ptr() as usize, 8, Some(7), None) {
+        Some(Err(e)) => assert_eq!(e.code(), want),
+        other => panic!("expected -{want}, got {:?}", other.map(|x| x.map_err(|e| e.code()))),
+    }
+    // Larger than any inline frame: not this path's.
+    let big = vec![0u8; EAGER_MAX + 1];
+    assert!(a.eng.inject(0, big.as_ptr() as usize, big.len(), None, None).is_none());
+}
+
+#[test]
 fn a_forged_request_naming_another_process_is_dropped() {
     let (a, mut b) = pair();
     let target = vec![0u8; 256];
