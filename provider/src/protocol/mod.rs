@@ -214,6 +214,19 @@ impl Hdr {
         (b.get(26)? & 0xf == 4).then(|| std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]))
     }
 
+    /// The bytes of a header that name an IPv4 sender (its port, version
+    /// and family, address), as one word: equal words, equal senders.
+    /// None: an IPv6 sender, or too short to tell. (One load from the
+    /// frame, where comparing decoded names reads back the small stores
+    /// that built them.)
+    #[inline]
+    pub fn sender_key(b: &[u8]) -> Option<u64> {
+        let w = u64::from_le_bytes(b.get(24..32)?.try_into().ok()?);
+        // (Byte 27, which optional fields are present, is not the sender.)
+        let k = w & !(0xff << 24);
+        ((k >> 16) & 0xf == 4).then_some(k)
+    }
+
     /// The protocol version a header was written in (None: too short to
     /// tell).
     pub fn version_of(b: &[u8]) -> Option<u8> {
@@ -222,6 +235,7 @@ impl Hdr {
 
     /// Decode a header; returns it and its length (None: malformed, or of
     /// another protocol version).
+    #[inline]
     pub fn decode(b: &[u8]) -> Option<(Hdr, usize)> {
         // (The fixed part as one array: its fields are read without a
         // bounds check each.)
@@ -446,6 +460,32 @@ mod tests {
         let iovs = vec![(0x1000, 5), (usize::MAX, 0)];
         assert_eq!(decode_iovs(&encode_iovs(&iovs), 2), Some(iovs));
         assert_eq!(decode_iovs(&[0; 8], 1), None);
+    }
+
+    #[test]
+    fn the_sender_key_names_the_sender_whatever_else_the_header_says() {
+        let frame = |addr: &str, data: u64, tag: u64| {
+            let a = crate::info::addr::encode(&addr.parse().unwrap());
+            let mut name = [0u8; 28];
+            name[..a.len()].copy_from_slice(&a);
+            let h = Hdr { op: op::EAGER, len: 8, tag, data, pid: 7, name, ..Default::default() };
+            let mut b = [0u8; HDR_MAX];
+            let n = h.encode(&mut b);
+            b[..n].to_vec()
+        };
+        let k = |f: &[u8]| Hdr::sender_key(f);
+        let a = frame("10.1.2.3:4567", 0, 1);
+        // The same sender, other optional fields and other tags: one key.
+        assert!(k(&a).is_some());
+        assert_eq!(k(&a), k(&frame("10.1.2.3:4567", 99, 2)), "optional fields are not the sender");
+        // Another port, another address: another key.
+        assert_ne!(k(&a), k(&frame("10.1.2.3:4568", 0, 1)));
+        assert_ne!(k(&a), k(&frame("10.1.2.4:4567", 0, 1)));
+        assert_ne!(k(&a), k(&frame("3.2.1.10:4567", 0, 1)));
+        // An IPv6 sender has none (its address follows the optional
+        // fields), nor has a frame too short to hold one.
+        assert_eq!(k(&frame("[fe80::1:2]:9", 0, 1)), None);
+        assert_eq!(k(&a[..31]), None);
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub(super) struct AvCache {
     /// The last sender: its name bytes, address and fi_addr (None: not
     /// looked up since the AV last changed, or not in it).
     from: Option<([u8; 28], SocketAddr, Option<u64>)>,
+    /// `Hdr::sender_key` of the frames that name `from` (0: not known).
+    from_key: u64,
 }
 
 impl AvCache {
@@ -59,7 +61,19 @@ impl AvCache {
         }
         let from = addr::parse(name)?;
         self.from = Some((*name, from, None));
+        self.from_key = 0;
         Some(from)
+    }
+
+    /// The last sender, if `key` (`Hdr::sender_key`) names it.
+    #[inline]
+    pub(super) fn sender_keyed(&self, key: u64) -> Option<SocketAddr> {
+        self.from.as_ref().filter(|_| key == self.from_key).map(|f| f.1)
+    }
+
+    /// Frames whose `Hdr::sender_key` is `key` name the last sender.
+    pub(super) fn keyed(&mut self, key: u64) {
+        self.from_key = key;
     }
 
     /// The fi_addr of a sender (FI_ADDR_NOTAVAIL when not in the AV), for

@@ -28,9 +28,21 @@ impl Engine {
         let body = &msg[hlen..];
         tracing::debug!("message op {} len {} tag {:#x} msg_id {} from pid {}", h.op, h.len, h.tag, h.msg_id, h.pid);
         let pid = h.pid;
-        let Some(from) = self.sender(&h.name) else {
-            tracing::warn!("dropping a message without a valid sender name");
-            return;
+        // (The last sender's frames are known by one word of the frame,
+        // `Hdr::sender_key`; the name is parsed for a new one.)
+        let key = Hdr::sender_key(msg);
+        let from = match key.and_then(|k| self.av_cache.sender_keyed(k)) {
+            Some(from) => from,
+            None => {
+                let Some(from) = self.sender(&h.name) else {
+                    tracing::warn!("dropping a message without a valid sender name");
+                    return;
+                };
+                if let Some(k) = key {
+                    self.av_cache.keyed(k);
+                }
+                from
+            }
         };
         if !matches!(h.op, op::EAGER | op::RTS | op::ACK | op::ACKS | op::CTS | op::PULL | op::DATA) {
             // RMA and the rest take effect after an open receive's job
