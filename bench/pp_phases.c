@@ -38,25 +38,9 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_tagged.h>
 
+#include "bench.h"
+
 #define CHUNKS 20
-
-#define CHECK(x)                                                                            \
-	do {                                                                                \
-		int rc_ = (int)(x);                                                         \
-		if (rc_ < 0) {                                                              \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,          \
-				fi_strerror(-rc_));                                         \
-			exit(1);                                                            \
-		}                                                                           \
-	} while (0)
-
-static double now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e9 + t.tv_nsec;
-}
 
 static void full_io(ssize_t r, size_t want)
 {

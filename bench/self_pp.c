@@ -26,15 +26,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_tagged.h>
 
-#define CHECK(x)                                                                            \
-	do {                                                                                \
-		int rc_ = (int)(x);                                                         \
-		if (rc_ < 0) {                                                              \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,          \
-				fi_strerror(-rc_));                                         \
-			exit(1);                                                            \
-		}                                                                           \
-	} while (0)
+#include "bench.h"
 
 struct ep {
 	struct fid_ep *ep;
@@ -88,14 +80,6 @@ static void one(struct fid_cq *cq)
 		fprintf(stderr, "fi_cq_read: %s\n", fi_strerror((int)-n));
 		exit(1);
 	}
-}
-
-static double now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
 int main(int argc, char **argv)
