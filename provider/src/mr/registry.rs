@@ -355,11 +355,28 @@ pub struct Registry {
 const KEY_BATCH: usize = 8;
 
 /// The keys of counters `next - KEY_BATCH + at ..` not handed out yet.
-struct KeyPool {
+/// A registry has its own (counters from 0, under its own lock) and
+/// gives its cache a second (`KeyPool::second`, counters from 2^63, drawn
+/// under the cache's lock when a cache hit takes a parked registration:
+/// one lock for the hit and its key). The two never meet, so their keys,
+/// images of distinct counters under one permutation, are distinct.
+pub struct KeyPool {
     keys: [u64; KEY_BATCH],
     at: usize,
     /// The counter after the batch: the next batch is its image.
     next: u64,
+}
+
+impl KeyPool {
+    fn from(next: u64) -> Self {
+        KeyPool { keys: [0; KEY_BATCH], at: KEY_BATCH, next }
+    }
+
+    /// The second pool of a registry (its cache's); `Registry::draw`
+    /// draws from it.
+    pub fn second() -> Self {
+        Self::from(1 << 63)
+    }
 }
 
 /// Rounds of the key permutation: Luby and Rackoff's construction is a
@@ -491,7 +508,7 @@ impl Registry {
         let round0 = round_fn(&prf, 0, 0);
         Registry {
             shards,
-            keys: SpinLock::new(KeyPool { keys: [0; KEY_BATCH], at: KEY_BATCH, next: 0 }),
+            keys: SpinLock::new(KeyPool::from(0)),
             #[cfg(test)]
             secret,
             prf,
@@ -508,7 +525,13 @@ impl Registry {
 
     /// A fresh provider key (never FI_KEY_NOTAVAIL).
     pub fn new_key(&self) -> u64 {
-        let mut p = self.keys.lock();
+        self.draw(&mut self.keys.lock())
+    }
+
+    /// A fresh provider key from `p`: this registry's own pool, or the
+    /// second one (`KeyPool::second`) that its cache holds.
+    #[inline]
+    pub fn draw(&self, p: &mut KeyPool) -> u64 {
         loop {
             if p.at == KEY_BATCH {
                 // (`next` is a multiple of KEY_BATCH, which divides 2^32:
@@ -547,11 +570,13 @@ impl Registry {
     }
 
     /// Remove `r`'s key if it still names `r` (a revoked registration's
-    /// key may have been given to a newer one since). The region goes
-    /// after the lock (its last reference may be this one).
-    pub fn remove_region(&self, r: &Region) {
-        let gone = self.shard(r.key).lock().remove_if(r.key, |x| std::ptr::addr_eq(Arc::as_ptr(x), r));
-        drop(gone);
+    /// key may have been given to a newer one since), handing back the
+    /// registry's reference, after the lock: the caller drops it (its last
+    /// reference may be this one) or keeps it (`mr::park` keeps both of a
+    /// closed registration's references, so that reusing it changes no
+    /// count).
+    pub fn remove_region(&self, r: &Region) -> Option<Arc<Region>> {
+        self.shard(r.key).lock().remove_if(r.key, |x| std::ptr::addr_eq(Arc::as_ptr(x), r))
     }
 
     /// Live registrations.

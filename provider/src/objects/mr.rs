@@ -60,16 +60,16 @@ impl Region<MrTail> {
 
     /// fi_close: the key stops validating now; the region (and its pin)
     /// goes when the last in-flight access lets go of it.
-    pub fn deregister(&self) {
-        self.tail.domain.mr.deregister(self);
+    pub fn deregister(&self) -> Option<Arc<Region>> {
+        self.tail.domain.mr.deregister(self)
     }
 
     /// fi_close, given C's reference: deregistered, then parked whole for
     /// the next registration of its range if it is a cache hit nothing
     /// else holds (`mr::park`), else dropped.
     pub fn close(self: Arc<Self>) {
-        self.deregister();
-        crate::mr::park(self, MrTail::reset);
+        let keyed = self.deregister();
+        crate::mr::park(self, keyed, MrTail::reset);
     }
 
     fn state(&self) -> SpinGuard<'_, MrState> {

@@ -133,6 +133,7 @@ impl Park {
     }
 
     /// Park `region` (the caller checked there is room).
+    #[inline(always)]
     fn put(&mut self, start: usize, len: usize, access: u64, slot: (usize, u64), region: Parkable) {
         let p = &mut self.places[self.n];
         p.start = start;
@@ -145,11 +146,13 @@ impl Park {
 
     /// The newest parked registration of exactly [a, a+l) with `access`,
     /// taken out: its region and entry's index key.
+    #[inline(always)]
     fn take(&mut self, a: usize, l: usize, access: u64) -> Option<(Parkable, (usize, u64))> {
         let i = self.places[..self.n].iter().rposition(|p| p.start == a && p.len == l && p.access == access)?;
         Some(self.take_at(i))
     }
 
+    #[inline(always)]
     fn take_at(&mut self, i: usize) -> (Parkable, (usize, u64)) {
         self.n -= 1;
         // (The newest is the usual one: nothing to move.)
@@ -169,9 +172,14 @@ fn parked_of(park: &Park, slot: (usize, u64)) -> usize {
     park.places[..park.n].iter().filter(|p| p.slot == slot).count()
 }
 
-/// A parked registration, as the cache holds it: the owning layer's
-/// `Region<T>`, which it gets back by downcasting.
-pub type Parkable = Arc<dyn Any + Send + Sync>;
+/// A parked registration, as the cache holds it: both references a live
+/// registration has (`mr::park`), the application's handle (the owning
+/// layer's `Region<T>`, which it gets back by downcasting) and the
+/// registry's. Dropped (an invalidation, a flush), both go.
+pub struct Parkable {
+    pub handle: Arc<dyn Any + Send + Sync>,
+    pub keyed: Arc<Region>,
+}
 
 /// Registrations parked per cache at most.
 const PARKED_MAX: usize = 16;
@@ -196,6 +204,9 @@ struct State {
     removes: VecDeque<(u64, u64, Instant)>,
     /// Closed registrations kept whole (`Parked`).
     parked: Park,
+    /// The registry's second key pool (`KeyPool::second`): a parked
+    /// registration's new provider key is drawn under this lock.
+    keys: super::registry::KeyPool,
 }
 
 /// How long a discard keeps its range from being cached (see `get`).
@@ -399,6 +410,7 @@ impl Cache {
                 longest: 0,
                 removes: VecDeque::new(),
                 parked: Park::default(),
+                keys: super::registry::KeyPool::second(),
             }),
             monitor,
             max_bytes,
@@ -785,20 +797,24 @@ impl Cache {
     /// holds. Refused (handed back, for the caller to drop) when the park
     /// is full, in a forked child, without the mprotect watch (a hit then
     /// reads /proc/self/maps), or when the entry is out of service.
-    pub fn park<T: super::registry::Tail>(&self, region: Arc<Region<T>>) -> Option<Arc<Region<T>>> {
+    pub fn park<T: super::registry::Tail>(
+        &self,
+        region: Arc<Region<T>>,
+        keyed: Arc<Region>,
+    ) -> Option<(Arc<Region<T>>, Arc<Region>)> {
         if self.prot.is_none() || crate::sys::process_token() != self.process {
-            return Some(region);
+            return Some((region, keyed));
         }
-        let (Some(e), &[(a, l)]) = (&region.cached, &*region.iovs) else { return Some(region) };
+        let (Some(e), &[(a, l)]) = (&region.cached, &*region.iovs) else { return Some((region, keyed)) };
         let mut s = self.lock();
         // (`retired` is written under this lock: an entry in service now
         // is in the index, not detached, until an invalidation, which
         // takes its parked registrations out.)
         if s.parked.n == PARKED_MAX || e.retired.load(Ordering::Relaxed) {
-            return Some(region);
+            return Some((region, keyed));
         }
         let (access, slot) = (region.access, (e.start, e.id));
-        s.parked.put(a, l, access, slot, region);
+        s.parked.put(a, l, access, slot, Parkable { handle: region, keyed });
         None
     }
 
@@ -806,9 +822,19 @@ impl Cache {
     /// of the park, after the same checks as a hit (`hit`): the fork token,
     /// the monitor's log applied (what it invalidates leaves the park), the
     /// entry in service (a parked registration's entry always is: leaving
-    /// service takes it out of the park). Counted as a hit.
-    #[inline]
-    pub fn unpark(&self, a: usize, l: usize, access: u64) -> Option<Parkable> {
+    /// service takes it out of the park). Counted as a hit. `key` makes
+    /// its new key, under the same lock, from the key pool the cache holds
+    /// (`KeyPool::second`). (In line: its result, returned through
+    /// memory, was read back in wider loads than the stores that wrote
+    /// it, a stalled store forward worth a tenth of a hit.)
+    #[inline(always)]
+    pub fn unpark(
+        &self,
+        a: usize,
+        l: usize,
+        access: u64,
+        key: impl FnOnce(&mut super::registry::KeyPool) -> u64,
+    ) -> Option<(Parkable, u64)> {
         if self.prot.is_none() || crate::sys::process_token() != self.process {
             return None;
         }
@@ -823,7 +849,8 @@ impl Cache {
         debug_assert!(s.index.get(&slot).is_some_and(|v| !v.detached), "a parked registration's entry is in service");
         let hits = self.stats.hits.load(Ordering::Relaxed);
         self.stats.hits.store(hits + 1, Ordering::Relaxed);
-        Some(region)
+        let key = key(&mut s.keys);
+        Some((region, key))
     }
 
     /// Empty the park: its registrations give their pins back to the

@@ -444,8 +444,8 @@ fn reg_unit(d: &MrDomain, a: usize, l: usize, access: u64) -> Result<Arc<Region<
 /// Close as the object layer does (`objects::mr`): the key goes, then
 /// the region is offered to the park.
 fn close(d: &MrDomain, r: Arc<Region<()>>) {
-    d.deregister(&*r);
-    crate::mr::park(r, |_| ());
+    let keyed = d.deregister(&*r);
+    crate::mr::park(r, keyed, |_| ());
 }
 
 const RW: u64 = (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE) as u64;
@@ -504,6 +504,66 @@ fn a_closed_registration_is_parked_whole_and_handed_out_again_under_a_new_key() 
     d.unpark_all();
     assert_eq!(c.parked(), 0);
     assert_eq!(c.size(), (1, len as u64), "unparked: the entry is cached, unused");
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+/// A tail that counts its drops: a region is freed once, when its last
+/// reference goes.
+struct Counted(Arc<AtomicU64>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_parked_registration_keeps_both_references_and_every_key_is_new() {
+    let (d, c) = parking_domain(4096);
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    cache_range(&d, &c, a, len, RW);
+    let drops = Arc::new(AtomicU64::new(0));
+    let reg_counted = |d: &MrDomain| {
+        let mut req =
+            Request { iovs: Ranges::One((a, len)), access: RW, iface: ffi::FI_HMEM_SYSTEM, ..Default::default() };
+        d.register_with(&mut req, crate::mr::registry::no_fid(), || Ok(Counted(drops.clone()))).unwrap()
+    };
+    let close_counted = |d: &MrDomain, r: Arc<Region<Counted>>| {
+        let keyed = d.deregister(&*r);
+        crate::mr::park(r, keyed, |_| ());
+    };
+    // Keys from the registry's own pool (misses elsewhere) and from the
+    // cache's (hits of the parked one), interleaved: all distinct.
+    let mut keys = std::collections::HashSet::new();
+    let r = reg_counted(&d);
+    let p = Arc::as_ptr(&r) as usize;
+    keys.insert(r.key);
+    close_counted(&d, r);
+    for i in 0..200 {
+        let r = reg_counted(&d);
+        assert_eq!(Arc::as_ptr(&r) as usize, p, "hit {i}: the parked registration");
+        assert_eq!(Arc::strong_count(&r), 2, "hit {i}: the handle's and the key's references, as a new one has");
+        assert!(keys.insert(r.key), "hit {i}: key {:#x} was handed out before", r.key);
+        let other = reg_unit(&d, a, 4096, RW).unwrap();
+        assert!(keys.insert(other.key), "a registry key {:#x} was handed out before", other.key);
+        close(&d, other);
+        close_counted(&d, r);
+        assert_eq!(drops.load(Ordering::Relaxed), 0, "parked, not freed");
+    }
+    d.unpark_all();
+    assert_eq!(drops.load(Ordering::Relaxed), 1, "emptying the park frees it, once: no count left behind");
+    // Something that could become a reference (a Weak) keeps it out of
+    // the park: parking must prove nobody else can reach it.
+    let hits = c.stats.hits.load(Ordering::Relaxed);
+    let r = reg_counted(&d);
+    assert_eq!(c.stats.hits.load(Ordering::Relaxed), hits + 1, "a cache hit, which would be parked");
+    let weak = Arc::downgrade(&r);
+    close_counted(&d, r);
+    assert_eq!(c.parked(), 0, "a region with a Weak is not parked");
+    assert_eq!(drops.load(Ordering::Relaxed), 2);
+    assert!(weak.upgrade().is_none());
     // SAFETY: our mapping.
     unsafe { libc::munmap(a as *mut _, len) };
 }
