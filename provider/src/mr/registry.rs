@@ -536,13 +536,7 @@ impl Registry {
     pub fn draw(&self, p: &mut KeyPool) -> u64 {
         loop {
             if p.at == KEY_BATCH {
-                // (`next` is a multiple of KEY_BATCH, which divides 2^32:
-                // the batch shares its high half.)
-                let n = p.next;
-                let f0 = if n >> 32 == 0 { self.round0 } else { round_fn(&self.prf, 0, (n >> 32) as u32) };
-                p.keys = permute_many(&self.prf, n, f0);
-                p.next = n.wrapping_add(KEY_BATCH as u64);
-                p.at = 0;
+                self.refill(p);
             }
             let k = p.keys[p.at];
             p.at += 1;
@@ -550,6 +544,20 @@ impl Registry {
                 return k;
             }
         }
+    }
+
+    /// The next batch of `p`'s keys. (Out of line: one call in
+    /// KEY_BATCH, and `draw`, in line, stays a load.)
+    #[cold]
+    #[inline(never)]
+    fn refill(&self, p: &mut KeyPool) {
+        // (`next` is a multiple of KEY_BATCH, which divides 2^32: the
+        // batch shares its high half.)
+        let n = p.next;
+        let f0 = if n >> 32 == 0 { self.round0 } else { round_fn(&self.prf, 0, (n >> 32) as u32) };
+        p.keys = permute_many(&self.prf, n, f0);
+        p.next = n.wrapping_add(KEY_BATCH as u64);
+        p.at = 0;
     }
 
     /// Whether a key is taken.
