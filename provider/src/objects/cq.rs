@@ -188,6 +188,47 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_spare_reference_serves_its_own_cq_only_and_slots_count_as_ever() {
+        use crate::queues::cq::SpareCq;
+        let (cq, other) = (cq(3), cq(3));
+        let spare = SpareCq::default();
+        let base = Arc::strong_count(&cq.core);
+        // A first reservation clones; its completion leaves the reference.
+        let a = cq.core.reserve_from(&spare).unwrap();
+        assert_eq!(Arc::strong_count(&cq.core), base + 1);
+        a.complete_into(CqEntry { op_context: 1, ..Default::default() }, &spare);
+        assert_eq!(Arc::strong_count(&cq.core), base + 1, "kept in the spare, not dropped");
+        // The next takes it: no new reference.
+        let b = cq.core.reserve_from(&spare).unwrap();
+        assert_eq!(Arc::strong_count(&cq.core), base + 1, "the spare's reference reused");
+        let c = cq.core.reserve_from(&spare).unwrap();
+        assert_eq!(Arc::strong_count(&cq.core), base + 2, "an empty spare: a clone");
+        assert_eq!(
+            cq.core.reserve_from(&spare).err().map(Error::code),
+            Some(ffi::FI_EAGAIN),
+            "full: one queued, two held"
+        );
+        b.complete_into(CqEntry { op_context: 2, ..Default::default() }, &spare);
+        // Another CQ's reservation does not take this one's reference.
+        let d = other.core.reserve_from(&spare).unwrap();
+        assert_eq!(Arc::strong_count(&cq.core), base + 1, "the mismatched spare dropped");
+        drop(d);
+        drop(c); // unused: its slot comes back
+        let mut got = vec![];
+        assert_eq!(cq.read(8, |_, e| got.push(e.op_context)).unwrap(), 2);
+        assert_eq!(got, vec![1, 2]);
+        // Every slot free again: three reservations fit, a fourth does not.
+        let held = [cq.core.reserve_from(&spare).unwrap(), cq.core.reserve().unwrap(), cq.core.reserve().unwrap()];
+        assert!(cq.core.reserve_from(&spare).is_err());
+        drop(held);
+        assert_eq!(
+            other.read(8, |_, _| ()).err().map(Error::code),
+            Some(ffi::FI_EAGAIN),
+            "nothing reached the other CQ"
+        );
+    }
+
+    #[test]
     fn errors_keep_their_place_in_order() {
         let cq = cq(8);
         cq.reserve().unwrap().complete(CqEntry { op_context: 1, ..Default::default() });

@@ -110,23 +110,50 @@ pub struct CqCore {
 }
 
 /// A reserved completion slot; gives the slot back if dropped unused.
+/// It holds its CQ (None only once completed): an operation's credit can
+/// outlive everything else that holds the CQ (an endpoint closed with
+/// receives posted).
 pub struct Credit {
-    cq: Arc<CqCore>,
-    used: bool,
+    cq: Option<Arc<CqCore>>,
 }
+
+/// A spare reference to a CQ, kept by whoever posts operations against it
+/// (an engine, one per direction): a completed credit's reference goes
+/// back there (`Credit::complete_into`) and the next reservation takes it
+/// (`CqCore::reserve_from`), so that a posted operation and its completion
+/// move no reference count (each move is a locked instruction, ~7 ns on
+/// this project's VM: two of the six a completion took). Anything else
+/// is the usual clone and drop.
+pub type SpareCq = std::cell::Cell<Option<Arc<CqCore>>>;
 
 impl Credit {
     /// Deliver the completion the slot was reserved for.
-    pub fn complete(mut self, e: CqEntry) {
-        self.used = true;
-        self.cq.push(Slot::Ok(e));
+    pub fn complete(self, e: CqEntry) {
+        drop(self.deliver(e));
+    }
+
+    /// `complete`, the credit's reference to its CQ kept in `spare` for
+    /// the next reservation (`CqCore::reserve_from`).
+    pub fn complete_into(self, e: CqEntry, spare: &SpareCq) {
+        if let Some(cq) = self.deliver(e) {
+            // (One already there goes: a burst of completions keeps one.)
+            drop(spare.replace(Some(cq)));
+        }
+    }
+
+    fn deliver(mut self, e: CqEntry) -> Option<Arc<CqCore>> {
+        let cq = self.cq.take();
+        if let Some(c) = &cq {
+            c.push(Slot::Ok(e));
+        }
+        cq
     }
 }
 
 impl Drop for Credit {
     fn drop(&mut self) {
-        if !self.used {
-            self.cq.used.fetch_sub(1, Ordering::AcqRel);
+        if let Some(c) = &self.cq {
+            c.used.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -156,13 +183,34 @@ impl CqCore {
 
     /// Reserve a slot for an operation about to be posted (-FI_EAGAIN when full).
     pub fn reserve(self: &Arc<Self>) -> Result<Credit> {
+        self.take_slot()?;
+        Ok(Credit { cq: Some(self.clone()) })
+    }
+
+    /// `reserve`, with the reference to this CQ that `spare` keeps, if it
+    /// keeps one (`SpareCq`), instead of a new one.
+    #[inline]
+    pub fn reserve_from(self: &Arc<Self>, spare: &SpareCq) -> Result<Credit> {
+        self.take_slot()?;
+        let cq = match spare.take() {
+            Some(c) if Arc::ptr_eq(&c, self) => c,
+            other => {
+                drop(other);
+                self.clone()
+            }
+        };
+        Ok(Credit { cq: Some(cq) })
+    }
+
+    #[inline]
+    fn take_slot(&self) -> Result<()> {
         let mut cur = self.used.load(Ordering::Acquire);
         loop {
             if cur >= self.size {
                 return Err(Error::quiet(ffi::FI_EAGAIN));
             }
             match self.used.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(Credit { cq: self.clone(), used: false }),
+                Ok(_) => return Ok(()),
                 Err(c) => cur = c,
             }
         }
@@ -174,7 +222,7 @@ impl CqCore {
     /// `push_unsolicited`); the buffer itself reserved one when posted.
     pub fn reserve_always(self: &Arc<Self>) -> Credit {
         self.used.fetch_add(1, Ordering::AcqRel);
-        Credit { cq: self.clone(), used: false }
+        Credit { cq: Some(self.clone()) }
     }
 
     /// Entries (successes and errors) waiting to be read.

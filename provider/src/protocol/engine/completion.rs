@@ -41,13 +41,10 @@ impl Engine {
             self.count(slot, true);
         }
         if let Some(c) = credit {
-            c.complete(CqEntry {
-                op_context: ctx,
-                flags: cflags,
-                len,
-                src: ffi::FI_ADDR_NOTAVAIL,
-                ..Default::default()
-            });
+            c.complete_into(
+                CqEntry { op_context: ctx, flags: cflags, len, src: ffi::FI_ADDR_NOTAVAIL, ..Default::default() },
+                &self.spare_cq[1],
+            );
         }
     }
 
@@ -154,15 +151,10 @@ impl Engine {
         if status == 0 && len <= room {
             self.count(C_RECV, true);
             if let Some(c) = p.credit.take() {
-                c.complete(CqEntry {
-                    op_context: p.ctx,
-                    flags: cflags,
-                    len: n,
-                    buf,
-                    data: hdr.data,
-                    tag: hdr.tag,
-                    src,
-                });
+                c.complete_into(
+                    CqEntry { op_context: p.ctx, flags: cflags, len: n, buf, data: hdr.data, tag: hdr.tag, src },
+                    &self.spare_cq[0],
+                );
             }
         } else {
             let err = if status != 0 { status } else { ffi::FI_ETRUNC };

@@ -50,7 +50,7 @@ use crate::error::Result;
 use crate::info::addr;
 use crate::mr::MrDomain;
 use crate::queues::cntr::Counter;
-use crate::queues::cq::{CqCore, Credit};
+use crate::queues::cq::{CqCore, Credit, SpareCq};
 use crate::wire::{Dial, Inbox, SharedCopy, FRAME_FLOOR};
 
 mod addressing;
@@ -442,6 +442,10 @@ pub struct Engine {
     mr: Arc<MrDomain>,
     /// What the endpoint is bound to (CQs, counters, AV, op flags).
     bound: Bindings,
+    /// A spare reference to the receive CQ (0) and the transmit CQ (1),
+    /// which completed credits leave and the next post takes
+    /// (`queues::cq::SpareCq`).
+    spare_cq: [SpareCq; 2],
     peers: Peers,
     /// What a remote access may do to us, and the refusals so far.
     target: rma_target::Target,
@@ -615,6 +619,7 @@ impl Engine {
             pid: std::process::id(),
             mr,
             bound: b,
+            spare_cq: Default::default(),
             peers: Peers::default(),
             target: rma_target::Target::new(cfg),
             unexp: posting::UnexpectedBudget::new(cfg.unexp_max),
@@ -678,7 +683,7 @@ impl Engine {
             return Ok(None);
         }
         let cq = if tx { &self.bound.tx_cq } else { &self.bound.rx_cq };
-        cq.as_ref().map(|c| c.reserve()).transpose()
+        cq.as_ref().map(|c| c.reserve_from(&self.spare_cq[tx as usize])).transpose()
     }
 
     fn count(&self, slot: usize, ok: bool) {
