@@ -229,6 +229,54 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn slots_taken_and_given_back_by_many_threads_all_come_back() {
+        // Posters reserve, complete or drop unused; one reader pops; at the
+        // end every slot is free again (`used - freed` is 0).
+        let cq = cq(64);
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let posters: Vec<_> = (0..3)
+            .map(|t| {
+                let cq = cq.clone();
+                std::thread::spawn(move || {
+                    let mut completed = 0;
+                    for i in 0..20_000usize {
+                        match cq.reserve() {
+                            Ok(c) if (i + t) % 3 == 0 => drop(c),
+                            Ok(c) => {
+                                c.complete(CqEntry { op_context: i, ..Default::default() });
+                                completed += 1;
+                            }
+                            Err(e) => assert_eq!(e.code(), ffi::FI_EAGAIN),
+                        }
+                    }
+                    completed
+                })
+            })
+            .collect();
+        let reader = {
+            let (cq, done) = (cq.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut n = 0;
+                loop {
+                    let finished = done.load(std::sync::atomic::Ordering::Acquire);
+                    match cq.read(16, |_, _| ()) {
+                        Ok(k) => n += k,
+                        Err(_) if finished => return n,
+                        Err(_) => std::thread::yield_now(),
+                    }
+                }
+            })
+        };
+        let completed: usize = posters.into_iter().map(|p| p.join().unwrap()).sum();
+        done.store(true, std::sync::atomic::Ordering::Release);
+        assert_eq!(reader.join().unwrap(), completed, "every completion read once");
+        let all: Vec<_> = (0..64).map(|_| cq.reserve().expect("every slot free again")).collect();
+        assert_eq!(cq.reserve().err().map(Error::code), Some(ffi::FI_EAGAIN));
+        drop(all);
+        assert!(cq.reserve().is_ok());
+    }
+
+    #[test]
     fn errors_keep_their_place_in_order() {
         let cq = cq(8);
         cq.reserve().unwrap().complete(CqEntry { op_context: 1, ..Default::default() });

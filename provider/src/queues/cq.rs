@@ -104,8 +104,15 @@ pub struct CqCore {
     /// Entries in `queue` (written under its lock): an empty poll, the
     /// common case, reads this instead of taking the lock.
     queued: AtomicUsize,
-    /// Successes queued plus slots reserved by posted operations.
+    /// Slots ever taken: successes queued plus slots reserved by posted
+    /// operations, counted up only (locked adds: several threads post).
     used: AtomicUsize,
+    /// Slots ever given back (read successes, unused credits), counted up
+    /// only, and written only under `queue`'s lock, so a load and a store
+    /// (no locked instruction on the read path); `used - freed` is the
+    /// queue's occupancy. A reservation that reads an older value only
+    /// sees the queue fuller than it is.
+    freed: AtomicUsize,
     signaled: AtomicBool,
 }
 
@@ -153,7 +160,7 @@ impl Credit {
 impl Drop for Credit {
     fn drop(&mut self) {
         if let Some(c) = &self.cq {
-            c.used.fetch_sub(1, Ordering::AcqRel);
+            c.give_back(1);
         }
     }
 }
@@ -177,6 +184,7 @@ impl CqCore {
             queue: SpinLock::new(VecDeque::new()),
             queued: AtomicUsize::new(0),
             used: AtomicUsize::new(0),
+            freed: AtomicUsize::new(0),
             signaled: AtomicBool::new(false),
         })
     }
@@ -206,10 +214,10 @@ impl CqCore {
     fn take_slot(&self) -> Result<()> {
         let mut cur = self.used.load(Ordering::Acquire);
         loop {
-            if cur >= self.size {
+            if cur.wrapping_sub(self.freed.load(Ordering::Acquire)) >= self.size {
                 return Err(Error::quiet(ffi::FI_EAGAIN));
             }
-            match self.used.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+            match self.used.compare_exchange_weak(cur, cur.wrapping_add(1), Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(()),
                 Err(c) => cur = c,
             }
@@ -271,12 +279,19 @@ impl CqCore {
             }
         }
         self.queued.store(q.len(), Ordering::Release);
+        // (Under the lock: `freed`'s only writers hold it.)
+        self.freed.store(self.freed.load(Ordering::Relaxed).wrapping_add(n), Ordering::Release);
         drop(q);
         if n == 0 {
             return Err(Error::quiet(ffi::FI_EAGAIN));
         }
-        self.used.fetch_sub(n, Ordering::AcqRel);
         Ok(n)
+    }
+
+    /// Give back `n` slots not used (a credit dropped unused).
+    fn give_back(&self, n: usize) {
+        let _q = self.queue.lock();
+        self.freed.store(self.freed.load(Ordering::Relaxed).wrapping_add(n), Ordering::Release);
     }
 
     /// Pop the error at the head (-FI_EAGAIN if the head is not an error).
