@@ -27,7 +27,10 @@
 # between sittings, and the ping-pong rows move with it.
 #
 # Medians of REPS (default 5) alternating runs: each repetition runs every
-# contender of a row once, so a slow spell of the machine hits them all.
+# contender of a row once, so a slow spell of the machine hits them all,
+# in an order rotated one place a repetition (a contender's place in the
+# order can cost it: use a multiple of the row's contenders, 2 or 3, for
+# REPS to give each place to each equally).
 # Latency ratios are oxmr / anchor (lower is better), bandwidth ratios
 # oxmr / anchor (higher is better). Given a second build, each row shows
 # both builds and B / A, measured in the same alternation: the before and
@@ -129,6 +132,18 @@ mpi_lat() {
 	awk '$1 == "lat" && $2 == 8 {print $3}' <<<"$out"
 }
 
+# The contenders of a row in round $r's order: rotated one place a round,
+# so that each runs first, second, ... equally often (the place itself
+# costs: in one sitting the build run second read ~7% lower in the
+# loopback RMA cell whichever build it was).
+rot() {
+	local k=$1
+	shift
+	local n=$# i
+	local a=("$@")
+	for ((i = 0; i < n; i++)); do echo "${a[$(((i + k) % n))]}"; done
+}
+
 for r in $(seq "$reps"); do
 	echo "round $r of $reps" >&2
 	if has pp || has mpi; then
@@ -137,30 +152,36 @@ for r in $(seq "$reps"); do
 	if has pp; then
 		# (From the Mxfers/sec column, 1 / it: usec/xfer is printed with two
 		# decimals, 0.01 us steps, coarser than the differences measured.)
-		for b in "${builds[@]}"; do
-			put pp "oxmr-$b" "$(inv "$(ft_pair host "$(dir_of "$b")" oxmr 0 7 fi_rdm_pingpong -S 8 -I 100000)")"
+		for b in $(rot "$r" "${builds[@]}" shm); do
+			if [ "$b" = shm ]; then
+				put pp shm "$(inv "$(ft_pair host "" shm 0 7 fi_rdm_pingpong -S 8 -I 100000)")"
+			else
+				put pp "oxmr-$b" "$(inv "$(ft_pair host "$(dir_of "$b")" oxmr 0 7 fi_rdm_pingpong -S 8 -I 100000)")"
+			fi
 		done
-		put pp shm "$(inv "$(ft_pair host "" shm 0 7 fi_rdm_pingpong -S 8 -I 100000)")"
 	fi
 	if has mpi; then
-		for b in "${builds[@]}"; do
-			put mpi "oxmr-$b" "$(mpi_lat -x FI_PROVIDER_PATH="$(dir_of "$b")" --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include oxmr)"
+		for b in $(rot "$r" "${builds[@]}" vader); do
+			if [ "$b" = vader ]; then
+				put mpi vader "$(mpi_lat --mca pml ob1 --mca btl self,vader)"
+			else
+				put mpi "oxmr-$b" "$(mpi_lat -x FI_PROVIDER_PATH="$(dir_of "$b")" --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include oxmr)"
+			fi
 		done
-		put mpi vader "$(mpi_lat --mca pml ob1 --mca btl self,vader)"
 		if [ -x "$ft/fi_rdm_tagged_pingpong" ]; then
-			for b in "${builds[@]}"; do
+			for b in $(rot "$r" "${builds[@]}"); do
 				put tagged "oxmr-$b" "$(ft_pair host "$(dir_of "$b")" oxmr 0 6 fi_rdm_tagged_pingpong -S 8 -I 100000)"
 			done
 		fi
 	fi
 	if has self; then
-		for b in "${builds[@]}" shm; do
+		for b in $(rot "$r" "${builds[@]}" shm); do
 			if [ "$b" = shm ]; then out=$(PROV=shm taskset -c 1 "$tmp/self_pp" 200000); c=shm; else out=$(FI_PROVIDER_PATH="$(dir_of "$b")" taskset -c 1 "$tmp/self_pp" 200000); c="oxmr-$b"; fi
 			put self "$c" "$(awk '{print $2}' <<<"$out")"
 		done
 	fi
 	if has hit; then
-		for b in "${builds[@]}" shm; do
+		for b in $(rot "$r" "${builds[@]}" shm); do
 			if [ "$b" = shm ]; then out=$("$tmp/mr_hit" shm 200000); else out=$(FI_PROVIDER_PATH="$(dir_of "$b")" "$tmp/mr_hit" oxmr 200000); fi
 			c=$([ "$b" = shm ] && echo shm || echo "oxmr-$b")
 			put hit4k "$c" "$(awk '$2 == 4096 {print $4}' <<<"$out")"
@@ -168,7 +189,7 @@ for r in $(seq "$reps"); do
 		done
 	fi
 	if has peers; then
-		for b in "${builds[@]}" tcp; do
+		for b in $(rot "$r" "${builds[@]}" tcp); do
 			if [ "$b" = tcp ]; then
 				k=100 c=tcp env=(env PROV=tcp)
 			else
@@ -188,7 +209,7 @@ for r in $(seq "$reps"); do
 		for where in lo veth; do
 			for s in 1048576 16777216; do
 				it=$((s >= 16777216 ? 64 : 1024))
-				for b in "${builds[@]}" tcp; do
+				for b in $(rot "$r" "${builds[@]}" tcp); do
 					if [ "$b" = tcp ]; then d="" p=tcp c=tcp; else d="$(dir_of "$b")" p=oxmr c="oxmr-$b"; fi
 					put "rma-$where-$s" "$c" "$(ft_pair "$where" "$d" "$p" 1 5 fi_rma_bw -S "$s" -I "$it" -W 16 -o write)"
 				done
