@@ -569,6 +569,59 @@ fn a_parked_registration_keeps_both_references_and_every_key_is_new() {
 }
 
 #[test]
+fn a_close_racing_remote_accesses_parks_only_what_nothing_holds() {
+    // A thread checks the current key over and over, as a wire checks a
+    // peer's remote access (each check holds the region while it looks),
+    // while this one registers the same range and closes it: a close that
+    // finds an access holding the region leaves it to that access, one
+    // that finds none parks it. Every region made is freed exactly once,
+    // after the park is emptied; none is freed twice or kept.
+    let (d, c) = parking_domain(4096);
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    cache_range(&d, &c, a, len, RW);
+    let (made, drops) = (AtomicU64::new(0), Arc::new(AtomicU64::new(0)));
+    let key = AtomicU64::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let granted = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(g) = d.registry.check(key.load(Ordering::Relaxed), a as u64, 8, ffi::FI_REMOTE_READ as u64) {
+                    granted.fetch_add(1, Ordering::Relaxed);
+                    std::hint::black_box(&g.region);
+                }
+            }
+        });
+        // (At least 20 000 rounds, and on until the checker has been let
+        // in often: a race needs both threads running.)
+        let mut i = 0;
+        while i < 20_000 || (granted.load(Ordering::Relaxed) < 2_000 && i < 5_000_000) {
+            i += 1;
+            let mut req =
+                Request { iovs: Ranges::One((a, len)), access: RW, iface: ffi::FI_HMEM_SYSTEM, ..Default::default() };
+            let r = d
+                .register_with(&mut req, crate::mr::registry::no_fid(), || {
+                    made.fetch_add(1, Ordering::Relaxed);
+                    Ok(Counted(drops.clone()))
+                })
+                .unwrap();
+            key.store(r.key, Ordering::Relaxed);
+            let keyed = d.deregister(&*r);
+            crate::mr::park(r, keyed, |_| ());
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    d.unpark_all();
+    let (made, dropped) = (made.load(Ordering::Relaxed), drops.load(Ordering::Relaxed));
+    assert!(granted.load(Ordering::Relaxed) > 0, "the checker ran against live keys");
+    assert_eq!(dropped, made, "every region made freed once ({made} made, {dropped} freed)");
+    eprintln!("{made} regions made, {} accesses granted", granted.load(Ordering::Relaxed));
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
+#[test]
 fn an_unmap_takes_a_parked_registration_out_and_revokes_nothing() {
     let (d, c) = parking_domain(4096);
     let len = 64 << 10;
