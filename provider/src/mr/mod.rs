@@ -525,8 +525,8 @@ impl MrDomain {
 /// that nothing else holds (no access in flight) is parked whole in its
 /// cache for the next registration of its range and access
 /// (`cache::Parked`), with both its references (so that its reuse,
-/// `rekey`, changes no count: every locked instruction is about 7 ns
-/// here, a fifth of a hit), its owner's part reset by `reset` (bindings
+/// `rekey`, changes no count: a locked instruction costs about 7 ns
+/// on this project's VM, a ninth of a hit), its owner's part reset by `reset` (bindings
 /// go); anything else is dropped, its pin going back to the cache's rules.
 pub fn park<T: registry::Tail>(r: Arc<Region<T>>, keyed: Option<Arc<Region>>, reset: impl FnOnce(&mut T)) {
     let Some(keyed) = keyed.filter(|k| std::ptr::addr_eq(Arc::as_ptr(k), Arc::as_ptr(&r))) else { return };
