@@ -435,15 +435,27 @@ fn a_range_whose_last_page_wraps_is_refused() {
     }
 }
 
-/// Register with a sized (unit) tail, which `park` takes.
-fn reg_unit(d: &MrDomain, a: usize, l: usize, access: u64) -> Result<Arc<Region<()>>> {
+/// Register with a sized tail, which `park` takes (`tail` makes it for a
+/// new region only; a parked one keeps its own).
+fn reg_with<T: crate::mr::registry::Tail>(
+    d: &MrDomain,
+    a: usize,
+    l: usize,
+    access: u64,
+    tail: impl FnOnce() -> T,
+) -> Result<Arc<Region<T>>> {
     let mut req = Request { iovs: Ranges::One((a, l)), access, iface: ffi::FI_HMEM_SYSTEM, ..Default::default() };
-    d.register_with(&mut req, crate::mr::registry::no_fid(), || Ok(()))
+    d.register_with(&mut req, crate::mr::registry::no_fid(), || Ok(tail()))
+}
+
+/// Register with a unit tail.
+fn reg_unit(d: &MrDomain, a: usize, l: usize, access: u64) -> Result<Arc<Region<()>>> {
+    reg_with(d, a, l, access, || ())
 }
 
 /// Close as the object layer does (`objects::mr`): the key goes, then
 /// the region is offered to the park.
-fn close(d: &MrDomain, r: Arc<Region<()>>) {
+fn close<T: crate::mr::registry::Tail>(d: &MrDomain, r: Arc<Region<T>>) {
     let keyed = d.deregister(&*r);
     crate::mr::park(r, keyed, |_| ());
 }
@@ -525,22 +537,14 @@ fn a_parked_registration_keeps_both_references_and_every_key_is_new() {
     let a = map(0, len, 1);
     cache_range(&d, &c, a, len, RW);
     let drops = Arc::new(AtomicU64::new(0));
-    let reg_counted = |d: &MrDomain| {
-        let mut req =
-            Request { iovs: Ranges::One((a, len)), access: RW, iface: ffi::FI_HMEM_SYSTEM, ..Default::default() };
-        d.register_with(&mut req, crate::mr::registry::no_fid(), || Ok(Counted(drops.clone()))).unwrap()
-    };
-    let close_counted = |d: &MrDomain, r: Arc<Region<Counted>>| {
-        let keyed = d.deregister(&*r);
-        crate::mr::park(r, keyed, |_| ());
-    };
+    let reg_counted = |d: &MrDomain| reg_with(d, a, len, RW, || Counted(drops.clone())).unwrap();
     // Keys from the registry's own pool (misses elsewhere) and from the
     // cache's (hits of the parked one), interleaved: all distinct.
     let mut keys = std::collections::HashSet::new();
     let r = reg_counted(&d);
     let p = Arc::as_ptr(&r) as usize;
     keys.insert(r.key);
-    close_counted(&d, r);
+    close(&d, r);
     for i in 0..200 {
         let r = reg_counted(&d);
         assert_eq!(Arc::as_ptr(&r) as usize, p, "hit {i}: the parked registration");
@@ -549,7 +553,7 @@ fn a_parked_registration_keeps_both_references_and_every_key_is_new() {
         let other = reg_unit(&d, a, 4096, RW).unwrap();
         assert!(keys.insert(other.key), "a registry key {:#x} was handed out before", other.key);
         close(&d, other);
-        close_counted(&d, r);
+        close(&d, r);
         assert_eq!(drops.load(Ordering::Relaxed), 0, "parked, not freed");
     }
     d.unpark_all();
@@ -560,7 +564,7 @@ fn a_parked_registration_keeps_both_references_and_every_key_is_new() {
     let r = reg_counted(&d);
     assert_eq!(c.stats.hits.load(Ordering::Relaxed), hits + 1, "a cache hit, which would be parked");
     let weak = Arc::downgrade(&r);
-    close_counted(&d, r);
+    close(&d, r);
     assert_eq!(c.parked(), 0, "a region with a Weak is not parked");
     assert_eq!(drops.load(Ordering::Relaxed), 2);
     assert!(weak.upgrade().is_none());
@@ -598,17 +602,13 @@ fn a_close_racing_remote_accesses_parks_only_what_nothing_holds() {
         let mut i = 0;
         while i < 20_000 || (granted.load(Ordering::Relaxed) < 2_000 && i < 5_000_000) {
             i += 1;
-            let mut req =
-                Request { iovs: Ranges::One((a, len)), access: RW, iface: ffi::FI_HMEM_SYSTEM, ..Default::default() };
-            let r = d
-                .register_with(&mut req, crate::mr::registry::no_fid(), || {
-                    made.fetch_add(1, Ordering::Relaxed);
-                    Ok(Counted(drops.clone()))
-                })
-                .unwrap();
+            let r = reg_with(&d, a, len, RW, || {
+                made.fetch_add(1, Ordering::Relaxed);
+                Counted(drops.clone())
+            })
+            .unwrap();
             key.store(r.key, Ordering::Relaxed);
-            let keyed = d.deregister(&*r);
-            crate::mr::park(r, keyed, |_| ());
+            close(&d, r);
         }
         stop.store(true, Ordering::Relaxed);
     });
