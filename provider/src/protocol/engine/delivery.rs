@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use oxmr_ffi as ffi;
 
-use super::{clip, total, Engine, Job, JobFor, Paired, Posted, Pull, PullFor, Unexpected};
+use super::{clip, total, Engine, Job, JobFor, Paired, Posted, Pull, PullFor, Unexpected, SPARE_UNEXP_DATA};
 use crate::protocol::{flag, op, Hdr};
 use crate::wire::{Copied, SharedCopy, Span};
 
@@ -19,7 +19,8 @@ impl Engine {
         if u.hdr.op == op::EAGER {
             // SAFETY: the application's posted receive buffers.
             unsafe { crate::mr::local::scatter(&p.iovs, &u.data[..n.min(u.data.len())]) };
-            return self.finish_recv(p, &u.hdr, u.from, 0);
+            self.finish_recv(p, &u.hdr, u.from, 0);
+            return self.recycle_unexpected(u);
         }
         // A sender's endpoint that closed (its process may live on) gave up
         // its buffers: its queue says so (one load when we know it).
@@ -67,6 +68,17 @@ impl Engine {
             return self.pair_recv(r);
         }
         self.deliver_rts(*r);
+    }
+
+    /// Keep a delivered eager message's box, and its data buffer up to
+    /// `SPARE_UNEXP_DATA` bytes, for the next unexpected message
+    /// (`unexpected_of`): no allocation per unexpected message.
+    fn recycle_unexpected(&mut self, mut u: Unexpected) {
+        if u.data.capacity() > SPARE_UNEXP_DATA {
+            u.data = Vec::new();
+        }
+        u.iovs = Vec::new();
+        self.spare_unexp = Some(u);
     }
 
     /// A rendezvous receive whose data is copied alone or in a job of its

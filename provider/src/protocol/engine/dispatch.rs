@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use oxmr_ffi as ffi;
 
-use super::{matches, total, Engine, Job, JobFor, Kind, Unexpected};
+use super::{matches, total, Engine, Job, JobFor, Kind, Unexpected, UnexpectedMsg};
 use crate::info::addr;
 use crate::protocol::{decode_iovs, flag, op, Hdr};
 use crate::wire::Arrival;
@@ -202,10 +202,10 @@ impl Engine {
     /// it sends, refused (answered FI_EINVAL, with a log line).
     pub(super) fn unexpected_of(&mut self, h: Hdr, body: &[u8], from: SocketAddr, pid: u32) -> Option<Unexpected> {
         let (data, iovs) = if h.op == op::EAGER {
-            (body[..(h.len as usize).min(body.len())].to_vec(), Vec::new())
+            (&body[..(h.len as usize).min(body.len())], Vec::new())
         } else {
             match decode_iovs(body, h.iov_count as usize).filter(|v| total(v) >= h.len as usize) {
-                Some(v) => (Vec::new(), v),
+                Some(v) => (&[][..], v),
                 None => {
                     tracing::warn!(
                         "refused a send of {} bytes from {from}: its message does not describe that many bytes of buffers (a malformed or foreign message)",
@@ -219,7 +219,24 @@ impl Engine {
                 }
             }
         };
-        Some(Unexpected { hdr: h, from, pid, data, iovs, gone: false, claimed: None })
+        // (Field by field into the spare box: a whole message built and
+        // moved in would be one more memcpy call.)
+        Some(match self.spare_unexp.take() {
+            Some(mut u) => {
+                u.hdr = h;
+                u.from = from;
+                u.pid = pid;
+                u.data.clear();
+                u.data.extend_from_slice(data);
+                u.iovs = iovs;
+                u.gone = false;
+                u.claimed = None;
+                u
+            }
+            None => {
+                Box::new(UnexpectedMsg { hdr: h, from, pid, data: data.to_vec(), iovs, gone: false, claimed: None })
+            }
+        })
     }
 
     /// A connected endpoint's frame names its peer (else it is dropped

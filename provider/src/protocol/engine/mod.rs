@@ -203,7 +203,13 @@ struct PostedRecv {
 /// have completed (see `Engine::complete_recv`).
 type HeldRecv = (Posted, Hdr, SocketAddr, u32);
 
-struct Unexpected {
+/// A kept unexpected message, boxed: it moves between the lists, the
+/// matching receive and its delivery as a pointer (whole, each move was a
+/// memcpy call of ~200 bytes, seven of them per message), and its box
+/// and data buffer are reused (`Engine::spare_unexp`).
+type Unexpected = Box<UnexpectedMsg>;
+
+struct UnexpectedMsg {
     hdr: Hdr,
     from: SocketAddr,
     pid: u32,
@@ -218,10 +224,10 @@ struct Unexpected {
     claimed: Option<usize>,
 }
 
-impl Unexpected {
+impl UnexpectedMsg {
     /// What it costs to keep (`Engine::unexp_bytes`).
     fn bytes(&self) -> usize {
-        size_of::<Unexpected>() + self.data.len() + self.iovs.len() * size_of::<(usize, usize)>()
+        size_of::<UnexpectedMsg>() + self.data.len() + self.iovs.len() * size_of::<(usize, usize)>()
     }
 }
 
@@ -490,12 +496,17 @@ pub struct Engine {
     fences: fence::Fences,
     /// Boxes of completed receives, for the next ones posted.
     spare_posted: Vec<Posted>,
+    /// The box of the last unexpected message delivered, with its data
+    /// buffer (at most `SPARE_UNEXP_DATA` bytes of it), for the next one.
+    spare_unexp: Option<Unexpected>,
     /// Its tag in the shared receive context's queues (`srx.rs`).
     srx_owner: u64,
 }
 
 /// The most boxes of completed receives kept for reuse.
 const SPARE_POSTED: usize = 64;
+/// The most data buffer a spare unexpected box keeps (`spare_unexp`).
+const SPARE_UNEXP_DATA: usize = 4096;
 
 /// A frame's landing head (`wire::land`): a DATA frame's transfer (our
 /// pull's id, with the connection's sender), offset and header length.
@@ -640,6 +651,7 @@ impl Engine {
             pace: progress::Pace::default(),
             fences: Default::default(),
             spare_posted: Vec::new(),
+            spare_unexp: None,
             pulls: push::Pulls::new(lands),
             gone: Vec::new(),
             srx_owner: 0,

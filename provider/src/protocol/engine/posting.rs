@@ -7,7 +7,7 @@ use oxmr_ffi as ffi;
 
 use super::{
     frame_payload, matches, total, Engine, Kind, Multi, Offer, Pending, PostedRecv, RmaOp, Stream, TxDone, TxOp,
-    Unexpected, C_SEND, EAGER_MAX, SPREAD_WRITE_MIN,
+    Unexpected, UnexpectedMsg, C_SEND, EAGER_MAX, SPREAD_WRITE_MIN,
 };
 use crate::error::{Error, Result};
 use crate::fail;
@@ -341,7 +341,7 @@ impl Engine {
             let u = self.take_unexpected(1, i);
             if discard {
                 let e = self.peeked(ctx, u.hdr, u.from);
-                self.discard(u);
+                self.discard(&u);
                 credit.complete(e);
                 return Ok(());
             }
@@ -382,7 +382,7 @@ impl Engine {
         let e = self.peeked(ctx, hdr, from);
         if discard {
             let u = self.take_unexpected(1, i);
-            self.discard(u);
+            self.discard(&u);
         } else if flags & ffi::FI_CLAIM as u64 != 0 {
             self.unexpected[1][i].claimed = Some(ctx);
         }
@@ -404,7 +404,7 @@ impl Engine {
     /// if it waits (rendezvous, delivery complete), is answered as if it
     /// had been received, so its send completes and its buffers are its
     /// own again.
-    fn discard(&mut self, u: Unexpected) {
+    fn discard(&mut self, u: &UnexpectedMsg) {
         if !u.gone && (u.hdr.op == op::RTS || u.hdr.flags & flag::NEED_ACK != 0) {
             self.push_ctrl(u.from, Hdr { op: op::ACK, msg_id: u.hdr.msg_id, status: 0, ..Default::default() });
         }

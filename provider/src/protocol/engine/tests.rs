@@ -1347,7 +1347,7 @@ fn unexpected_messages_past_their_bound_hold_the_sender_back_and_none_is_lost() 
     }
     assert!(b.eng.unexp.bytes > 0, "some messages are kept");
     assert!(
-        most <= (128 << 10) + LEN + 2 * size_of::<Unexpected>(),
+        most <= (128 << 10) + LEN + 2 * size_of::<UnexpectedMsg>(),
         "b kept {most} bytes of unexpected messages; the bound is 128 KiB (one message over)"
     );
     assert!(b.eng.unexpected[1].len() < N, "not every message was taken: the rest waits at a");
@@ -1730,4 +1730,33 @@ fn messages_a_shared_receive_context_keeps_count_in_their_endpoints_unexpected_b
     }
     assert_eq!((a.eng.unexp.bytes, a.eng.unexp.paused.len()), (0, 0), "taken, released, the sender resumed");
     assert_eq!(r, [m; 3]);
+}
+
+#[test]
+fn unexpected_messages_reuse_one_box_and_each_arrives_whole() {
+    // Unexpected eager messages of shrinking and growing sizes, and a
+    // rendezvous send among them, each taken by a receive posted after it
+    // arrived: each receive gets exactly its message (a reused box
+    // carries nothing of the one before), and the spare box keeps no
+    // more than SPARE_UNEXP_DATA bytes of buffer.
+    let (mut a, mut b) = pair();
+    let big = EAGER_MAX.min(3 * SPARE_UNEXP_DATA / 2);
+    assert!(big > SPARE_UNEXP_DATA, "a message the spare does not keep the buffer of");
+    let sizes = [3000, 8, 0, big, 8, EAGER_MAX + 4096, 40];
+    for (i, &n) in sizes.iter().enumerate() {
+        let msg = pattern(n, i);
+        send(&mut a, 100 + i, &msg, Some(i as u64));
+        run(&mut a, &mut b, |_, b| b.eng.unexpected[1].len() == 1);
+        let mut buf = vec![0xeeu8; n + 64];
+        recv(&mut b, i, &mut buf, ffi::FI_ADDR_UNSPEC, Some((i as u64, 0)));
+        let e = ok(next(&mut a, &mut b, 1));
+        assert_eq!((e.op_context, e.len, e.tag), (i, n, i as u64), "message {i}");
+        assert!(buf[..n] == msg[..], "message {i} arrived whole");
+        assert!(buf[n..].iter().all(|&x| x == 0xee), "message {i} wrote nothing past its length");
+        run(&mut a, &mut b, |a, _| read(a).is_some_and(|g| ok(g).op_context == 100 + i));
+        if n <= EAGER_MAX {
+            let spare = b.eng.spare_unexp.as_ref().expect("the delivered message's box is kept");
+            assert!(spare.data.capacity() <= SPARE_UNEXP_DATA, "message {i}: the spare keeps a bounded buffer");
+        }
+    }
 }
