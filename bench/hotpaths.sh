@@ -10,7 +10,9 @@
 #          info lacks FI_REMOTE_COMM, so it cannot be run over shm here)
 #   self   bench/self_pp.c: an 8 B ping-pong between two endpoints of one
 #          thread, so nothing crosses between cores: what a round trip
-#          costs in the provider's software alone, oxmr vs shm
+#          costs in the provider's software alone, oxmr vs shm; and the
+#          same with each receive posted after its message arrived
+#          (LATE=1: every message unexpected)
 #   hit    a cached fi_mr_reg + fi_close (bench/mr_hit.c), 4 KiB and 2 MiB:
 #          oxmr vs shm (which records the range only)
 #   peers  8 B round trip over TCP with 1000 connected quiet peers / with
@@ -178,6 +180,8 @@ for r in $(seq "$reps"); do
 		for b in $(rot "$r" "${builds[@]}" shm); do
 			if [ "$b" = shm ]; then out=$(PROV=shm taskset -c 1 "$tmp/self_pp" 200000); c=shm; else out=$(FI_PROVIDER_PATH="$(dir_of "$b")" taskset -c 1 "$tmp/self_pp" 200000); c="oxmr-$b"; fi
 			put self "$c" "$(awk '{print $2}' <<<"$out")"
+			if [ "$b" = shm ]; then out=$(LATE=1 PROV=shm taskset -c 1 "$tmp/self_pp" 200000); else out=$(LATE=1 FI_PROVIDER_PATH="$(dir_of "$b")" taskset -c 1 "$tmp/self_pp" 200000); fi
+			put self-late "$c" "$(awk '{print $2}' <<<"$out")"
 		done
 	fi
 	if has hit; then
@@ -243,6 +247,7 @@ rows = [
     ("mpi", "MPI ping-pong 8 B, one host (us)", "vader", "<= 1.0x"),
     ("tagged", "fi_rdm_tagged_pingpong 8 B, one host (us): oxmr under the MTL", "vader", "-"),
     ("self", "8 B round trip in one thread, software alone (ns)", "shm", "-"),
+    ("self-late", "the same, each receive posted after its message arrived (unexpected) (ns)", "shm", "-"),
     ("hit4k", "cached fi_mr_reg + fi_close, 4 KiB (ns)", "shm", "<= 1.0x"),
     ("hit2m", "cached fi_mr_reg + fi_close, 2 MiB (ns)", "shm", "<= 1.0x"),
     ("peers-ratio", "TCP 8 B round trip, K quiet peers / none", "tcp", "<= 1.1 (oxmr K=1000, tcp K=100)"),
