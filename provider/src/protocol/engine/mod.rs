@@ -227,7 +227,8 @@ struct UnexpectedMsg {
 impl UnexpectedMsg {
     /// What it costs to keep (`Engine::unexp_bytes`).
     fn bytes(&self) -> usize {
-        size_of::<UnexpectedMsg>() + self.data.len() + self.iovs.len() * size_of::<(usize, usize)>()
+        // (Capacities: a reused box's buffer may be larger than its data.)
+        size_of::<UnexpectedMsg>() + self.data.capacity() + self.iovs.capacity() * size_of::<(usize, usize)>()
     }
 }
 
