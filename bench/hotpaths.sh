@@ -45,6 +45,14 @@
 # from libfabric's v1.17.0 tag, never part of this repository) for pp and
 # rma, Open MPI for mpi, root for rma's namespaces. Run it on a quiet
 # machine (no build, no other test); it prints numbers, asserts nothing.
+#
+# STAT=best tabulates each contender's best repetition (the lowest
+# latency or cost, the highest bandwidth) instead of the median: on a VM
+# whose level moves within a sitting (bench/line_pp.c's figure jumps
+# 2-4x), the medians mix levels and the best runs are the comparable
+# ones. FROM=<file> tabulates a RAW file of an earlier sitting instead
+# of measuring (the build arguments then only say whether there was a B:
+# pass two for a two-build file).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 [ $# -ge 1 ] && [ -f "$1/liboxmr-fi.so" ] || {
@@ -69,6 +77,74 @@ has() { [[ " $rows " == *" $1 "* ]]; }
 builds=(A)
 [ -n "$B" ] && builds+=(B)
 dir_of() { [ "$1" = A ] && echo "$A" || echo "$B"; }
+
+# The table of $tmp/all: medians (or STAT=best), ratios, the line probe.
+table() {
+python3 - "$tmp/all" "${B:+B}" "${STAT:-median}" <<'EOF'
+import sys, statistics
+vals = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) == 3:
+        try:
+            vals.setdefault((f[0], f[1]), []).append(float(f[2]))
+        except ValueError:
+            pass
+two = len(sys.argv) > 2 and sys.argv[2] == "B"
+best = len(sys.argv) > 3 and sys.argv[3] == "best"
+def med(k, c):
+    v = vals.get((k, c))
+    if not v:
+        return None
+    if best:
+        # (Bandwidth rows: the highest; the rest: the lowest.)
+        return max(v) if k.startswith("rma-") else min(v)
+    return statistics.median(v)
+def fmt(x, unit=""):
+    return "-" if x is None else (f"{x:.3f}{unit}" if x < 10 else f"{x:.1f}{unit}")
+def ratio(a, b):
+    return "-" if a is None or not b else f"{a / b:.2f}x"
+rows = [
+    ("pp", "fi_rdm_pingpong 8 B, one host (us)", "shm", "<= 0.8x"),
+    ("mpi", "MPI ping-pong 8 B, one host (us)", "vader", "<= 1.0x"),
+    ("tagged", "fi_rdm_tagged_pingpong 8 B, one host (us): oxmr under the MTL", "vader", "-"),
+    ("self", "8 B round trip in one thread, software alone (ns)", "shm", "-"),
+    ("self-late", "the same, each receive posted after its message arrived (unexpected) (ns)", "shm", "-"),
+    ("hit4k", "cached fi_mr_reg + fi_close, 4 KiB (ns)", "shm", "<= 1.0x"),
+    ("hit2m", "cached fi_mr_reg + fi_close, 2 MiB (ns)", "shm", "<= 1.0x"),
+    ("peers-ratio", "TCP 8 B round trip, K quiet peers / none", "tcp", "<= 1.1 (oxmr K=1000, tcp K=100)"),
+    ("peers-rt0", "TCP 8 B round trip, no other peer (us)", "tcp", "-"),
+    ("peers-mem", "bytes per connected peer, target side", "tcp", "-"),
+    ("peers-ep", "bytes per endpoint (peers' process)", "tcp", "-"),
+]
+for where in ("lo", "veth"):
+    for s, n in ((1048576, "1 MiB"), (16777216, "16 MiB")):
+        rows.append((f"rma-{where}-{s}", f"fi_rma_bw -o write, TCP {where}, {n} (MB/s)", "tcp", ">= 1.0x"))
+vals.setdefault(("tagged", "vader"), vals.get(("mpi", "vader"), []))
+hdr = ["row", "oxmr A"] + (["oxmr B", "B/A"] if two else []) + ["anchor", "A/anchor"] + (["B/anchor"] if two else []) + ["goal"]
+print("| " + " | ".join(hdr) + " |")
+print("|" + "---|" * len(hdr))
+for key, name, anchor, goal in rows:
+    a, b, x = med(key, "oxmr-A"), med(key, "oxmr-B"), med(key, anchor)
+    if a is None and x is None:
+        continue
+    cells = [name, fmt(a)] + ([fmt(b), ratio(b, a)] if two else []) + [f"{anchor} {fmt(x)}", ratio(a, x)] + ([ratio(b, x)] if two else []) + [goal]
+    print("| " + " | ".join(cells) + " |")
+m, t = med("mpi", "oxmr-A"), med("tagged", "oxmr-A")
+if m is not None and t is not None:
+    print(f"\nOpen MPI's cm PML + ofi MTL add {m - t:.3f} us to oxmr's own tagged ping-pong (build A, same runs).")
+h = vals.get(("line", "hw"))
+if h:
+    print(f"\nA cache line's round trip between cores 0 and 1 (bench/line_pp.c, the hardware alone): median {statistics.median(h):.1f} ns, {min(h):.1f}-{max(h):.1f} over the repetitions; a one-way latency above cannot be below half of it.")
+print(f"\n{'best' if best else 'medians'} of {max((len(v) for v in vals.values()), default=0)} alternating runs")
+EOF
+}
+
+if [ -n "${FROM:-}" ]; then
+	cp "$FROM" "$tmp/all" || exit 1
+	table
+	exit
+fi
 
 cflags=$(pkg-config --cflags --libs libfabric)
 cc -O2 -o "$tmp/mr_hit" "$here/mr_hit.c" $cflags
@@ -224,55 +300,4 @@ done
 
 # RAW=<file>: keep every repetition's figure ("<row> <contender> <value>").
 [ -n "${RAW:-}" ] && cp "$tmp/all" "$RAW"
-python3 - "$tmp/all" "${B:+B}" <<'EOF'
-import sys, statistics
-vals = {}
-for line in open(sys.argv[1]):
-    f = line.split()
-    if len(f) == 3:
-        try:
-            vals.setdefault((f[0], f[1]), []).append(float(f[2]))
-        except ValueError:
-            pass
-two = len(sys.argv) > 2 and sys.argv[2] == "B"
-def med(k, c):
-    v = vals.get((k, c))
-    return statistics.median(v) if v else None
-def fmt(x, unit=""):
-    return "-" if x is None else (f"{x:.3f}{unit}" if x < 10 else f"{x:.1f}{unit}")
-def ratio(a, b):
-    return "-" if a is None or not b else f"{a / b:.2f}x"
-rows = [
-    ("pp", "fi_rdm_pingpong 8 B, one host (us)", "shm", "<= 0.8x"),
-    ("mpi", "MPI ping-pong 8 B, one host (us)", "vader", "<= 1.0x"),
-    ("tagged", "fi_rdm_tagged_pingpong 8 B, one host (us): oxmr under the MTL", "vader", "-"),
-    ("self", "8 B round trip in one thread, software alone (ns)", "shm", "-"),
-    ("self-late", "the same, each receive posted after its message arrived (unexpected) (ns)", "shm", "-"),
-    ("hit4k", "cached fi_mr_reg + fi_close, 4 KiB (ns)", "shm", "<= 1.0x"),
-    ("hit2m", "cached fi_mr_reg + fi_close, 2 MiB (ns)", "shm", "<= 1.0x"),
-    ("peers-ratio", "TCP 8 B round trip, K quiet peers / none", "tcp", "<= 1.1 (oxmr K=1000, tcp K=100)"),
-    ("peers-rt0", "TCP 8 B round trip, no other peer (us)", "tcp", "-"),
-    ("peers-mem", "bytes per connected peer, target side", "tcp", "-"),
-    ("peers-ep", "bytes per endpoint (peers' process)", "tcp", "-"),
-]
-for where in ("lo", "veth"):
-    for s, n in ((1048576, "1 MiB"), (16777216, "16 MiB")):
-        rows.append((f"rma-{where}-{s}", f"fi_rma_bw -o write, TCP {where}, {n} (MB/s)", "tcp", ">= 1.0x"))
-vals.setdefault(("tagged", "vader"), vals.get(("mpi", "vader"), []))
-hdr = ["row", "oxmr A"] + (["oxmr B", "B/A"] if two else []) + ["anchor", "A/anchor"] + (["B/anchor"] if two else []) + ["goal"]
-print("| " + " | ".join(hdr) + " |")
-print("|" + "---|" * len(hdr))
-for key, name, anchor, goal in rows:
-    a, b, x = med(key, "oxmr-A"), med(key, "oxmr-B"), med(key, anchor)
-    if a is None and x is None:
-        continue
-    cells = [name, fmt(a)] + ([fmt(b), ratio(b, a)] if two else []) + [f"{anchor} {fmt(x)}", ratio(a, x)] + ([ratio(b, x)] if two else []) + [goal]
-    print("| " + " | ".join(cells) + " |")
-m, t = med("mpi", "oxmr-A"), med("tagged", "oxmr-A")
-if m is not None and t is not None:
-    print(f"\nOpen MPI's cm PML + ofi MTL add {m - t:.3f} us to oxmr's own tagged ping-pong (build A, same runs).")
-h = vals.get(("line", "hw"))
-if h:
-    print(f"\nA cache line's round trip between cores 0 and 1 (bench/line_pp.c, the hardware alone): median {statistics.median(h):.1f} ns, {min(h):.1f}-{max(h):.1f} over the repetitions; a one-way latency above cannot be below half of it.")
-print(f"\nmedians of {max((len(v) for v in vals.values()), default=0)} alternating runs")
-EOF
+table
