@@ -146,9 +146,11 @@ impl Engine {
     /// that peer before it is still pending, or something posted to that
     /// peer before it waits already.
     pub(super) fn must_wait(&self, to: &SocketAddr, flags: u64) -> bool {
+        // (`held` is asked if empty first: a deque's search costs ~20
+        // instructions even then, on every send.)
         self.fences.arming.is_some()
             || (!self.fences.releasing
-                && (self.fences.held.iter().any(|(p, _)| p == to)
+                && ((!self.fences.held.is_empty() && self.fences.held.iter().any(|(p, _)| p == to))
                     || (flags & ffi::FI_FENCE as u64 != 0 && self.pending.values().any(|p| &p.peer == to))))
     }
 

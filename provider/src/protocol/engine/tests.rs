@@ -1760,3 +1760,24 @@ fn unexpected_messages_reuse_one_box_and_each_arrives_whole() {
         }
     }
 }
+
+#[test]
+fn a_message_takes_the_first_posted_receive_it_matches_wherever_it_is() {
+    // Receives tagged 1, 2, 2, 3 posted in that order; messages tagged 2,
+    // 3, 1, 2 arrive: each completes the earliest posted receive its tag
+    // matches (the first in the queue, or one behind it), and its data
+    // lands in that receive's buffer.
+    let (mut a, mut b) = pair();
+    let tags = [1u64, 2, 2, 3];
+    let mut bufs: Vec<Vec<u8>> = tags.iter().map(|_| vec![0u8; 8]).collect();
+    for (i, (&t, buf)) in tags.iter().zip(bufs.iter_mut()).enumerate() {
+        recv(&mut b, i, buf, ffi::FI_ADDR_UNSPEC, Some((t, 0)));
+    }
+    for (n, (&t, want)) in [2u64, 3, 1, 2].iter().zip([1usize, 3, 0, 2]).enumerate() {
+        let msg = pattern(8, 10 + n);
+        send(&mut a, 100 + n, &msg, Some(t));
+        let e = ok(next(&mut a, &mut b, 1));
+        assert_eq!((e.op_context, e.tag), (want, t), "message {n} tagged {t}");
+        assert!(bufs[want] == msg, "message {n} landed in receive {want}'s buffer");
+    }
+}
