@@ -68,6 +68,7 @@ crate::fid_object!(EpAlias, hdr, ffi::FI_CLASS_EP, "endpoint alias", ALIAS_FI_OP
 /// The endpoint behind a data or endpoint slot's own fid argument
 /// (`from_fid!`'s contract): an endpoint, or an alias of one (then also
 /// the alias, whose default op flags the slot applies).
+#[inline(always)]
 pub(super) fn target<'a, F>(p: *const F) -> Result<(&'a Ep, Option<&'a OpDefaults>)> {
     if let Some(ep) = from_fid!(try Ep, p) {
         return Ok((ep, None));

@@ -53,6 +53,7 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Iovs> {
 
 /// A buffer the application names: not NULL unless empty, and not
 /// wrapping around the end of the address space.
+#[inline(always)]
 pub(super) fn buffer_ok(base: usize, len: usize) -> Result<()> {
     if base == 0 && len > 0 {
         return Err(fail!(ffi::FI_EINVAL, "NULL buffer with length {len}"));
@@ -63,6 +64,7 @@ pub(super) fn buffer_ok(base: usize, len: usize) -> Result<()> {
     Ok(())
 }
 
+#[inline(always)]
 fn one(buf: *const c_void, len: usize) -> Result<Iovs> {
     buffer_ok(buf as usize, len)?;
     Ok(Iovs::one(buf as usize, len))
@@ -262,6 +264,7 @@ fn inject_common(
     send_common(name, ep, tx(std::ptr::null_mut(), one(buf, len), dest, tag, data, Some(INJECT)))
 }
 
+#[inline(always)]
 fn recv_common(
     name: &'static str,
     ep: *mut fid_ep,

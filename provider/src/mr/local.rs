@@ -83,6 +83,7 @@ pub fn slice_or_spill<'a>(
 /// Every (addr, len) in `dst` is writable memory of this process for the
 /// duration of the call (libfabric's contract for posted buffers, or a
 /// registration that was checked and is held).
+#[inline(always)]
 pub unsafe fn scatter(dst: &[(usize, usize)], src: &[u8]) -> usize {
     let mut off = 0;
     for &(a, l) in dst {

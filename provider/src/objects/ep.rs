@@ -467,6 +467,7 @@ impl Ep {
 
     /// Post a receive: `tag` is (tag, ignore) for tagged receives, `flags`
     /// the call's own (None: the endpoint's rx op_flags).
+    #[inline(always)]
     pub fn recv(&self, ctx: usize, iovs: Iovs, src: u64, tag: Option<(u64, u64)>, flags: Option<u64>) -> Result<()> {
         let src = if self.is_msg() { ffi::FI_ADDR_UNSPEC } else { src };
         self.with_engine(|e| e.recv(ctx, iovs, src, tag, flags))

@@ -71,10 +71,10 @@ impl ProgressList {
 
     /// Run every engine; `serve`: false leaves the copies its peers asked
     /// for and that it kept (see `Engine::progress_with`) for a later call.
-    // (The hint stays although the function is not inlined: without it,
-    // and `Engine::progress_with`'s, the same instructions ran a one-thread
-    // round trip in 380 ns instead of 330, code placement alone.)
-    #[inline]
+    // (Forced in line, as every function a small message's path calls
+    // once per message: docs/architecture.md, "The per-message path is
+    // one function".)
+    #[inline(always)]
     pub fn run_with(&self, serve: bool) {
         let n = self.fixed_len.load(Ordering::Acquire);
         for c in self.fixed[..n].iter().filter_map(OnceLock::get) {

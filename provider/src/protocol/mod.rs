@@ -163,6 +163,7 @@ impl Hdr {
     /// (a bit each), and an IPv6 sender adds 24 bytes. An eager send from
     /// an IPv4 endpoint thus has a 32-byte header, and with the queue
     /// cell's 8 bytes and up to 24 bytes of payload fits one cache line.
+    #[inline(always)]
     pub fn encode(&self, b: &mut [u8; HDR_MAX]) -> usize {
         b[0] = self.op;
         b[1] = self.flags;

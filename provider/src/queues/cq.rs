@@ -141,6 +141,7 @@ impl Credit {
 
     /// `complete`, the credit's reference to its CQ kept in `spare` for
     /// the next reservation (`CqCore::reserve_from`).
+    #[inline(always)]
     pub fn complete_into(self, e: CqEntry, spare: &SpareCq) {
         if let Some(cq) = self.deliver(e) {
             // (One already there goes: a burst of completions keeps one.)
@@ -148,6 +149,7 @@ impl Credit {
         }
     }
 
+    #[inline(always)]
     fn deliver(mut self, e: CqEntry) -> Option<Arc<CqCore>> {
         let cq = self.cq.take();
         if let Some(c) = &cq {
@@ -250,6 +252,7 @@ impl CqCore {
         self.push(Slot::Err(e));
     }
 
+    #[inline(always)]
     fn push(&self, s: Slot) {
         let mut q = self.queue.lock();
         q.push_back(s);
@@ -261,6 +264,7 @@ impl CqCore {
     /// Pop up to `count` successes, handing each to `out(index, entry)`
     /// (no progress: `objects::Cq::read` drives it first).
     /// -FI_EAGAIN when empty, -FI_EAVAIL when an error is at the head.
+    #[inline(always)]
     pub fn pop(&self, count: usize, mut out: impl FnMut(usize, &CqEntry)) -> Result<usize> {
         if self.queued.load(Ordering::Acquire) == 0 {
             return Err(Error::quiet(ffi::FI_EAGAIN));

@@ -145,6 +145,7 @@ impl Dial {
     /// The wire that carries frames to and from the endpoint named `to`:
     /// shared memory or TCP (never `Auto`). A frame that arrives on the
     /// other wire is not taken as that endpoint's (`Engine::sent_by`).
+    #[inline(always)]
     pub fn route(&self, to: &SocketAddr) -> Wire {
         match self.wire {
             Wire::Auto if is_local(to.ip(), &self.local) => Wire::Shm,
@@ -288,6 +289,7 @@ impl Link {
     }
 
     /// Send one frame, given in parts (header, body...): all or nothing.
+    #[inline(always)]
     pub fn send(&self, parts: &[&[u8]]) -> Result<(), WireError> {
         match &self.via {
             Carrier::Shm(r) => r.push(parts).map_err(|e| match e.raw_os_error() {

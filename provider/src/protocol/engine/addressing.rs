@@ -39,6 +39,7 @@ impl AvCache {
     }
 
     /// The address of a destination fi_addr.
+    #[inline(always)]
     pub(super) fn resolve(&mut self, av: Option<&AddrTable>, fi_addr: u64) -> Result<SocketAddr> {
         self.check(av);
         if let Some((a, to)) = self.to {
@@ -78,6 +79,7 @@ impl AvCache {
 
     /// The fi_addr of a sender (FI_ADDR_NOTAVAIL when not in the AV), for
     /// FI_SOURCE.
+    #[inline(always)]
     pub(super) fn src_fi_addr(&mut self, av: Option<&AddrTable>, from: &SocketAddr) -> u64 {
         self.check(av);
         if let Some((_, a, Some(fi))) = &self.from {

@@ -74,6 +74,7 @@ impl Engine {
 
     /// Complete a receive whose data is in place (or failed with `status`),
     /// and answer the sender if it waits for us.
+    #[inline(always)]
     pub(super) fn finish_recv(&mut self, p: Posted, hdr: &Hdr, from: SocketAddr, status: u32) {
         self.finish_open_job();
         self.complete_recv(p, hdr, from, status);
@@ -97,6 +98,7 @@ impl Engine {
     /// answered); every held one is reported once the earlier ones are.
     /// (One order for all peers: a pull from one peer holds back another
     /// peer's receives too, for as long as it takes.)
+    #[inline(always)]
     pub(super) fn complete_recv(&mut self, p: Posted, hdr: &Hdr, from: SocketAddr, status: u32) {
         if p.seq != self.order.next_report && p.seq != 0 {
             self.order.held.insert(p.seq, (p, *hdr, from, status));
@@ -128,6 +130,7 @@ impl Engine {
         }
     }
 
+    #[inline(always)]
     fn report_recv(&mut self, mut p: Posted, hdr: &Hdr, from: &SocketAddr, status: u32) {
         let room = total(&p.iovs);
         let len = hdr.len as usize;
@@ -182,6 +185,7 @@ impl Engine {
 
     /// Keep a completed receive's box for the next one posted
     /// (`Engine::posted_box`): no allocation per receive.
+    #[inline(always)]
     fn recycle(&mut self, p: Posted) {
         if self.spare_posted.len() < SPARE_POSTED {
             self.spare_posted.push(p);

@@ -190,6 +190,7 @@ impl Engine {
 
     /// An EAGER message into the receive it matched (`p`, its place in
     /// matching order given), completed.
+    #[inline(always)]
     pub(super) fn eager_into(&mut self, p: super::Posted, h: &Hdr, body: &[u8], from: SocketAddr) {
         let n = (h.len as usize).min(total(&p.iovs)).min(body.len());
         // SAFETY: the application's posted receive buffers.
@@ -201,7 +202,7 @@ impl Engine {
     /// `tag` from `from` matches. (The first posted is the usual match,
     /// asked alone before the deque's search, which costs ~30
     /// instructions even for one element.)
-    #[inline]
+    #[inline(always)]
     fn matching_posted(&self, q: usize, tagged: bool, tag: u64, from: &SocketAddr) -> Option<usize> {
         match self.posted[q].front() {
             None => None,

@@ -145,6 +145,7 @@ impl Engine {
     /// armed (`post_triggered`), or it is fenced and something posted to
     /// that peer before it is still pending, or something posted to that
     /// peer before it waits already.
+    #[inline(always)]
     pub(super) fn must_wait(&self, to: &SocketAddr, flags: u64) -> bool {
         // (`held` is asked if empty first: a deque's search costs ~20
         // instructions even then, on every send.)

@@ -699,6 +699,7 @@ impl Engine {
         cq.as_ref().map(|c| c.reserve_from(&self.spare_cq[tx as usize])).transpose()
     }
 
+    #[inline(always)]
     fn count(&self, slot: usize, ok: bool) {
         if let Some(c) = &self.bound.cntrs[slot] {
             if ok {
@@ -710,6 +711,7 @@ impl Engine {
     }
 
     /// Forget cached AV entries if the AV changed since they were read.
+    #[inline(always)]
     fn resolve(&mut self, fi_addr: u64) -> Result<SocketAddr> {
         self.av_cache.resolve(self.bound.av.as_deref(), fi_addr)
     }
@@ -726,6 +728,7 @@ impl Engine {
     }
 
     /// The fi_addr of a sender (FI_SOURCE), FI_ADDR_NOTAVAIL if not in the AV.
+    #[inline(always)]
     fn src_fi_addr(&mut self, from: &SocketAddr) -> u64 {
         self.av_cache.src_fi_addr(self.bound.av.as_deref(), from)
     }

@@ -114,7 +114,7 @@ impl Engine {
     /// Take posted receive `i` of queue `q` for a message of `len` bytes:
     /// the receive itself, or for a multi-receive buffer the receive
     /// carved out of it (the buffer stays posted until it is released).
-    #[inline]
+    #[inline(always)]
     pub(super) fn take_posted(&mut self, q: usize, i: usize, len: u64) -> Posted {
         if self.posted[q][i].multi == Multi::No {
             // (The first, nearly always: no shifting to consider.)

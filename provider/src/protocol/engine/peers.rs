@@ -65,6 +65,7 @@ pub(super) struct Peers {
 }
 
 impl Peers {
+    #[inline(always)]
     pub(super) fn find(&mut self, to: &SocketAddr) -> Option<usize> {
         if self.list.get(self.last).is_some_and(|p| p.addr == *to) {
             return Some(self.last);

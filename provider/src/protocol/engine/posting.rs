@@ -264,6 +264,7 @@ impl Engine {
 
     /// fi_recv / fi_trecv and their variants (with FI_MULTI_RECV, untagged:
     /// `post_multi`).
+    #[inline(always)]
     pub fn recv(
         &mut self,
         ctx: usize,

@@ -69,8 +69,8 @@ impl Engine {
     /// completions waiting, `Cq::read`); every `SERVE_EVERY`th such call
     /// serves them anyway, so an application whose queue never runs dry
     /// cannot starve its peers.
-    // (Kept for code placement: `ProgressList::run_with`.)
-    #[inline]
+    // (In line: `ProgressList::run_with`.)
+    #[inline(always)]
     pub fn progress_with(&mut self, serve: bool) {
         // The call of a spinning reader, most of them: nothing arrived and
         // nothing of our own waits. Asked first, in line, so that it costs

@@ -300,6 +300,7 @@ impl Region {
     }
 
     /// Push one message (`parts` concatenated). EAGAIN when full.
+    #[inline(always)]
     pub fn push(&self, parts: &[&[u8]]) -> io::Result<()> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > CELL_DATA {
