@@ -199,6 +199,7 @@ pub unsafe fn borrow_if<'a, T: FidObject>(fid: *const ffi::fid) -> Option<&'a T>
 /// # Safety
 /// `fid` is NULL or a fid that libfabric handed to the application and that
 /// has not been closed (the libfabric contract for every call).
+#[inline(always)]
 pub unsafe fn borrow<'a, T: FidObject>(fid: *const ffi::fid) -> Result<&'a T> {
     if fid.is_null() {
         return Err(fail!(ffi::FI_EINVAL, "NULL {} passed to oxmr", T::NAME));

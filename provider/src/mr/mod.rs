@@ -392,6 +392,7 @@ impl MrDomain {
     /// fi_mr_enable, and published under its key. No reference count
     /// changes: the two references a live registration has are the two
     /// that were parked.
+    #[inline(always)]
     fn rekey<T: registry::Tail>(
         &self,
         r: Arc<Region<T>>,
@@ -528,6 +529,7 @@ impl MrDomain {
 /// `rekey`, changes no count: a locked instruction costs about 7 ns
 /// on this project's VM, a ninth of a hit), its owner's part reset by `reset` (bindings
 /// go); anything else is dropped, its pin going back to the cache's rules.
+#[inline(always)]
 pub fn park<T: registry::Tail>(r: Arc<Region<T>>, keyed: Option<Arc<Region>>, reset: impl FnOnce(&mut T)) {
     let Some(keyed) = keyed.filter(|k| std::ptr::addr_eq(Arc::as_ptr(k), Arc::as_ptr(&r))) else { return };
     // Nothing else holds it: its only strong references are these two,

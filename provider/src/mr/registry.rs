@@ -295,6 +295,7 @@ impl ShardMap {
     }
 
     /// Add `r` under `key`; handed back if the key is taken.
+    #[inline(always)]
     fn insert(&mut self, key: u64, r: Arc<Region>) -> Result<(), Arc<Region>> {
         if self.get(key).is_some() {
             return Err(r);
@@ -567,6 +568,7 @@ impl Registry {
 
     /// Add a region under its key; `Err(())` if the key is taken.
     #[allow(clippy::result_unit_err)]
+    #[inline(always)]
     pub fn insert(&self, r: Arc<Region>) -> Result<(), ()> {
         let key = r.key;
         let taken = self.shard(key).lock().insert(key, r);
@@ -585,6 +587,7 @@ impl Registry {
     /// reference may be this one) or keeps it (`mr::park` keeps both of a
     /// closed registration's references, so that reusing it changes no
     /// count).
+    #[inline(always)]
     pub fn remove_region(&self, r: &Region) -> Option<Arc<Region>> {
         self.shard(r.key).lock().remove_if(r.key, |x| std::ptr::addr_eq(Arc::as_ptr(x), r))
     }

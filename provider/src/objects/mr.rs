@@ -60,6 +60,7 @@ impl Region<MrTail> {
 
     /// fi_close: the key stops validating now; the region (and its pin)
     /// goes when the last in-flight access lets go of it.
+    #[inline(always)]
     pub fn deregister(&self) -> Option<Arc<Region>> {
         self.tail.domain.mr.deregister(self)
     }
@@ -67,6 +68,7 @@ impl Region<MrTail> {
     /// fi_close, given C's reference: deregistered, then parked whole for
     /// the next registration of its range if it is a cache hit nothing
     /// else holds (`mr::park`), else dropped.
+    #[inline(always)]
     pub fn close(self: Arc<Self>) {
         let keyed = self.deregister();
         crate::mr::park(self, keyed, MrTail::reset);

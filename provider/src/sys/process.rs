@@ -50,6 +50,7 @@ fn page() -> Option<&'static AtomicU64> {
 
 /// A value that names this process image: equal for every call in one
 /// process, different in a forked child (and never 0).
+#[inline(always)]
 pub fn token() -> u64 {
     let Some(t) = page() else { return std::process::id() as u64 | 1 << 63 };
     let now = t.load(Ordering::Acquire);

@@ -459,6 +459,7 @@ impl Cache {
     /// the entries it invalidates go to `out`, which the caller drops after
     /// the lock (each gives its pin back through `release`, which locks):
     /// declared before the guard, it is dropped after it.
+    #[inline(always)]
     fn sync(&self, s: &mut State, out: &mut Vec<Parkable>) {
         self.sync_uffd(s, out);
         // (After the unmaps: the new mapping at an unmapped range is
@@ -797,6 +798,7 @@ impl Cache {
     /// holds. Refused (handed back, for the caller to drop) when the park
     /// is full, in a forked child, without the mprotect watch (a hit then
     /// reads /proc/self/maps), or when the entry is out of service.
+    #[inline(always)]
     pub fn park<T: super::registry::Tail>(
         &self,
         region: Arc<Region<T>>,
