@@ -62,6 +62,7 @@ impl Cq {
 
     /// Pop up to `count` successes, handing each to `out(index, entry)`.
     /// -FI_EAGAIN when empty, -FI_EAVAIL when an error is at the head.
+    #[inline(always)]
     pub fn read(&self, count: usize, out: impl FnMut(usize, &CqEntry)) -> Result<usize> {
         // Manual progress: the endpoints bound here move data now. While
         // completions wait here, the copies the engines kept for their

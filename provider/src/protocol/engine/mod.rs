@@ -158,6 +158,7 @@ impl Engine {
     /// A plain receive being posted, in a completed receive's box
     /// (`recycle`) or a new one. (Field by field: a whole `PostedRecv`
     /// built and moved in would be one more memcpy call.)
+    #[inline(always)]
     fn posted_box(
         &mut self,
         ctx: usize,
@@ -542,6 +543,7 @@ fn region_slice(iovs: &[(usize, usize)], offset: usize, len: usize) -> Vec<(usiz
     crate::mr::local::slice(iovs, offset, len)
 }
 
+#[inline(always)]
 fn matches(p: &Posted, tagged: bool, tag: u64, from: &SocketAddr) -> bool {
     (!tagged || (p.tag | p.ignore) == (tag | p.ignore)) && p.src.is_none_or(|s| s == *from)
 }
