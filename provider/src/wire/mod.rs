@@ -617,6 +617,13 @@ impl Inbox {
         self.shm.as_ref().is_some_and(|r| r.ready()) || self.tcp.as_mut().is_some_and(|t| t.ready())
     }
 
+    /// Whether the inbox takes no TCP, or its TCP side holds nothing and
+    /// no connection (a pass that just took the last shared-memory frame
+    /// need not look again: `Engine::progress_full`).
+    pub fn tcp_idle(&self) -> bool {
+        self.tcp.as_ref().is_none_or(|t| t.idle())
+    }
+
     /// Hand one frame to `f(frame, how)`, `how` saying how it arrived
     /// (`Arrival`: whether another waits behind it, the sender its
     /// connection proved, its payload bytes that landed, its wire); false
@@ -626,16 +633,18 @@ impl Inbox {
         #[cfg(test)]
         if let Some(l) = &mut self.lo {
             let wire = &self.shm_props;
-            return l.pop(|m, more| f(m, Arrival { more, via: None, landed: 0, wire }));
+            return l.pop(|m, more| f(m, Arrival { more, last: false, via: None, landed: 0, wire }));
         }
         if let Some(r) = self.shm.as_mut().filter(|r| r.ready()) {
             let wire = &self.shm_props;
-            return r.pop(|m, more| f(m, Arrival { more, via: None, landed: 0, wire }));
+            // (Asked before the pop: what the TCP side holds now.)
+            let others_idle = self.tcp.as_ref().is_none_or(|t| t.idle());
+            return r.pop(|m, more| f(m, Arrival { more, last: !more && others_idle, via: None, landed: 0, wire }));
         }
         match &mut self.tcp {
             Some(t) => {
                 let wire = &self.tcp_props;
-                t.pop(|m, more, from, landed| f(m, Arrival { more, via: Some(&from), landed, wire }))
+                t.pop(|m, more, from, landed| f(m, Arrival { more, last: !more, via: Some(&from), landed, wire }))
             }
             None => false,
         }

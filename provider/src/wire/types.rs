@@ -64,6 +64,13 @@ pub(crate) const FRAME_FLOOR: usize = super::shm::region::CELL_DATA;
 pub struct Arrival<'a> {
     /// Whether another frame waits behind it.
     pub more: bool,
+    /// Whether it is the last the inbox has for this pass: nothing waited
+    /// behind it when it was taken, and nothing else of the inbox had
+    /// anything (a TCP frame cut from sockets read until they were empty;
+    /// a queue cell whose next was not published, with no connection to
+    /// read). Another pop would only look again: the next progress call
+    /// does.
+    pub last: bool,
     /// The sender the connection proved (`Proof::Hello`); None on a wire
     /// whose frames carry no such proof. (By reference: every frame's
     /// handler asks first whether there is one, and a pointer is one

@@ -628,6 +628,12 @@ impl Inbox {
 
     /// Whether a frame waits (reads the sockets).
     #[inline]
+    /// Whether nothing was read and no connection is open or being handed
+    /// over: `ready` would read nothing but its clock.
+    pub fn idle(&self) -> bool {
+        self.frames.is_empty() && self.conns.is_empty() && !self.pairs.handing()
+    }
+
     pub fn ready(&mut self) -> bool {
         // (In line, the common case of an endpoint whose peers are all on
         // this host: nothing read, no connection, and the clock not due.)
