@@ -307,17 +307,13 @@ impl MrDomain {
             false => None,
         };
         // A closed registration of exactly this range and access, parked
-        // whole (`park`), is handed out again under the new key. (A
-        // domain's registrations all have its one tail type, so the
-        // downcast holds; one that failed would drop the region and count
-        // the hit below a second time.)
+        // whole (`park`), is handed out again under the new key (as the
+        // type it was parked as: a domain parks its one tail type).
         if let (Some(c), &[(a, l)], None, None) = (&self.cache, &*req.iovs, &mapped, &sim) {
             if self.cache_explicit && l > 0 && req.flags & crate::ext::OXMR_MR_PHYS_FALLBACK == 0 {
                 let draw = |p: &mut registry::KeyPool| user_key.unwrap_or_else(|| self.registry.draw(p));
-                if let Some((p, key)) = c.unpark(a, l, req.access, draw) {
-                    if let Ok(r) = p.handle.downcast::<Region<T>>() {
-                        return self.rekey(r, p.keyed, fid, key, iova);
-                    }
+                if let Some((r, keyed, key)) = c.unpark::<T>(a, l, req.access, draw) {
+                    return self.rekey(r, keyed, fid, key, iova);
                 }
             }
         }

@@ -520,6 +520,39 @@ fn a_closed_registration_is_parked_whole_and_handed_out_again_under_a_new_key() 
     unsafe { libc::munmap(a as *mut _, len) };
 }
 
+/// The park hands a registration back only as the type it was parked as
+/// (`Cache::unpark` casts without a downcast, on the park's one recorded
+/// type): a registration of another tail type finds nothing parked, and
+/// is not parked beside the first type's.
+#[test]
+fn the_park_holds_one_tail_type_and_hands_back_only_that_type() {
+    let (d, c) = parking_domain(4096);
+    let len = 64 << 10;
+    let a = map(0, len, 1);
+    cache_range(&d, &c, a, len, RW);
+    // Parked as Region<()>.
+    let r1 = reg_unit(&d, a, len, RW).unwrap();
+    let p1 = Arc::as_ptr(&r1) as usize;
+    close(&d, r1);
+    assert_eq!(c.parked(), 1);
+    // Asked as Region<u64>: not the parked one (a hit of its own, new region).
+    let other = reg_with(&d, a, len, RW, || 7u64).unwrap();
+    assert_ne!(Arc::as_ptr(&other) as usize, p1, "a registration of another type is not handed a parked one");
+    assert_eq!(other.tail, 7, "its own tail");
+    assert_eq!(c.parked(), 1, "the parked one stays");
+    // Closed, it is not parked beside the other type's.
+    close(&d, other);
+    assert_eq!(c.parked(), 1, "a registration of another type is not parked");
+    // Asked as Region<()> again: the parked one, whole.
+    let r2 = reg_unit(&d, a, len, RW).unwrap();
+    assert_eq!(Arc::as_ptr(&r2) as usize, p1, "the parked registration, as its own type");
+    assert!(d.registry.check(r2.key, a as u64, 8, ffi::FI_REMOTE_WRITE as u64).is_ok(), "under a key that validates");
+    close(&d, r2);
+    d.unpark_all();
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, len) };
+}
+
 /// A tail that counts its drops: a region is freed once, when its last
 /// reference goes.
 struct Counted(Arc<AtomicU64>);
