@@ -468,7 +468,10 @@ impl Cache {
     /// declared before the guard, it is dropped after it.
     #[inline(always)]
     fn sync(&self, s: &mut State, out: &mut Vec<Parkable>) {
-        self.sync_uffd(s, out);
+        // (Nothing new in the log, a hit's usual case, asked in line.)
+        if !self.monitor.up_to_date(s.seq) {
+            self.sync_uffd(s, out);
+        }
         // (After the unmaps: the new mapping at an unmapped range is
         // recorded too, and must find the old entry gone, not detach it.)
         if self.prot.as_ref().is_some_and(|w| w.pending()) {
