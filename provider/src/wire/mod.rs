@@ -617,13 +617,6 @@ impl Inbox {
         self.shm.as_ref().is_some_and(|r| r.ready()) || self.tcp.as_mut().is_some_and(|t| t.ready())
     }
 
-    /// Whether the inbox takes no TCP, or its TCP side holds nothing and
-    /// no connection (a pass that just took the last shared-memory frame
-    /// need not look again: `Engine::progress_full`).
-    pub fn tcp_idle(&self) -> bool {
-        self.tcp.as_ref().is_none_or(|t| t.idle())
-    }
-
     /// Hand one frame to `f(frame, how)`, `how` saying how it arrived
     /// (`Arrival`: whether another waits behind it, the sender its
     /// connection proved, its payload bytes that landed, its wire); false

@@ -177,7 +177,7 @@ fn parked_of(park: &Park, slot: (usize, u64)) -> usize {
 /// layer's `Region<T>`, which it gets back by downcasting) and the
 /// registry's. Dropped (an invalidation, a flush), both go.
 pub struct Parkable {
-    pub handle: Arc<dyn Any + Send + Sync>,
+    handle: Arc<dyn Any + Send + Sync>,
     pub keyed: Arc<Region>,
 }
 

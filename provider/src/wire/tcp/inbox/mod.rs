@@ -637,7 +637,7 @@ impl Inbox {
     pub fn ready(&mut self) -> bool {
         // (In line, the common case of an endpoint whose peers are all on
         // this host: nothing read, no connection, and the clock not due.)
-        if self.frames.is_empty() && self.conns.is_empty() && !self.pairs.handing() {
+        if self.idle() {
             self.polls = self.polls.wrapping_add(1);
             if self.polls % IDLE_CLOCK_EVERY != 1 {
                 return false;
