@@ -99,6 +99,71 @@ fn payloads_land_in_their_zone_straight_from_the_socket_and_nowhere_else() {
 }
 
 #[test]
+fn a_landing_whose_socket_ran_dry_rests_then_lands_whole() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = l.local_addr().unwrap();
+    let lands = super::super::land::Landings::default();
+    lands.set_classifier(test_head, 17);
+    let mut inbox = Inbox::new(l, hello(&at, 7), wake(), lands.clone()).unwrap();
+    // (Long here, so that the test can look inside it on a slow machine.)
+    let rest = Duration::from_millis(400);
+    inbox.set_land_rest(rest);
+    let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let mut dest = vec![0u8; 512 << 10];
+    let base = dest.as_mut_ptr() as usize;
+    // SAFETY: `dest` outlives the inbox's use of the zone (forgotten
+    // below, before `dest` is read or dropped).
+    unsafe { lands.expect(me, 5, vec![(base, 512 << 10)]) };
+    let mut peer = TcpStream::connect(at).unwrap();
+    peer.write_all(&hello_bytes(&hello(&me, 9))).unwrap();
+    let pattern: Vec<u8> = (0..(512u32 << 10)).map(|i| (i * 13 + 1) as u8).collect();
+    let frame = land_frame(5, 0, &pattern);
+    let mut got: Vec<(usize, usize)> = Vec::new();
+    let pop = |inbox: &mut Inbox, got: &mut Vec<(usize, usize)>| {
+        while inbox.pop(|f, _, _, landed| got.push((f.len(), landed))) {}
+    };
+    // The header and 100 KiB, then 50 KiB more: the landing's read of
+    // those finds the socket dry with more than LAND_REST_LEFT of the
+    // payload to come.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut before = Instant::now();
+    let mut sent = 0;
+    // (The kernel writes `dest` through the zone's pointer: read so.)
+    // SAFETY: `base + i` lies in `dest`, alive until the test ends.
+    let landed = |i: usize| unsafe { std::ptr::read_volatile((base + i) as *const u8) };
+    for upto in [4 + 17 + (100 << 10), 4 + 17 + (150 << 10)] {
+        peer.write_all(&frame[sent..upto]).unwrap();
+        sent = upto;
+        while landed(upto - 4 - 17 - 1) != pattern[upto - 4 - 17 - 1] {
+            assert!(Instant::now() < deadline, "the first {upto} bytes never landed");
+            before = Instant::now();
+            pop(&mut inbox, &mut got);
+        }
+    }
+    // The rest comes at once, and waits in the socket while the landing
+    // rests (looked at for half the rest, started before the read that
+    // began it).
+    peer.write_all(&frame[sent..]).unwrap();
+    peer.write_all(&2u32.to_le_bytes()).unwrap();
+    peer.write_all(b"hi").unwrap();
+    while Instant::now() < before + rest / 2 {
+        pop(&mut inbox, &mut got);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(got.is_empty(), "{got:?}");
+    assert!(dest[150 << 10..].iter().all(|&b| b == 0), "nothing more was read during the rest");
+    // After it: the payload lands whole, and what follows goes up.
+    while got.len() < 2 {
+        assert!(Instant::now() < deadline, "the landing never resumed: {got:?}");
+        pop(&mut inbox, &mut got);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    lands.forget(me, 5);
+    assert_eq!(got, vec![(17, 512 << 10), (2, 0)]);
+    assert_eq!(dest, pattern);
+}
+
+#[test]
 fn nothing_after_a_barrier_is_cut_until_it_was_taken_so_what_follows_can_land() {
     // A streamed write's request (the barrier) and its DATA arrive in
     // one read: the DATA is cut only at the next poll, after the
