@@ -108,6 +108,8 @@ fn a_landing_whose_socket_ran_dry_rests_then_lands_whole() {
     // (Long here, so that the test can look inside it on a slow machine.)
     let rest = Duration::from_millis(400);
     inbox.set_land_rest(rest);
+    // (As while the engine has streams of its own to push.)
+    inbox.set_sending(true);
     let me: SocketAddr = "127.0.0.1:1".parse().unwrap();
     let mut dest = vec![0u8; 512 << 10];
     let base = dest.as_mut_ptr() as usize;
