@@ -701,15 +701,6 @@ impl Inbox {
         }
     }
 
-    /// Whether we have streams of our own waiting to go out: a TCP landing
-    /// then rests between reads (see `tcp::Inbox::set_sending`); on other
-    /// wires, nothing.
-    pub fn set_sending(&mut self, on: bool) {
-        if let Some(t) = &mut self.tcp {
-            t.set_sending(on);
-        }
-    }
-
     /// Close every TCP connection whose hello named `peer`, dropping what
     /// they sent that was not taken yet, and refuse their sources for a
     /// while (it made too many refused accesses); on other wires, nothing

@@ -130,12 +130,6 @@ impl Engine {
         // empty poll more than the check.)
         if self.peers.buffering > 0 {
             self.flush_links();
-            // (Streams of our own still to push: two-way bulk traffic,
-            // where reading every byte the moment it lands starves them.)
-            let sending = self.peers.owed > 0;
-            if let Some(rx) = self.rx.as_mut() {
-                rx.set_sending(sending);
-            }
         }
         let ready = !empty && self.rx.as_mut().is_some_and(|r| r.ready());
         if let Some(mut rx) = self.rx.take_if(|_| ready) {

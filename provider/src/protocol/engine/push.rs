@@ -30,6 +30,16 @@ pub(super) struct Pulls {
     pub(super) dropping: FastMap<(SocketAddr, u64), (u64, u32)>,
 }
 
+/// While pulls of ours are open (bulk data coming in too), one progress
+/// pass pushes at most this many bytes of streams to one TCP peer before
+/// the pass goes on to read. Without it, a pass pushed every stream as far
+/// as the socket took, megabytes while the peer's data piled up unread in
+/// ours (`ss`: 11-13 MB in its receive queue, drops and retransmits), and
+/// in two-way `fi_rma_bw -o write` the side whose socket took its writes
+/// kept writing while the other waited: one direction ran at twice the
+/// other's speed (docs/wire-tcp.md, "Fair to both directions").
+pub(super) const SEND_PASS_MAX: usize = 1 << 20;
+
 impl Pulls {
     pub(super) fn new(lands: crate::wire::Landings) -> Pulls {
         Pulls { open: FastMap::default(), lands, landed: 0, dropping: FastMap::default() }
@@ -181,15 +191,18 @@ impl Engine {
             return;
         }
         let to: Vec<SocketAddr> = self.peers.list.iter().filter(|p| !p.streams.is_empty()).map(|p| p.addr).collect();
+        // (Bulk data coming in too: see `SEND_PASS_MAX`.)
+        let receiving = !self.pulls.open.is_empty();
         for a in to {
             // (One pass over the streams there now; a peer that goes on the
             // way takes the rest of its streams with it.)
             let mut n = self.peers.get(&a).map_or(0, |p| p.streams.len());
+            let mut budget = if receiving { SEND_PASS_MAX } else { usize::MAX };
             while n > 0 {
                 n -= 1;
                 let Some(mut st) = self.peers.get_mut(&a).and_then(|p| p.streams.pop_front()) else { break };
                 self.peers.owed -= 1;
-                if !self.run_stream(&mut st) {
+                if !self.run_stream(&mut st, &mut budget) {
                     if let Some(p) = self.peers.get_mut(&a) {
                         p.streams.push_front(st);
                         self.peers.owed += 1;
@@ -204,7 +217,7 @@ impl Engine {
     }
 
     /// Push the rest of one stream; false when its peer's queue is full.
-    fn run_stream(&mut self, st: &mut Stream) -> bool {
+    fn run_stream(&mut self, st: &mut Stream, budget: &mut usize) -> bool {
         if let Some(r) = st._hold.as_ref().filter(|r| !self.mr.phys_live(r)) {
             // A device registration revoked mid-read: no more of it.
             tracing::warn!(
@@ -236,6 +249,9 @@ impl Engine {
             {
                 return false;
             }
+            if buffers && *budget == 0 {
+                return false;
+            }
             let n = (st.total - st.off).min(chunk);
             let src = region_slice(&st.src, st.off, n);
             // The wire copies the frame's parts itself (a shared-memory
@@ -258,7 +274,12 @@ impl Engine {
             // (No retry at a new endpoint under its address: it is not the
             // one this was for.)
             match self.push_once(st.to, hdr, &parts, false, spread) {
-                Ok(()) => st.off += n,
+                Ok(()) => {
+                    st.off += n;
+                    if buffers {
+                        *budget = budget.saturating_sub(n);
+                    }
+                }
                 Err(e) if e.code() == ffi::FI_EAGAIN => return false,
                 Err(_) => {
                     st.off = st.total;

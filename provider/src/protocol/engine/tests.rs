@@ -1781,3 +1781,51 @@ fn a_message_takes_the_first_posted_receive_it_matches_wherever_it_is() {
         assert!(bufs[want] == msg, "message {n} landed in receive {want}'s buffer");
     }
 }
+
+#[test]
+fn a_pass_that_also_receives_bulk_pushes_at_most_its_share_and_both_directions_finish() {
+    // Two endpoints over TCP write 16 MiB into each other at once (as
+    // two-way fi_rma_bw does). While a has a pull of b's data open, one
+    // progress pass of a pushes at most `SEND_PASS_MAX` of its own stream
+    // (plus the chunk that crossed it) before it reads: without that, a
+    // pass pushed as far as the socket took, megabytes, while b's data
+    // waited unread. Both writes land whole.
+    VIA.with(|c| c.set(Via::Tcp));
+    let (mut a, mut b) = pair();
+    const LEN: usize = 16 << 20;
+    let mut at_a = vec![0u8; LEN];
+    let mut at_b = vec![0u8; LEN];
+    let (_ra, ka) = register(&a, &at_a, RW);
+    let (_rb, kb) = register(&b, &at_b, RW);
+    let mut from_a: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+    let mut from_b: Vec<u8> = (0..LEN).map(|i| (i % 241) as u8).collect();
+    rma(&mut a, 1, &mut from_a, at_b.as_mut_ptr() as usize, kb, false);
+    rma(&mut b, 2, &mut from_b, at_a.as_mut_ptr() as usize, ka, false);
+    let left = |s: &Side| -> usize {
+        s.eng.peers.list.iter().flat_map(|p| p.streams.iter()).map(|st| st.total - st.off).sum()
+    };
+    let (mut most, mut measured, mut done) = (0, 0, [false; 2]);
+    for _ in 0..200_000 {
+        let receiving = !a.eng.pulls.open.is_empty();
+        let before = left(&a);
+        a.eng.progress();
+        if receiving {
+            most = most.max(before - left(&a));
+            measured += 1;
+        }
+        b.eng.progress();
+        for s in [&a, &b] {
+            while let Some(g) = read(s) {
+                done[ok(g).op_context - 1] = true;
+            }
+        }
+        if done == [true, true] {
+            break;
+        }
+    }
+    assert_eq!(done, [true, true], "both writes completed");
+    assert!(measured > 0, "a pass of a ran with b's write coming in");
+    let frame = frame_payload(a.eng.peers.list[0].link.props().max_frame);
+    assert!(most <= super::push::SEND_PASS_MAX + frame, "one pass pushed {most} bytes while receiving");
+    assert!(at_a == from_b && at_b == from_a, "both writes landed whole");
+}

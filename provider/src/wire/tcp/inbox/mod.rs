@@ -57,8 +57,6 @@ pub(super) struct InConn {
     since: Instant,
     /// Since when it holds an unfinished frame (None: it holds none).
     partial_since: Option<Instant>,
-    /// Reading its landing payload rests until then (`LAND_REST`).
-    rest_until: Option<Instant>,
 }
 
 impl InConn {
@@ -88,7 +86,6 @@ impl InConn {
             challenged: None,
             since: Instant::now(),
             partial_since: None,
-            rest_until: None,
         }
     }
 }
@@ -165,10 +162,6 @@ pub struct Inbox {
     index_stale: bool,
     held_ids: Vec<u64>,
     order: Vec<usize>,
-    /// `LAND_REST` (tests set a longer one).
-    land_rest: Duration,
-    /// The engine has streams of its own to push (`set_sending`).
-    sending: bool,
 }
 
 /// See `Inbox::spare`.
@@ -177,20 +170,6 @@ const SPARE_MAX: usize = 16;
 /// The most bytes one poll reads from one connection into frames (payloads
 /// that land straight in their zone do not count: they cost no memory).
 const POLL_READ_MAX: usize = 1 << 20;
-
-/// Two-way bulk traffic: while the engine has streams of its own to push
-/// (`Inbox::set_sending`), a landing whose socket ran dry with at least
-/// `LAND_REST_LEFT` bytes of its frame still to come is not read again for
-/// `LAND_REST`: its bytes gather in the socket and are read in fewer,
-/// larger reads, and the time between goes to our sends. A receiver that
-/// read whenever its socket held anything made ~9x more `readv` calls,
-/// most of them EAGAIN, each taking the socket's lock (contended by the
-/// kernel delivering into it) and sending a window update; in two-way bulk
-/// traffic one direction fell far behind the other (docs/wire-tcp.md,
-/// "A landing rests while we send"). A receiver with nothing to send reads
-/// at once: resting there cost one-way `fi_rdm_tagged_bw` 1 MiB 19%.
-const LAND_REST: Duration = Duration::from_micros(60);
-const LAND_REST_LEFT: usize = 128 << 10;
 
 /// See `Inbox::polls`.
 const ACCEPT_GAP: Duration = Duration::from_micros(200);
@@ -239,8 +218,6 @@ impl Inbox {
             index_stale: false,
             held_ids: Vec::new(),
             order: Vec::new(),
-            land_rest: LAND_REST,
-            sending: false,
         })
     }
 
@@ -351,8 +328,6 @@ impl Inbox {
         }
         let paused = &self.paused;
         let look = |c: &InConn| paused.is_empty() || !c.peer.is_some_and(|p| paused.contains(&p));
-        let land_rest = self.land_rest;
-        let sending = self.sending;
         // (Bytes of unfinished frames held, kept as the connections are
         // read, and the budget.)
         let mut partial = self.partial;
@@ -382,13 +357,6 @@ impl Inbox {
             let c = &mut self.conns[i];
             if !look(c) {
                 continue;
-            }
-            // (A landing that rests: its bytes gather in the socket.)
-            if let Some(t) = c.rest_until {
-                if c.land.is_some() && !c.held && Instant::now() < t {
-                    continue;
-                }
-                c.rest_until = None;
             }
             held_ids.retain(|id| *id != c.id);
             let held_before = c.buf.len();
@@ -440,7 +408,6 @@ impl Inbox {
                         }
                         Ok(k) => {
                             let short = k < l.left;
-                            let rest = sending && l.left - k >= LAND_REST_LEFT;
                             skip(&mut l.dest, k);
                             l.left -= k;
                             if l.left == 0 {
@@ -451,9 +418,6 @@ impl Inbox {
                             // (A short read emptied the socket: the next
                             // poll reads again, no EAGAIN read now.)
                             if short {
-                                if rest {
-                                    c.rest_until = Some(Instant::now() + land_rest);
-                                }
                                 break;
                             }
                         }
@@ -727,18 +691,6 @@ impl Inbox {
         self.frames.retain(|f| f.2 != id);
         self.popped += (before - self.frames.len()) as u64;
         self.sweep();
-    }
-
-    /// Whether the engine has streams of its own waiting to go out:
-    /// landings rest between reads only then (`LAND_REST`).
-    pub fn set_sending(&mut self, on: bool) {
-        self.sending = on;
-    }
-
-    /// A landing's rest (`LAND_REST`), longer in a test that watches it.
-    #[cfg(test)]
-    pub(super) fn set_land_rest(&mut self, d: Duration) {
-        self.land_rest = d;
     }
 
     /// Whether hellos arrived since the last `take_hellos`.
