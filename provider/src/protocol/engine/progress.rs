@@ -20,11 +20,15 @@ pub(super) struct Pace {
     pub(super) unserved: u32,
     /// What our region's `idle` word says (written on change only).
     pub(super) idle_shown: bool,
+    /// A thread has slept waiting for this endpoint (`sleep`): its
+    /// application waits in fi_cq_sread or on the fd, not spinning, and a
+    /// pass's pushes are not bounded (`push::SEND_PASS_MAX`).
+    pub(super) slept: bool,
 }
 
 impl Default for Pace {
     fn default() -> Self {
-        Pace { last_liveness: Instant::now(), ticks: 0, unserved: 0, idle_shown: false }
+        Pace { last_liveness: Instant::now(), ticks: 0, unserved: 0, idle_shown: false, slept: false }
     }
 }
 
@@ -265,6 +269,7 @@ impl Engine {
     /// armed triggered operations, whose counter may move with no arrival).
     /// Always followed by `awake`.
     pub fn sleep(&mut self) -> bool {
+        self.pace.slept = true;
         let Some(rx) = self.rx.as_mut() else { return true };
         rx.set_sleeping(true);
         // (After the flag: a frame pushed before it was set is seen here.)

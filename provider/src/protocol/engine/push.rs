@@ -37,7 +37,10 @@ pub(super) struct Pulls {
 /// ours (`ss`: 11-13 MB in its receive queue, drops and retransmits), and
 /// in two-way `fi_rma_bw -o write` the side whose socket took its writes
 /// kept writing while the other waited: one direction ran at twice the
-/// other's speed (docs/wire-tcp.md, "Fair to both directions").
+/// other's speed (docs/wire-tcp.md, "Fair to both directions"). Not for an
+/// endpoint whose application sleeps waiting (`Pace::slept`): between its
+/// passes it may sleep up to a tick, and bounded passes cost it 29% in
+/// the same run under `-c sread` (1658 -> 1175 MB/s, the slower side).
 pub(super) const SEND_PASS_MAX: usize = 1 << 20;
 
 impl Pulls {
@@ -191,8 +194,9 @@ impl Engine {
             return;
         }
         let to: Vec<SocketAddr> = self.peers.list.iter().filter(|p| !p.streams.is_empty()).map(|p| p.addr).collect();
-        // (Bulk data coming in too: see `SEND_PASS_MAX`.)
-        let receiving = !self.pulls.open.is_empty();
+        // (Bulk data coming in too, and a spinning application: see
+        // `SEND_PASS_MAX`.)
+        let receiving = !self.pulls.open.is_empty() && !self.pace.slept;
         for a in to {
             // (One pass over the streams there now; a peer that goes on the
             // way takes the rest of its streams with it.)
