@@ -220,7 +220,9 @@ impl Engine {
         }
     }
 
-    /// Push the rest of one stream; false when its peer's queue is full.
+    /// Push the rest of one stream; false when its peer's queue is full
+    /// or `budget` (this pass's bytes to that peer: `SEND_PASS_MAX`) is
+    /// spent.
     fn run_stream(&mut self, st: &mut Stream, budget: &mut usize) -> bool {
         if let Some(r) = st._hold.as_ref().filter(|r| !self.mr.phys_live(r)) {
             // A device registration revoked mid-read: no more of it.
