@@ -527,7 +527,7 @@ impl Region {
             h.owner = me;
             h.owner_start = start;
             h.cells = CELLS as u32;
-            h.cell_size = size_of::<Cell>() as u32;
+            h.cell_size = CELL_SIZE as u32;
             h.epoch = epoch;
             h.addr = addr_bytes(addr);
             h.netns = netns();
@@ -672,13 +672,8 @@ impl Region {
                 VersionMismatch { theirs: h.version, ours: VERSION },
             ));
         }
-        if (h.cells, h.cell_size) != (CELLS as u32, size_of::<Cell>() as u32) {
-            return wrong(format!(
-                "says {} cells of {} bytes, not {CELLS} of {}",
-                h.cells,
-                h.cell_size,
-                size_of::<Cell>()
-            ));
+        if (h.cells, h.cell_size) != (CELLS as u32, CELL_SIZE as u32) {
+            return wrong(format!("says {} cells of {} bytes, not {CELLS} of {CELL_SIZE}", h.cells, h.cell_size));
         }
         if h.addr != loc.addr || h.owner != loc.owner || h.epoch != loc.epoch {
             return wrong(format!(

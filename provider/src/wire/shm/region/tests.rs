@@ -442,14 +442,24 @@ fn queue_round_trip_and_full() {
         assert_eq!(b, b"again");
         assert!(!more, "nothing after it");
     }));
-    // Parts split anywhere around the first cache line come out whole.
-    let msg: Vec<u8> = (0..300u32).map(|i| (i * 7 + 1) as u8).collect();
-    for cut in [0, 1, 40, FIRST_LINE - 1, FIRST_LINE, FIRST_LINE + 1, 200, 300] {
-        for cut2 in [cut, (cut + 17).min(300)] {
-            peer.push(&[&msg[..cut], &msg[cut..cut2], &msg[cut2..]]).unwrap();
-            assert!(own.pop(|b, _| assert_eq!(b, &msg[..], "parts cut at {cut}, {cut2}")));
+    // Parts split anywhere around the first cache line come out whole,
+    // whether the message fits its slot or goes to its body.
+    let all: Vec<u8> = (0..CELL_DATA as u32).map(|i| (i * 7 + 1) as u8).collect();
+    for len in [FIRST_LINE + 1, SLOT_DATA - 1, SLOT_DATA, SLOT_DATA + 1, 300, CELL_DATA] {
+        let msg = &all[..len];
+        for cut in [0, 1, 40, FIRST_LINE - 1, FIRST_LINE, FIRST_LINE + 1, SLOT_DATA, 200, 300] {
+            let cut = cut.min(len);
+            for cut2 in [cut, (cut + 17).min(len)] {
+                peer.push(&[&msg[..cut], &msg[cut..cut2], &msg[cut2..]]).unwrap();
+                assert!(own.pop(|b, _| assert_eq!(b, msg, "{len} bytes, parts cut at {cut}, {cut2}")));
+            }
         }
     }
+    assert_eq!(
+        peer.push(&[&all[..], b"!"]).unwrap_err().raw_os_error(),
+        Some(libc::EMSGSIZE),
+        "a message over CELL_DATA is refused"
+    );
     drop(peer);
     drop(own);
     assert!(Region::open(&addr, None).is_err(), "the owner unlinks its file");
@@ -510,4 +520,30 @@ fn a_record_of_an_earlier_lap_is_not_the_claimer() {
     assert!(!own.unstick());
     own.stuck = own.stuck.map(|(p, t)| (p, t - STUCK_AFTER));
     assert!(!own.unstick(), "skipped on the strength of an earlier lap's record");
+}
+
+#[test]
+fn a_length_a_producer_lies_about_keeps_the_message_inside_its_cell() {
+    // The producer here is the test writing the shared slot's length
+    // itself after publishing, as any process that maps the queue can.
+    let addr: SocketAddr = "127.0.0.1:3".parse().unwrap();
+    let mut own = Region::create(&addr, None).unwrap();
+    let peer = Region::open(&addr, None).unwrap();
+    let base = own.base as usize;
+    for (i, lie) in
+        [0, SLOT_DATA as u32 + 1, CELL_DATA as u32, CELL_DATA as u32 + 1, BODY as u32, u32::MAX].into_iter().enumerate()
+    {
+        peer.push(&[b"small"]).unwrap();
+        // SAFETY: the test's own mapping of the queue; slot i was just
+        // published, and nothing reads it concurrently.
+        unsafe { (*peer.slot(i)).len = lie };
+        let slot = (base + SLOTS_AT + i * size_of::<Slot>(), size_of::<Slot>());
+        let body = (base + BODIES_AT + i * BODY, BODY);
+        let mut seen = None;
+        assert!(own.pop(|b, _| seen = Some((b.as_ptr() as usize, b.len()))));
+        let (at, n) = seen.unwrap();
+        let within = |(start, size): (usize, usize)| at >= start && at + n <= start + size;
+        assert!(n <= CELL_DATA, "length {lie}: {n} bytes handed up");
+        assert!(within(slot) || within(body), "length {lie}: [{at:#x}, +{n}) is outside cell {i}");
+    }
 }
