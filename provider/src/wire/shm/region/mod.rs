@@ -71,8 +71,7 @@ pub(crate) const CELLS: usize = 256;
 pub(crate) const CELL_DATA: usize = 8192 - 8;
 /// The most bytes of a message held in its slot itself.
 const SLOT_DATA: usize = 128 - 8;
-/// A body's bytes (8 KiB; a message uses at most
-/// `CELL_DATA` of them).
+/// A body's bytes (a message uses at most `CELL_DATA` of them).
 const BODY: usize = 8192;
 
 /// Message bytes in a slot's first cache line (after `seq` and `len`).
@@ -352,7 +351,7 @@ impl Region {
                 Ok(_) => {
                     h.claimers[pos as usize % CELLS]
                         .store((pos as u32 as u64) << 32 | self.pid as u64, Ordering::Relaxed);
-                    let slot = self.slot(pos as usize);
+                    let (slot, body) = (self.slot(pos as usize), self.body(pos as usize));
                     // SAFETY: we own cell `pos` (its slot and body) until
                     // we publish it: the consumer freed it (head > pos -
                     // CELLS, read with Acquire) and the CAS gave `pos` to
@@ -390,10 +389,9 @@ impl Region {
                                 off += p.len();
                             }
                         } else {
-                            let dst = self.body(pos as usize);
                             let mut off = 0;
                             for p in parts {
-                                std::ptr::copy_nonoverlapping(p.as_ptr(), dst.add(off), p.len());
+                                std::ptr::copy_nonoverlapping(p.as_ptr(), body.add(off), p.len());
                                 off += p.len();
                             }
                         }
@@ -409,7 +407,7 @@ impl Region {
                             if inline {
                                 demote(slot as *const u8, 8 + len);
                             } else {
-                                demote(self.body(pos as usize), len);
+                                demote(body, len);
                                 demote(slot as *const u8, 8);
                             }
                         }
